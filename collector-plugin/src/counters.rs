@@ -1,0 +1,147 @@
+//! Process-wide counters: what was received, rejected, dropped and evicted.
+//!
+//! Every rejection of bad input and every bounded-memory decision increments one of these, so that nothing is
+//! lost silently. They are exported as Prometheus counters by [`crate::graph::prometheus`] and as JSON by the
+//! API (`GET /api/v1/stats`).
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use std::sync::Mutex;
+
+macro_rules! counters {
+    ($(#[$doc:meta] $name:ident),* $(,)?) => {
+        /// Monotonic counters shared by every part of the collector.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $(#[$doc] pub $name: AtomicU64,)*
+        }
+
+        /// A point-in-time copy of [`Counters`].
+        #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+        pub struct CountersSnapshot {
+            $(#[$doc] pub $name: u64,)*
+        }
+
+        impl Counters {
+            /// Copies every counter.
+            pub fn snapshot(&self) -> CountersSnapshot {
+                CountersSnapshot { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+
+        impl CountersSnapshot {
+            /// `(name, value, help)` for every counter, in declaration order.
+            pub fn entries(&self) -> Vec<(&'static str, u64, &'static str)> {
+                vec![$((stringify!($name), self.$name, counter_help(stringify!($name))),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Export requests accepted (gRPC and HTTP).
+    requests_accepted,
+    /// Spans in accepted export requests.
+    spans_received,
+    /// Requests rejected because the body was not valid protobuf.
+    rejected_bad_protobuf,
+    /// Requests rejected because the body was not valid OTLP/JSON.
+    rejected_bad_json,
+    /// Requests rejected for an unsupported content type or content encoding.
+    rejected_content_type,
+    /// Requests rejected because the (decompressed) body exceeded the size limit.
+    rejected_too_large,
+    /// Requests rejected because a span had a malformed trace or span id.
+    rejected_bad_ids,
+    /// Requests rejected in strict mode because of wrongly typed `dei.*` attributes.
+    rejected_bad_attributes,
+    /// Individual `dei.*` attributes ignored because of a wrong type or a malformed value.
+    attributes_rejected,
+    /// Batches put on the forwarding queue.
+    forward_batches_queued,
+    /// Spans delivered downstream.
+    forward_spans_sent,
+    /// Batches delivered downstream.
+    forward_batches_sent,
+    /// Failed downstream attempts that were retried.
+    forward_retries,
+    /// Spans dropped because the forwarding queue was full.
+    forward_spans_dropped_overflow,
+    /// Spans dropped because the downstream rejected them permanently.
+    forward_spans_dropped_rejected,
+    /// Spans still queued when shutdown's drain deadline passed.
+    forward_spans_dropped_shutdown,
+    /// Client or server spans that expired unpaired from the service graph's store.
+    graph_unpaired_expired,
+    /// Spans evicted from the full pairing store before their peer arrived.
+    graph_store_evicted,
+    /// Edges evicted (least recently updated) to stay under the edge limit.
+    graph_edges_evicted,
+    /// Prefix-tree nodes evicted (oldest leaves) to stay under the node limit.
+    tree_nodes_evicted,
+    /// Traces evicted from the per-trace store (by count or by age).
+    traces_evicted,
+    /// Spans not added to a trace because it had reached its occurrence limit.
+    trace_occurrences_dropped,
+    /// Preliminary (stream) indexes rewritten to their final form.
+    preliminary_rewritten,
+    /// Spans under preliminary indexes whose mapping never arrived (recorded under the preliminary index).
+    preliminary_unresolved,
+    /// Preliminary→final mappings ignored because they were malformed.
+    preliminary_mappings_rejected,
+    /// Offline input lines or documents that could not be parsed.
+    offline_bad_documents,
+}
+
+fn counter_help(name: &str) -> &'static str {
+    match name {
+        "requests_accepted" => "OTLP export requests accepted",
+        "spans_received" => "spans in accepted export requests",
+        "attributes_rejected" => "dei.* attributes ignored for a wrong type or malformed value",
+        n if n.starts_with("rejected_") => "OTLP export requests rejected, by reason",
+        n if n.starts_with("forward_") => "forwarding to the downstream OTLP endpoint",
+        n if n.starts_with("graph_") => "service-graph pairing store and edges",
+        n if n.starts_with("tree_") || n.starts_with("trace") => "DEI prefix tree and per-trace store",
+        n if n.starts_with("preliminary_") => "stream index rewriting (preliminary to final)",
+        _ => "dei-collector counter",
+    }
+}
+
+impl Counters {
+    /// Adds `n` to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Logs at most one message per interval for a class of event (bad input must not flood the log).
+#[derive(Debug)]
+pub struct RateLimitedLog {
+    interval: std::time::Duration,
+    last: Mutex<Option<Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl RateLimitedLog {
+    /// A limiter that lets one message through per `interval`.
+    pub fn new(interval: std::time::Duration) -> Self {
+        RateLimitedLog { interval, last: Mutex::new(None), suppressed: AtomicU64::new(0) }
+    }
+
+    /// Logs `msg` at WARN unless a message was logged less than one interval ago.
+    pub fn warn(&self, msg: &str) {
+        let now = Instant::now();
+        let mut last = match self.last.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if last.is_none_or(|t| now.duration_since(t) >= self.interval) {
+            *last = Some(now);
+            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+            tracing::warn!(suppressed, "{msg}");
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Fault plans: which RPCs to fail, and how, riding on the trace context (docs/wire-format.md).
+//!
+//! A plan is a list of (index, fault). It travels as the baggage entry `dei-faults` or is set in the
+//! [`Context`](opentelemetry::Context) in process; a client whose outgoing index matches an entry returns the
+//! fault instead of sending.
+
+use crate::index::Index;
+use crate::wire::{self, WireError};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The baggage entry (and header) that carries a fault plan.
+pub const FAULT_PLAN_KEY: &str = "dei-faults";
+
+const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// One fault to inject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// Fail a gRPC call with this status code (0–16).
+    Grpc(u8),
+    /// Fail an HTTP call with this status (100–599).
+    Http(u16),
+    /// Fail as if the connection could not be made: nothing is sent.
+    Connection,
+    /// Wait this long, then send as usual.
+    Latency(Duration),
+}
+
+impl Fault {
+    /// gRPC UNAVAILABLE.
+    pub const UNAVAILABLE: Fault = Fault::Grpc(14);
+    /// gRPC DEADLINE_EXCEEDED.
+    pub const DEADLINE_EXCEEDED: Fault = Fault::Grpc(4);
+    /// gRPC INTERNAL.
+    pub const INTERNAL: Fault = Fault::Grpc(13);
+    /// gRPC UNKNOWN.
+    pub const UNKNOWN: Fault = Fault::Grpc(2);
+    /// gRPC UNIMPLEMENTED.
+    pub const UNIMPLEMENTED: Fault = Fault::Grpc(12);
+
+    /// A gRPC fault by code name, such as `UNAVAILABLE` (case-insensitive).
+    ///
+    /// ```
+    /// use dei_propagator::Fault;
+    /// assert_eq!(Fault::grpc_named("deadline_exceeded"), Some(Fault::DEADLINE_EXCEEDED));
+    /// ```
+    pub fn grpc_named(name: &str) -> Option<Fault> {
+        GRPC_CODES
+            .iter()
+            .position(|c| c.eq_ignore_ascii_case(name))
+            .map(|i| Fault::Grpc(i as u8))
+    }
+
+    /// The gRPC code name of a [`Fault::Grpc`].
+    pub fn grpc_code_name(&self) -> Option<&'static str> {
+        match self {
+            Fault::Grpc(code) => GRPC_CODES.get(*code as usize).copied(),
+            _ => None,
+        }
+    }
+
+    /// A readable description, e.g. `grpc UNAVAILABLE` or `http 503`.
+    pub fn describe(&self) -> String {
+        match self {
+            Fault::Grpc(_) => format!("grpc {}", self.grpc_code_name().unwrap_or("?")),
+            Fault::Http(s) => format!("http {s}"),
+            Fault::Connection => "connection error".to_string(),
+            Fault::Latency(d) => format!("latency {}ms", d.as_millis()),
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    /// The wire form: `g14`, `h503`, `c`, `l250`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Grpc(code) => write!(f, "g{code}"),
+            Fault::Http(status) => write!(f, "h{status}"),
+            Fault::Connection => f.write_str("c"),
+            Fault::Latency(d) => write!(f, "l{}", d.as_millis()),
+        }
+    }
+}
+
+/// Why a fault or fault plan was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FaultPlanError {
+    /// Longer than the limit.
+    #[error("plan of {len} bytes exceeds the limit of {max}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More entries than the limit.
+    #[error("plan has more than {max} entries")]
+    TooManyEntries {
+        /// The limit.
+        max: usize,
+    },
+    /// The version is not `1`.
+    #[error("unsupported plan version")]
+    UnsupportedVersion,
+    /// An entry is not `index:fault`.
+    #[error("entry {entry}: expected index:fault")]
+    BadEntry {
+        /// 0-based entry position.
+        entry: usize,
+    },
+    /// An entry's index is malformed.
+    #[error("entry {entry}: {source}")]
+    BadIndex {
+        /// 0-based entry position.
+        entry: usize,
+        /// What was wrong with the index.
+        source: WireError,
+    },
+    /// An entry's fault is malformed.
+    #[error("entry {entry}: malformed fault")]
+    BadFault {
+        /// 0-based entry position.
+        entry: usize,
+    },
+}
+
+impl FromStr for Fault {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let (kind, digits) = s.split_at_checked(1).ok_or(())?;
+        let number = |max_len: usize| -> Result<u64, ()> {
+            if digits.is_empty() || digits.len() > max_len || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(());
+            }
+            digits.parse::<u64>().map_err(|_| ())
+        };
+        match kind {
+            "g" => match number(2)? {
+                n @ 0..=16 => Ok(Fault::Grpc(n as u8)),
+                _ => Err(()),
+            },
+            "h" if digits.len() == 3 => match number(3)? {
+                n @ 100..=599 => Ok(Fault::Http(n as u16)),
+                _ => Err(()),
+            },
+            "c" if digits.is_empty() => Ok(Fault::Connection),
+            "l" => Ok(Fault::Latency(Duration::from_millis(number(6)?))),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Size limits for fault plans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanLimits {
+    /// Largest accepted value in bytes.
+    pub max_len: usize,
+    /// Most entries.
+    pub max_entries: usize,
+}
+
+impl Default for PlanLimits {
+    /// 4096 bytes and 64 entries.
+    fn default() -> Self {
+        PlanLimits {
+            max_len: 4096,
+            max_entries: 64,
+        }
+    }
+}
+
+/// A list of (index, fault): the RPCs to fail in one execution.
+///
+/// ```
+/// use dei_propagator::{Fault, FaultPlan, Index};
+/// let target = Index::decode("1.AAAAAAAAAAA1").unwrap();
+/// let plan = FaultPlan::new(vec![(target.clone(), Fault::UNAVAILABLE)]);
+/// assert_eq!(plan.encode(), "1*1.AAAAAAAAAAA1:g14");
+/// assert_eq!(FaultPlan::decode(&plan.encode()), Ok(plan.clone()));
+/// assert_eq!(plan.fault_for(&target), Some(Fault::UNAVAILABLE));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FaultPlan {
+    entries: Vec<(Index, Fault)>,
+}
+
+impl FaultPlan {
+    /// A plan of these entries.
+    pub fn new(entries: Vec<(Index, Fault)>) -> Self {
+        FaultPlan { entries }
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> &[(Index, Fault)] {
+        &self.entries
+    }
+
+    /// True when the plan fails nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The fault planned for the RPC with this index, if any.
+    pub fn fault_for(&self, index: &Index) -> Option<Fault> {
+        self.entries.iter().find(|(i, _)| i == index).map(|(_, f)| *f)
+    }
+
+    /// The wire form: `1` then `*index:fault` per entry.
+    pub fn encode(&self) -> String {
+        let mut out = String::from("1");
+        for (index, fault) in &self.entries {
+            out.push('*');
+            out.push_str(&index.encode());
+            out.push(':');
+            out.push_str(&fault.to_string());
+        }
+        out
+    }
+
+    /// Decodes under the default [`PlanLimits`].
+    pub fn decode(value: &str) -> Result<FaultPlan, FaultPlanError> {
+        FaultPlan::decode_with(value, &PlanLimits::default())
+    }
+
+    /// Decodes under the given limits. Any defect rejects the whole plan.
+    pub fn decode_with(value: &str, limits: &PlanLimits) -> Result<FaultPlan, FaultPlanError> {
+        if value.len() > limits.max_len {
+            return Err(FaultPlanError::TooLong {
+                len: value.len(),
+                max: limits.max_len,
+            });
+        }
+        let mut parts = value.split('*');
+        if parts.next() != Some("1") {
+            return Err(FaultPlanError::UnsupportedVersion);
+        }
+        let index_limits = wire::Limits {
+            max_len: limits.max_len,
+            ..wire::Limits::default()
+        };
+        let mut entries = Vec::new();
+        for (entry, part) in parts.enumerate() {
+            if entry >= limits.max_entries {
+                return Err(FaultPlanError::TooManyEntries {
+                    max: limits.max_entries,
+                });
+            }
+            let (index_text, fault_text) = part.split_once(':').ok_or(FaultPlanError::BadEntry { entry })?;
+            let index = wire::decode(index_text, &index_limits)
+                .map_err(|source| FaultPlanError::BadIndex { entry, source })?;
+            let fault = fault_text.parse().map_err(|()| FaultPlanError::BadFault { entry })?;
+            entries.push((index, fault));
+        }
+        Ok(FaultPlan { entries })
+    }
+}
+
+impl fmt::Display for FaultPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.encode())
+    }
+}
+
+impl Serialize for Fault {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fault {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map_err(|()| serde::de::Error::custom(format!("malformed fault {s:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_vectors() {
+        for (text, fault) in [
+            ("g14", Fault::UNAVAILABLE),
+            ("g4", Fault::DEADLINE_EXCEEDED),
+            ("h503", Fault::Http(503)),
+            ("c", Fault::Connection),
+            ("l250", Fault::Latency(Duration::from_millis(250))),
+        ] {
+            assert_eq!(text.parse::<Fault>(), Ok(fault));
+            assert_eq!(fault.to_string(), text);
+        }
+        for bad in ["", "g", "g17", "g-1", "h99", "h600", "h5031", "c1", "l", "l1234567", "x1", "gé"] {
+            assert!(bad.parse::<Fault>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn plan_vectors_and_rejections() {
+        let plan = FaultPlan::decode("1*1.AAAAAAAAAAA1:g14*1.AAAAAAAAAAA1.AQEBAQEBAQE2:h503").expect("valid");
+        assert_eq!(plan.entries().len(), 2);
+        assert_eq!(FaultPlan::decode("1"), Ok(FaultPlan::default()));
+        assert!(matches!(FaultPlan::decode("2"), Err(FaultPlanError::UnsupportedVersion)));
+        assert!(matches!(FaultPlan::decode("1*1.AAAAAAAAAAA1"), Err(FaultPlanError::BadEntry { entry: 0 })));
+        assert!(matches!(FaultPlan::decode("1*x:g14"), Err(FaultPlanError::BadIndex { .. })));
+        assert!(matches!(FaultPlan::decode("1*1:zz"), Err(FaultPlanError::BadFault { .. })));
+        let many = format!("1{}", "*1:c".repeat(65));
+        assert!(matches!(FaultPlan::decode(&many), Err(FaultPlanError::TooManyEntries { .. })));
+        let long = format!("1*1{}:c", ".AAAAAAAAAAA1".repeat(400));
+        assert!(matches!(FaultPlan::decode(&long), Err(FaultPlanError::TooLong { .. })));
+    }
+}

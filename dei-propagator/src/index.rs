@@ -1,0 +1,202 @@
+//! The distributed execution index `[r1|c1 :: … :: rn|cn]` (paper definition 4).
+
+use crate::wire::{self, Limits, WireError};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+
+/// The 64-bit identity of an invocation signature under an instantiation (`r`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ElementDigest(pub [u8; 8]);
+
+impl fmt::Display for ElementDigest {
+    /// The 11-character unpadded base64url form used on the wire.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&wire::encode_digest(self))
+    }
+}
+
+impl fmt::Debug for ElementDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ElementDigest({self})")
+    }
+}
+
+/// One element `r|c` of an index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Element {
+    /// The invocation signature's digest `r`.
+    pub digest: ElementDigest,
+    /// The invocation count `c`, starting at 1.
+    pub count: u32,
+    /// A stream's preliminary element (paper §4.2), to be rewritten to its final form.
+    pub preliminary: bool,
+}
+
+impl Element {
+    /// The `count`-th invocation of `digest`.
+    pub fn new(digest: ElementDigest, count: u32) -> Self {
+        Element {
+            digest,
+            count,
+            preliminary: false,
+        }
+    }
+
+    /// The same element marked preliminary.
+    pub fn preliminary(mut self) -> Self {
+        self.preliminary = true;
+        self
+    }
+}
+
+impl fmt::Display for Element {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.digest, self.count)?;
+        if self.preliminary {
+            f.write_str("~")?;
+        }
+        Ok(())
+    }
+}
+
+/// A distributed execution index: the path of elements from the system's entry point to one RPC.
+///
+/// The empty index is the root `[ ]`, the path of a request that entered the system with no index.
+///
+/// ```
+/// use dei_propagator::{Element, ElementDigest, Index};
+/// let parent = Index::root().child(Element::new(ElementDigest([1; 8]), 1));
+/// let child = parent.child(Element::new(ElementDigest([2; 8]), 3));
+/// assert_eq!(child.encode(), "1.AQEBAQEBAQE1.AgICAgICAgI3");
+/// assert!(child.starts_with(&parent));
+/// assert_eq!(Index::decode(&child.encode()), Ok(child));
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Index {
+    elements: Vec<Element>,
+}
+
+impl Index {
+    /// The root: the empty path.
+    pub fn root() -> Self {
+        Index::default()
+    }
+
+    /// An index from its elements, outermost first.
+    pub fn from_elements(elements: Vec<Element>) -> Self {
+        Index { elements }
+    }
+
+    /// The elements, outermost first.
+    pub fn elements(&self) -> &[Element] {
+        &self.elements
+    }
+
+    /// The number of elements.
+    pub fn depth(&self) -> usize {
+        self.elements.len()
+    }
+
+    /// True for the empty path.
+    pub fn is_root(&self) -> bool {
+        self.elements.is_empty()
+    }
+
+    /// The innermost element.
+    pub fn last(&self) -> Option<&Element> {
+        self.elements.last()
+    }
+
+    /// The index without its innermost element, or `None` for the root.
+    pub fn parent(&self) -> Option<Index> {
+        let (_, rest) = self.elements.split_last()?;
+        Some(Index::from_elements(rest.to_vec()))
+    }
+
+    /// This index extended by one element.
+    pub fn child(&self, element: Element) -> Index {
+        let mut elements = Vec::with_capacity(self.elements.len() + 1);
+        elements.extend_from_slice(&self.elements);
+        elements.push(element);
+        Index { elements }
+    }
+
+    /// True when `prefix` is a prefix of this index (every index starts with itself and with the root).
+    pub fn starts_with(&self, prefix: &Index) -> bool {
+        self.elements.starts_with(&prefix.elements)
+    }
+
+    /// True when any element is preliminary.
+    pub fn is_preliminary(&self) -> bool {
+        self.elements.iter().any(|e| e.preliminary)
+    }
+
+    /// Replaces the prefix `from` by `to`, for rewriting preliminary stream indexes to final ones.
+    /// Returns `None` when this index does not start with `from`.
+    pub fn rewrite_prefix(&self, from: &Index, to: &Index) -> Option<Index> {
+        if !self.starts_with(from) {
+            return None;
+        }
+        let mut elements = to.elements.clone();
+        elements.extend_from_slice(&self.elements[from.depth()..]);
+        Some(Index { elements })
+    }
+
+    /// The prefix under which a callee serves the `k`-th message (1-based) of a stream opened with this
+    /// preliminary index: the callee counts messages implicitly, so `…r|x~` becomes `…r|(x+k)~` (paper §4.2).
+    pub fn stream_message(&self, k: u32) -> Index {
+        let mut elements = self.elements.clone();
+        if let Some(last) = elements.last_mut() {
+            last.count = last.count.saturating_add(k);
+        }
+        Index { elements }
+    }
+
+    /// The wire form (docs/wire-format.md).
+    pub fn encode(&self) -> String {
+        wire::encode(self)
+    }
+
+    /// Decodes the wire form under the default [`Limits`].
+    pub fn decode(value: &str) -> Result<Index, WireError> {
+        wire::decode(value, &Limits::default())
+    }
+
+    /// Decodes the wire form under the given limits.
+    pub fn decode_with(value: &str, limits: &Limits) -> Result<Index, WireError> {
+        wire::decode(value, limits)
+    }
+}
+
+impl fmt::Display for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.encode())
+    }
+}
+
+impl fmt::Debug for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Index({})", self.encode())
+    }
+}
+
+impl FromStr for Index {
+    type Err = WireError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Index::decode(s)
+    }
+}
+
+impl Serialize for Index {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Index {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Index::decode(&s).map_err(serde::de::Error::custom)
+    }
+}

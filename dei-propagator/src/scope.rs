@@ -1,0 +1,286 @@
+//! Per-request state: the scope that hands out indexes to every RPC issued while serving one request.
+//!
+//! A scope is opened when a request enters a service; its prefix is the incoming index (or the root). It holds
+//! the invocation counters and is shared *by reference* by every task and thread that works for the request:
+//! cloning the counters per block or per thread gives wrong indexes (paper §3.3). It rides in the
+//! OpenTelemetry [`Context`](opentelemetry::Context) (see [`crate::DeiContextExt`]).
+
+use crate::index::{Element, ElementDigest, Index};
+use crate::instantiation::{Instantiation, PathMode};
+use crate::invocation::InvocationSignature;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+static AMBIGUOUS_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// How many issued indexes were found ambiguous in this process so far.
+///
+/// An index is ambiguous when its invocation signature was issued while another RPC with the same invocation
+/// signature was still in flight in the same scope: scheduling may swap the two between runs.
+pub fn ambiguous_total() -> u64 {
+    AMBIGUOUS_TOTAL.load(Ordering::Relaxed)
+}
+
+/// The state shared by everything that serves one request. Cloning shares it.
+///
+/// ```
+/// use dei_propagator::{Instantiation, InvocationSignature, PayloadDigest, RequestScope, Signature, StackDigest};
+/// let scope = RequestScope::root(Instantiation::dei());
+/// let echo = InvocationSignature::new(Signature::grpc_path("/B/echo"), PayloadDigest::of(b"s"), StackDigest([7; 32]));
+/// let first = scope.issue(&echo);
+/// let second = scope.issue(&echo);
+/// assert_eq!((first.element().count, second.element().count), (1, 2));
+/// assert_eq!(first.index().parent(), second.index().parent());
+/// ```
+#[derive(Clone)]
+pub struct RequestScope {
+    inner: Arc<ScopeInner>,
+}
+
+struct ScopeInner {
+    prefix: Index,
+    instantiation: Instantiation,
+    state: Mutex<ScopeState>,
+}
+
+#[derive(Default)]
+struct ScopeState {
+    counts: HashMap<ElementDigest, u32>,
+    in_flight: HashMap<ElementDigest, Vec<Arc<AtomicBool>>>,
+    history: Vec<Element>,
+    issued: u64,
+    ambiguous: u64,
+}
+
+impl RequestScope {
+    /// A scope for a request that arrived with `prefix` as its index.
+    pub fn enter(prefix: Index, instantiation: Instantiation) -> Self {
+        RequestScope {
+            inner: Arc::new(ScopeInner {
+                prefix,
+                instantiation,
+                state: Mutex::new(ScopeState::default()),
+            }),
+        }
+    }
+
+    /// A scope at the root: the entry point of the system, such as a functional test.
+    pub fn root(instantiation: Instantiation) -> Self {
+        RequestScope::enter(Index::root(), instantiation)
+    }
+
+    /// The scope in the current OpenTelemetry context, if any.
+    pub fn current() -> Option<RequestScope> {
+        use crate::context::DeiContextExt;
+        opentelemetry::Context::current().dei_scope().cloned()
+    }
+
+    /// The incoming index that every index issued here extends.
+    pub fn prefix(&self) -> &Index {
+        &self.inner.prefix
+    }
+
+    /// The instantiation indexes are computed under.
+    pub fn instantiation(&self) -> &Instantiation {
+        &self.inner.instantiation
+    }
+
+    /// How many indexes this scope has issued.
+    pub fn issued(&self) -> u64 {
+        self.lock().issued
+    }
+
+    /// How many of them were ambiguous when issued.
+    pub fn ambiguous(&self) -> u64 {
+        self.lock().ambiguous
+    }
+
+    /// True when both handles share one state.
+    pub fn same_scope(&self, other: &RequestScope) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ScopeState> {
+        // A panic while holding the lock cannot leave the counters inconsistent (each update is one
+        // statement), so a poisoned lock is used as it is.
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the next index for an RPC with this invocation signature: one call, correct under contention.
+    ///
+    /// Keep the returned [`IssuedIndex`] alive until the RPC completes: while it lives, another issue of the
+    /// same invocation signature in this scope is flagged ambiguous, and so is this one.
+    pub fn issue(&self, invocation: &InvocationSignature) -> IssuedIndex {
+        self.issue_element(invocation.element_digest(&self.inner.instantiation), false)
+    }
+
+    /// Takes a preliminary index for a stream (paper §4.2): `invocation` should carry the empty payload and
+    /// the stream's creation site.
+    pub fn issue_preliminary(&self, invocation: &InvocationSignature) -> IssuedIndex {
+        self.issue_element(invocation.element_digest(&self.inner.instantiation), true)
+    }
+
+    fn issue_element(&self, digest: ElementDigest, preliminary: bool) -> IssuedIndex {
+        let inst = &self.inner.instantiation;
+        let flag = Arc::new(AtomicBool::new(false));
+        let index = {
+            let mut state = self.lock();
+            state.issued += 1;
+            let count = if inst.count {
+                let c = state.counts.entry(digest).or_insert(0);
+                *c = c.saturating_add(1);
+                *c
+            } else {
+                1
+            };
+            let in_flight = state.in_flight.entry(digest).or_default();
+            let mut newly_ambiguous = 0;
+            if !in_flight.is_empty() {
+                for other in in_flight.iter() {
+                    if !other.swap(true, Ordering::Relaxed) {
+                        newly_ambiguous += 1;
+                    }
+                }
+                flag.store(true, Ordering::Relaxed);
+                newly_ambiguous += 1;
+            }
+            in_flight.push(flag.clone());
+            state.ambiguous += newly_ambiguous;
+            AMBIGUOUS_TOTAL.fetch_add(newly_ambiguous, Ordering::Relaxed);
+            let element = Element {
+                digest,
+                count,
+                preliminary,
+            };
+            let index = match inst.path {
+                PathMode::Path => self.inner.prefix.child(element),
+                PathMode::None => Index::from_elements(vec![element]),
+                PathMode::History => {
+                    let mut elements = self.inner.prefix.elements().to_vec();
+                    elements.extend_from_slice(&state.history);
+                    elements.push(element);
+                    Index::from_elements(elements)
+                }
+            };
+            state.history.push(element);
+            index
+        };
+        IssuedIndex {
+            index,
+            ambiguous: flag,
+            scope: self.clone(),
+            digest,
+        }
+    }
+}
+
+impl fmt::Debug for RequestScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestScope")
+            .field("prefix", &self.inner.prefix)
+            .field("instantiation", &self.inner.instantiation.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An index handed out for one RPC. It marks the RPC in flight until dropped.
+pub struct IssuedIndex {
+    index: Index,
+    ambiguous: Arc<AtomicBool>,
+    scope: RequestScope,
+    digest: ElementDigest,
+}
+
+impl IssuedIndex {
+    /// The RPC's index.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// The RPC's own element (the innermost one).
+    pub fn element(&self) -> Element {
+        self.index.last().copied().unwrap_or(Element {
+            digest: self.digest,
+            count: 1,
+            preliminary: false,
+        })
+    }
+
+    /// True once another RPC with the same invocation signature was in flight in the same scope together with
+    /// this one. Read it when the RPC completes: a later concurrent issue can still set it.
+    pub fn is_ambiguous(&self) -> bool {
+        self.ambiguous.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for IssuedIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IssuedIndex")
+            .field("index", &self.index)
+            .field("ambiguous", &self.is_ambiguous())
+            .finish()
+    }
+}
+
+impl Drop for IssuedIndex {
+    fn drop(&mut self) {
+        let mut state = self.scope.lock();
+        if let Some(list) = state.in_flight.get_mut(&self.digest) {
+            list.retain(|f| !Arc::ptr_eq(f, &self.ambiguous));
+            if list.is_empty() {
+                state.in_flight.remove(&self.digest);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PayloadDigest, Signature, StackDigest};
+
+    fn inv(payload: &[u8], stack: u8) -> InvocationSignature {
+        InvocationSignature::new(Signature::grpc_path("/B/echo"), PayloadDigest::of(payload), StackDigest([stack; 32]))
+    }
+
+    #[test]
+    fn concurrent_identical_calls_are_flagged_both() {
+        let scope = RequestScope::root(Instantiation::dei());
+        let before = ambiguous_total();
+        let a = scope.issue(&inv(b"x", 1));
+        let b = scope.issue(&inv(b"x", 1));
+        assert!(a.is_ambiguous() && b.is_ambiguous());
+        assert_eq!(scope.ambiguous(), 2);
+        assert!(ambiguous_total() >= before + 2);
+        drop((a, b));
+        let c = scope.issue(&inv(b"x", 1));
+        assert!(!c.is_ambiguous(), "sequential identical calls are not ambiguous");
+        let d = scope.issue(&inv(b"y", 1));
+        assert!(!d.is_ambiguous(), "a different payload is not ambiguous");
+    }
+
+    #[test]
+    fn path_modes() {
+        let prefix = Index::decode("1.AAAAAAAAAAA1").unwrap_or_default();
+        let path = RequestScope::enter(prefix.clone(), Instantiation::dei());
+        assert_eq!(path.issue(&inv(b"a", 1)).index().depth(), 2);
+        let none = RequestScope::enter(prefix.clone(), Instantiation::no_path());
+        assert_eq!(none.issue(&inv(b"a", 1)).index().depth(), 1);
+        let hist = RequestScope::enter(prefix, Instantiation::three_mile_beach());
+        let first = hist.issue(&inv(b"a", 1)).index().clone();
+        let second = hist.issue(&inv(b"b", 2)).index().clone();
+        assert_eq!(first.depth(), 2);
+        assert_eq!(second.depth(), 3);
+        assert!(second.starts_with(&first), "history carries every earlier element");
+    }
+
+    #[test]
+    fn no_count_always_one() {
+        let scope = RequestScope::root(Instantiation::no_count());
+        let a = scope.issue(&inv(b"a", 1)).index().clone();
+        let b = scope.issue(&inv(b"a", 1)).index().clone();
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,240 @@
+//! The compact, versioned ASCII wire form of an index (docs/wire-format.md).
+//!
+//! `1` followed by one `.`-separated element per hop; an element is an 11-character base64url digest, a
+//! decimal count and an optional `~` for a preliminary stream element: `1.x-Ab3pQ0zZU1.AgICAgICAgI3`.
+
+use crate::index::{Element, ElementDigest, Index};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// The wire version this crate writes and reads.
+pub const VERSION: char = '1';
+/// Characters in one encoded element digest.
+pub const DIGEST_CHARS: usize = 11;
+
+/// Size limits that a decoder enforces before anything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted value, in bytes.
+    pub max_len: usize,
+    /// Most elements in one index.
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    /// 1024 bytes and 64 elements.
+    fn default() -> Self {
+        Limits {
+            max_len: 1024,
+            max_depth: 64,
+        }
+    }
+}
+
+/// Why a wire value was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The value was empty.
+    #[error("empty value")]
+    Empty,
+    /// Longer than [`Limits::max_len`].
+    #[error("value of {len} bytes exceeds the limit of {max}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More elements than [`Limits::max_depth`].
+    #[error("index deeper than the limit of {max} elements")]
+    TooDeep {
+        /// The limit.
+        max: usize,
+    },
+    /// The version is not `1`.
+    #[error("unsupported version {0:?}")]
+    UnsupportedVersion(String),
+    /// An element's digest was not 11 canonical base64url characters.
+    #[error("element {element}: malformed digest")]
+    BadDigest {
+        /// 0-based element position.
+        element: usize,
+    },
+    /// An element's count was missing, zero, had a leading zero or was too large.
+    #[error("element {element}: malformed count")]
+    BadCount {
+        /// 0-based element position.
+        element: usize,
+    },
+}
+
+impl WireError {
+    /// A short stable name for counters and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WireError::Empty => "empty",
+            WireError::TooLong { .. } => "too_long",
+            WireError::TooDeep { .. } => "too_deep",
+            WireError::UnsupportedVersion(_) => "version",
+            WireError::BadDigest { .. } => "digest",
+            WireError::BadCount { .. } => "count",
+        }
+    }
+}
+
+/// The 11-character base64url form of a digest.
+pub fn encode_digest(digest: &ElementDigest) -> String {
+    URL_SAFE_NO_PAD.encode(digest.0)
+}
+
+/// Writes the wire form of `index`.
+pub fn encode(index: &Index) -> String {
+    let mut out = String::with_capacity(1 + index.depth() * 14);
+    out.push(VERSION);
+    let mut digest_buf = [0u8; DIGEST_CHARS];
+    for element in index.elements() {
+        out.push('.');
+        // encoding 8 bytes always yields exactly 11 characters
+        let written = URL_SAFE_NO_PAD
+            .encode_slice(element.digest.0, &mut digest_buf)
+            .unwrap_or(0);
+        out.extend(digest_buf[..written].iter().map(|&b| b as char));
+        push_decimal(&mut out, element.count);
+        if element.preliminary {
+            out.push('~');
+        }
+    }
+    out
+}
+
+fn push_decimal(out: &mut String, mut n: u32) {
+    let mut buf = [0u8; 10];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(buf[i..].iter().map(|&b| b as char));
+}
+
+/// Reads a wire value under `limits`. Any defect rejects the whole value.
+pub fn decode(value: &str, limits: &Limits) -> Result<Index, WireError> {
+    if value.len() > limits.max_len {
+        return Err(WireError::TooLong {
+            len: value.len(),
+            max: limits.max_len,
+        });
+    }
+    let mut parts = value.split('.');
+    match parts.next() {
+        None | Some("") => return Err(WireError::Empty),
+        Some("1") => {}
+        Some(other) => return Err(WireError::UnsupportedVersion(other.chars().take(16).collect())),
+    }
+    let mut elements = Vec::new();
+    for (position, part) in parts.enumerate() {
+        if position >= limits.max_depth {
+            return Err(WireError::TooDeep {
+                max: limits.max_depth,
+            });
+        }
+        elements.push(decode_element(part, position)?);
+    }
+    Ok(Index::from_elements(elements))
+}
+
+fn decode_element(part: &str, element: usize) -> Result<Element, WireError> {
+    let bytes = part.as_bytes();
+    if bytes.len() < DIGEST_CHARS || !part.is_char_boundary(DIGEST_CHARS) {
+        return Err(WireError::BadDigest { element });
+    }
+    let (digest_text, rest) = part.split_at(DIGEST_CHARS);
+    let mut digest = [0u8; 8];
+    match URL_SAFE_NO_PAD.decode_slice(digest_text, &mut digest) {
+        Ok(8) => {}
+        _ => return Err(WireError::BadDigest { element }),
+    }
+    let (count_text, preliminary) = match rest.strip_suffix('~') {
+        Some(c) => (c, true),
+        None => (rest, false),
+    };
+    let count = parse_count(count_text).ok_or(WireError::BadCount { element })?;
+    Ok(Element {
+        digest: ElementDigest(digest),
+        count,
+        preliminary,
+    })
+}
+
+fn parse_count(text: &str) -> Option<u32> {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() || bytes.len() > 10 || bytes[0] == b'0' || !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    text.parse::<u32>().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn el(byte: u8, count: u32) -> Element {
+        Element::new(ElementDigest([byte; 8]), count)
+    }
+
+    /// Test vectors, also listed in docs/wire-format.md.
+    #[test]
+    fn vectors() {
+        let cases: Vec<(Index, &str)> = vec![
+            (Index::root(), "1"),
+            (Index::from_elements(vec![el(0, 1)]), "1.AAAAAAAAAAA1"),
+            (Index::from_elements(vec![el(0xff, 4294967295)]), "1.__________84294967295"),
+            (
+                Index::from_elements(vec![el(1, 1), el(2, 12)]),
+                "1.AQEBAQEBAQE1.AgICAgICAgI12",
+            ),
+            (
+                Index::from_elements(vec![el(0xfb, 2).preliminary()]),
+                "1.-_v7-_v7-_s2~",
+            ),
+        ];
+        for (index, text) in cases {
+            assert_eq!(index.encode(), text);
+            assert_eq!(Index::decode(text), Ok(index));
+        }
+    }
+
+    #[test]
+    fn rejections() {
+        let l = Limits::default();
+        let bad: &[(&str, &str)] = &[
+            ("", "empty"),
+            ("2.AAAAAAAAAAA1", "version"),
+            ("1.", "digest"),
+            ("1.AAAAAAAAAA1", "digest"), // 11 chars: the count is missing and "1" is not canonical
+            ("1.AAAAAAAAAAB1", "digest"), // non-canonical trailing bits
+            ("1.AAAAAAAAA=A1", "digest"),
+            ("1.AAAAAAAAAAA0", "count"),
+            ("1.AAAAAAAAAAA01", "count"),
+            ("1.AAAAAAAAAAA", "count"),
+            ("1.AAAAAAAAAAA4294967296", "count"),
+            ("1.AAAAAAAAAAA+1", "count"),
+            ("1.AAAAAAAAAAA1~~", "count"),
+            ("1.AAAAAAAAAAA1..AAAAAAAAAAA1", "digest"),
+            ("1.AAAAAAAAAé1", "digest"),
+            ("1.AAAAAAAAAAA1 ", "count"),
+            (" 1", "version"),
+        ];
+        for (text, kind) in bad {
+            let err = decode(text, &l).expect_err(text);
+            assert_eq!(err.kind(), *kind, "{text:?}: {err}");
+        }
+        let deep = format!("1{}", ".AAAAAAAAAAA1".repeat(80));
+        assert_eq!(decode(&deep, &Limits { max_len: 4096, max_depth: 64 }).map_err(|e| e.kind()), Err("too_deep"));
+        assert_eq!(decode(&deep, &l).map_err(|e| e.kind()), Err("too_long"));
+    }
+}
