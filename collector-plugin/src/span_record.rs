@@ -1,0 +1,369 @@
+//! The parts of an OTLP span that the service graph and the prefix tree read, with the `dei.*` attributes
+//! parsed and type-checked.
+//!
+//! Attributes of the wrong type or with malformed values are dropped one by one and reported as
+//! [`AttributeIssue`]s; the span itself is kept (and forwarded unchanged).
+
+use dei_propagator::{Index, PayloadDigest, StackDigest};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use std::sync::Arc;
+
+/// A 16-byte trace id.
+pub type TraceId = [u8; 16];
+/// An 8-byte span id.
+pub type SpanId = [u8; 8];
+
+/// The OTLP span kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// `SPAN_KIND_UNSPECIFIED` or `SPAN_KIND_INTERNAL`.
+    Internal,
+    /// `SPAN_KIND_SERVER`.
+    Server,
+    /// `SPAN_KIND_CLIENT`.
+    Client,
+    /// `SPAN_KIND_PRODUCER`.
+    Producer,
+    /// `SPAN_KIND_CONSUMER`.
+    Consumer,
+}
+
+impl Kind {
+    fn from_otlp(kind: i32) -> Kind {
+        match kind {
+            2 => Kind::Server,
+            3 => Kind::Client,
+            4 => Kind::Producer,
+            5 => Kind::Consumer,
+            _ => Kind::Internal,
+        }
+    }
+
+    /// Client or producer: the calling side of an edge.
+    pub fn is_caller(self) -> bool {
+        matches!(self, Kind::Client | Kind::Producer)
+    }
+
+    /// Server or consumer: the called side of an edge.
+    pub fn is_callee(self) -> bool {
+        matches!(self, Kind::Server | Kind::Consumer)
+    }
+}
+
+/// Where a virtual (uninstrumented) peer's name came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerSource {
+    /// `peer.service`.
+    PeerService,
+    /// `server.address`.
+    ServerAddress,
+    /// `rpc.service`.
+    RpcService,
+    /// `db.system`.
+    DbSystem,
+}
+
+/// The peer attributes that name an uninstrumented callee, in order of preference.
+pub const PEER_ATTRIBUTES: [(&str, PeerSource); 4] = [
+    ("peer.service", PeerSource::PeerService),
+    ("server.address", PeerSource::ServerAddress),
+    ("rpc.service", PeerSource::RpcService),
+    ("db.system", PeerSource::DbSystem),
+];
+
+/// One stream message's index mapping: preliminary → final (paper §4.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamMapping {
+    /// The preliminary index under which the callee served the message (`…r|(x+k)~`).
+    pub preliminary: Index,
+    /// The message's final index.
+    pub final_index: Index,
+}
+
+/// The `dei.*` attributes of one span, each `None` when absent or rejected.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeiAttributes {
+    /// `dei.index`.
+    pub index: Option<Index>,
+    /// `dei.signature`.
+    pub signature: Option<Arc<str>>,
+    /// `dei.payload.digest`.
+    pub payload_digest: Option<PayloadDigest>,
+    /// `dei.stack.digest`.
+    pub stack_digest: Option<StackDigest>,
+    /// `dei.stack`, innermost frame first.
+    pub stack: Option<Vec<String>>,
+    /// `dei.count`.
+    pub count: Option<u32>,
+    /// `dei.depth`.
+    pub depth: Option<u32>,
+    /// `dei.instantiation`.
+    pub instantiation: Option<Arc<str>>,
+    /// `dei.preliminary`.
+    pub preliminary: bool,
+    /// `dei.ambiguous`.
+    pub ambiguous: bool,
+    /// `dei.fault`.
+    pub fault: Option<String>,
+    /// Mappings from `dei.stream.message` span events.
+    pub stream_messages: Vec<StreamMapping>,
+}
+
+/// A span, reduced to what analysis needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanRecord {
+    /// Trace id.
+    pub trace_id: TraceId,
+    /// Span id.
+    pub span_id: SpanId,
+    /// Parent span id, `None` for a root span.
+    pub parent_span_id: Option<SpanId>,
+    /// The resource's `service.name` (`unknown_service` when missing).
+    pub service: Arc<str>,
+    /// The span name.
+    pub name: String,
+    /// The span kind.
+    pub kind: Kind,
+    /// Start time, Unix nanoseconds.
+    pub start_ns: u64,
+    /// End time, Unix nanoseconds.
+    pub end_ns: u64,
+    /// Status code ERROR.
+    pub error: bool,
+    /// The uninstrumented peer this span talks to, if named by a peer attribute.
+    pub peer: Option<(String, PeerSource)>,
+    /// The `dei.*` attributes.
+    pub dei: DeiAttributes,
+}
+
+impl SpanRecord {
+    /// Duration in seconds (0 when the end is before the start).
+    pub fn duration_seconds(&self) -> f64 {
+        self.end_ns.saturating_sub(self.start_ns) as f64 / 1e9
+    }
+}
+
+/// A `dei.*` attribute that was ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributeIssue {
+    /// The attribute key.
+    pub key: String,
+    /// What was wrong with it.
+    pub problem: String,
+}
+
+impl std::fmt::Display for AttributeIssue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "attribute {:?}: {}", self.key, self.problem)
+    }
+}
+
+/// Extracts every span of a request whose ids were validated by [`crate::otlp::validate_ids`].
+/// Spans with invalid ids are skipped.
+pub fn extract(req: &ExportTraceServiceRequest, issues: &mut Vec<AttributeIssue>) -> Vec<SpanRecord> {
+    let mut out = Vec::new();
+    for rs in &req.resource_spans {
+        let service: Arc<str> = rs
+            .resource
+            .as_ref()
+            .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+            .and_then(|kv| as_str(kv.value.as_ref()))
+            .map(Arc::from)
+            .unwrap_or_else(|| Arc::from("unknown_service"));
+        for ss in &rs.scope_spans {
+            for span in &ss.spans {
+                if let Some(rec) = extract_span(span, &service, issues) {
+                    out.push(rec);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue>) -> Option<SpanRecord> {
+    let trace_id: TraceId = span.trace_id.as_slice().try_into().ok()?;
+    let span_id: SpanId = span.span_id.as_slice().try_into().ok()?;
+    let parent_span_id: Option<SpanId> = span.parent_span_id.as_slice().try_into().ok();
+    let mut peer = None;
+    for (key, source) in PEER_ATTRIBUTES {
+        if let Some(v) = span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| as_str(kv.value.as_ref())) {
+            if !v.is_empty() {
+                peer = Some((v.to_string(), source));
+                break;
+            }
+        }
+    }
+    let mut dei = DeiAttributes::default();
+    for kv in &span.attributes {
+        if kv.key.starts_with("dei.") {
+            if let Err(problem) = apply_attribute(&mut dei, kv) {
+                issues.push(AttributeIssue { key: kv.key.clone(), problem });
+            }
+        }
+    }
+    if let (Some(index), Some(depth)) = (&dei.index, dei.depth) {
+        if index.depth() != depth as usize {
+            issues.push(AttributeIssue {
+                key: "dei.depth".into(),
+                problem: format!("{depth} does not match the index depth {}", index.depth()),
+            });
+        }
+    }
+    for event in span.events.iter().filter(|e| e.name == "dei.stream.message") {
+        match stream_mapping(&event.attributes) {
+            Ok(m) => dei.stream_messages.push(m),
+            Err(problem) => issues.push(AttributeIssue { key: "dei.stream.message".into(), problem }),
+        }
+    }
+    Some(SpanRecord {
+        trace_id,
+        span_id,
+        parent_span_id: parent_span_id.filter(|p| p.iter().any(|b| *b != 0)),
+        service: service.clone(),
+        name: span.name.clone(),
+        kind: Kind::from_otlp(span.kind),
+        start_ns: span.start_time_unix_nano,
+        end_ns: span.end_time_unix_nano,
+        error: span.status.as_ref().is_some_and(|s| s.code == 2),
+        peer,
+        dei,
+    })
+}
+
+fn as_str(v: Option<&AnyValue>) -> Option<&str> {
+    match v?.value.as_ref()? {
+        Value::StringValue(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn type_name(v: Option<&AnyValue>) -> &'static str {
+    match v.and_then(|v| v.value.as_ref()) {
+        None => "empty",
+        Some(Value::StringValue(_)) => "string",
+        Some(Value::BoolValue(_)) => "bool",
+        Some(Value::IntValue(_)) => "int",
+        Some(Value::DoubleValue(_)) => "double",
+        Some(Value::ArrayValue(_)) => "array",
+        Some(Value::KvlistValue(_)) => "kvlist",
+        Some(Value::BytesValue(_)) => "bytes",
+        Some(_) => "other",
+    }
+}
+
+fn want_str(kv: &KeyValue) -> Result<&str, String> {
+    as_str(kv.value.as_ref()).ok_or_else(|| format!("expected a string, got {}", type_name(kv.value.as_ref())))
+}
+
+fn want_bool(kv: &KeyValue) -> Result<bool, String> {
+    match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(Value::BoolValue(b)) => Ok(*b),
+        _ => Err(format!("expected a bool, got {}", type_name(kv.value.as_ref()))),
+    }
+}
+
+fn want_u32(kv: &KeyValue) -> Result<u32, String> {
+    match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(Value::IntValue(i)) => u32::try_from(*i).map_err(|_| format!("{i} is out of range")),
+        _ => Err(format!("expected an int, got {}", type_name(kv.value.as_ref()))),
+    }
+}
+
+/// The longest readable text kept from an attribute (signatures, faults, frames).
+const MAX_TEXT: usize = 1024;
+/// The most stack frames kept.
+const MAX_FRAMES: usize = 64;
+
+fn bounded(s: &str) -> Result<&str, String> {
+    if s.len() > MAX_TEXT { Err(format!("longer than {MAX_TEXT} bytes")) } else { Ok(s) }
+}
+
+fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String> {
+    match kv.key.as_str() {
+        "dei.index" => {
+            let s = want_str(kv)?;
+            dei.index = Some(Index::decode(s).map_err(|e| format!("malformed index: {e}"))?);
+        }
+        "dei.signature" => dei.signature = Some(Arc::from(bounded(want_str(kv)?)?)),
+        "dei.payload.digest" => {
+            let s = want_str(kv)?;
+            dei.payload_digest = Some(PayloadDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
+        }
+        "dei.stack.digest" => {
+            let s = want_str(kv)?;
+            dei.stack_digest = Some(StackDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
+        }
+        "dei.stack" => {
+            let frames: Vec<String> = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Value::StringValue(s)) => s.lines().filter(|l| !l.is_empty()).map(str::to_string).collect(),
+                Some(Value::ArrayValue(a)) => {
+                    let mut frames = Vec::with_capacity(a.values.len());
+                    for v in &a.values {
+                        match v.value.as_ref() {
+                            Some(Value::StringValue(s)) => frames.push(s.clone()),
+                            _ => return Err("expected an array of strings".into()),
+                        }
+                    }
+                    frames
+                }
+                _ => {
+                    return Err(format!(
+                        "expected a string array or a string, got {}",
+                        type_name(kv.value.as_ref())
+                    ));
+                }
+            };
+            dei.stack = Some(
+                frames
+                    .into_iter()
+                    .take(MAX_FRAMES)
+                    .map(|mut f| {
+                        f.truncate(MAX_TEXT);
+                        f
+                    })
+                    .collect(),
+            );
+        }
+        "dei.count" => {
+            let c = want_u32(kv)?;
+            if c == 0 {
+                return Err("count must be at least 1".into());
+            }
+            dei.count = Some(c);
+        }
+        "dei.depth" => dei.depth = Some(want_u32(kv)?),
+        "dei.instantiation" => dei.instantiation = Some(Arc::from(bounded(want_str(kv)?)?)),
+        "dei.preliminary" => dei.preliminary = want_bool(kv)?,
+        "dei.ambiguous" => dei.ambiguous = want_bool(kv)?,
+        "dei.fault" => {
+            let s = want_str(kv)?;
+            s.parse::<dei_propagator::Fault>()
+                .map_err(|_| format!("malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)"))?;
+            dei.fault = Some(s.to_string());
+        }
+        // Unknown `dei.*` keys (future attributes) are ignored silently.
+        _ => {}
+    }
+    Ok(())
+}
+
+fn stream_mapping(attrs: &[KeyValue]) -> Result<StreamMapping, String> {
+    let get = |key: &str| -> Result<Index, String> {
+        let kv = attrs.iter().find(|kv| kv.key == key).ok_or_else(|| format!("missing {key}"))?;
+        let s = want_str(kv).map_err(|e| format!("{key}: {e}"))?;
+        Index::decode(s).map_err(|e| format!("{key}: malformed index: {e}"))
+    };
+    let preliminary = get("dei.preliminary_index")?;
+    let final_index = get("dei.index")?;
+    if !preliminary.last().is_some_and(|e| e.preliminary) {
+        return Err("dei.preliminary_index does not end in a preliminary element".into());
+    }
+    if final_index.last().is_none_or(|e| e.preliminary) {
+        return Err("dei.index of a stream message must end in a final element".into());
+    }
+    Ok(StreamMapping { preliminary, final_index })
+}
