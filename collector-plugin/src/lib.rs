@@ -1,1 +1,51 @@
-//! TODO
+//! `dei-collector`: an OTLP receiver and forwarder that rebuilds the service graph and the distributed
+//! execution index (DEI) prefix tree from spans, and analyzes them (paper §6 "Graph Analysis").
+//!
+//! The index of a nested call has its caller's index as prefix, so the spans of many traces merge into one
+//! tree of every distinct RPC the system makes. This crate receives OTLP over gRPC and HTTP, forwards every
+//! batch unchanged to a downstream OTLP endpoint through a bounded queue, and keeps:
+//! - the [service graph](graph) (client/server span pairs, virtual nodes, servicegraph-connector metrics),
+//! - the [prefix tree](tree) of indexes with per-node statistics and the retained [traces](tree::traces),
+//! - the [analyses](analysis): circuit breakers, repeated and chained calls, ambiguous indexes, projection
+//!   to coarser instantiations.
+//!
+//! Layout: [`otlp`] decodes and validates bodies, [`span_record`] extracts what analysis reads,
+//! [`analyzer`] holds the state, [`receiver`] and [`api`] serve it, [`forward`] sends batches on,
+//! [`offline`] reads OTLP/JSON files, [`bench`] has the load generator and the counting sink.
+//!
+//! # Example
+//! ```
+//! use collector_plugin::analyzer::{Analyzer, AnalyzerConfig};
+//! use collector_plugin::counters::Counters;
+//! use collector_plugin::{otlp, span_record};
+//! use std::sync::Arc;
+//!
+//! let json = br#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"frontend"}}]},
+//!   "scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708",
+//!   "name":"GET /","kind":3,"startTimeUnixNano":"1","endTimeUnixNano":"2",
+//!   "attributes":[{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}}]}]}]}]}"#;
+//! let req = otlp::decode_json(json).unwrap();
+//! let mut issues = Vec::new();
+//! let spans = span_record::extract(&req, &mut issues);
+//! let mut analyzer = Analyzer::new(AnalyzerConfig::default(), Arc::new(Counters::default()));
+//! analyzer.ingest(spans, std::time::Instant::now());
+//! assert_eq!(analyzer.tree.len(), 2); // the root `1` and one RPC
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod analyzer;
+pub mod bench;
+pub mod api;
+pub mod collector;
+pub mod receiver;
+pub mod counters;
+pub mod forward;
+pub mod graph;
+pub mod offline;
+pub mod otlp;
+pub mod serde_index;
+pub mod server;
+pub mod span_record;
+pub mod tree;
+pub mod analysis;

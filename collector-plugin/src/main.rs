@@ -1,1 +1,357 @@
-fn main() {}
+//! `dei-collector`: serve (receive, analyze, forward), analyze files offline, generate load, sink, bench.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use collector_plugin::bench::{compare, loadgen, sink};
+use collector_plugin::counters::Counters;
+use collector_plugin::forward::{Downstream, ForwardConfig};
+use collector_plugin::offline;
+use collector_plugin::server::{self, ServerConfig};
+use dei_propagator::Instantiation;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "dei-collector", version, about = "OTLP collector that rebuilds the service graph and the DEI prefix tree")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Receive OTLP (gRPC and HTTP), analyze, forward, and serve the API.
+    Serve(ServeArgs),
+    /// Analyze OTLP/JSON files offline (JSON lines as the Collector's file exporter writes, or one document).
+    Analyze(AnalyzeArgs),
+    /// Send OTLP at saturation to a receiver.
+    Loadgen(LoadgenArgs),
+    /// Receive OTLP and only count spans.
+    Sink(SinkArgs),
+    /// Benchmark dei-collector against rotel under the same load.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// OTLP/gRPC listen address.
+    #[arg(long, default_value = "127.0.0.1:4317")]
+    grpc_listen: SocketAddr,
+    /// OTLP/HTTP listen address.
+    #[arg(long, default_value = "127.0.0.1:4318")]
+    http_listen: SocketAddr,
+    /// HTTP JSON API and /metrics listen address.
+    #[arg(long, default_value = "127.0.0.1:4319")]
+    api_listen: SocketAddr,
+    /// Forward every batch to this OTLP/gRPC endpoint (e.g. http://127.0.0.1:14317).
+    #[arg(long, conflicts_with = "forward_http")]
+    forward_grpc: Option<String>,
+    /// Forward every batch to this OTLP/HTTP URL (e.g. http://127.0.0.1:4318/v1/traces).
+    #[arg(long)]
+    forward_http: Option<String>,
+    /// Forwarding queue capacity, in spans.
+    #[arg(long, default_value_t = 100_000)]
+    queue_spans: usize,
+    /// Concurrent forwarding workers.
+    #[arg(long, default_value_t = 4)]
+    forward_workers: usize,
+    /// Seconds to keep draining the queue on shutdown.
+    #[arg(long, default_value_t = 30)]
+    drain_timeout_secs: u64,
+    /// Largest request body in bytes (compressed or decompressed).
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Reject requests whose dei.* attributes have wrong types (default: ignore those attributes, count them).
+    #[arg(long)]
+    strict_attributes: bool,
+    /// Forward only: no graph, no tree.
+    #[arg(long)]
+    no_analysis: bool,
+    /// Most prefix-tree nodes.
+    #[arg(long, default_value_t = 100_000)]
+    max_nodes: usize,
+    /// Most service-graph edges.
+    #[arg(long, default_value_t = 10_000)]
+    max_edges: usize,
+    /// Most traces retained for per-trace analyses.
+    #[arg(long, default_value_t = 20_000)]
+    max_traces: usize,
+    /// Seconds a retained trace is kept.
+    #[arg(long, default_value_t = 600)]
+    trace_max_age_secs: u64,
+    /// Milliseconds an unpaired client/server span waits for its peer.
+    #[arg(long, default_value_t = 2000)]
+    pairing_ttl_ms: u64,
+    /// Most spans waiting for their peer.
+    #[arg(long, default_value_t = 100_000)]
+    max_pairing_spans: usize,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Dot,
+    Mermaid,
+}
+
+#[derive(clap::Args)]
+struct AnalyzeArgs {
+    /// OTLP/JSON files (`.gz` accepted).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Output format: a text report, the JSON report, or the service graph as DOT or Mermaid.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    /// Deepest tree level printed.
+    #[arg(long, default_value_t = 8)]
+    tree_depth: usize,
+    /// Extra instantiations to project to (besides filibuster and 3milebeach).
+    #[arg(long)]
+    instantiation: Vec<String>,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Protocol {
+    Grpc,
+    Http,
+}
+
+#[derive(clap::Args)]
+struct LoadgenArgs {
+    /// Target: an OTLP/gRPC endpoint (http://host:port) or, with --protocol http, a URL (…/v1/traces).
+    #[arg(long, default_value = "http://127.0.0.1:4317")]
+    endpoint: String,
+    /// Protocol.
+    #[arg(long, value_enum, default_value = "grpc")]
+    protocol: Protocol,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 10)]
+    duration_secs: u64,
+    /// Concurrent senders.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Traces per request (12 spans each).
+    #[arg(long, default_value_t = 40)]
+    traces_per_request: usize,
+}
+
+#[derive(clap::Args)]
+struct SinkArgs {
+    /// gRPC listen address.
+    #[arg(long, default_value = "127.0.0.1:14317")]
+    grpc_listen: SocketAddr,
+    /// HTTP listen address (/v1/traces, /count).
+    #[arg(long, default_value = "127.0.0.1:14318")]
+    http_listen: SocketAddr,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// rotel-agent binary (omit to measure dei-collector only).
+    #[arg(long)]
+    rotel: Option<PathBuf>,
+    /// Seconds of load per target.
+    #[arg(long, default_value_t = 15)]
+    duration_secs: u64,
+    /// Concurrent senders.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Traces per request (12 spans each).
+    #[arg(long, default_value_t = 40)]
+    traces_per_request: usize,
+    /// Also measure dei-collector with analysis off.
+    #[arg(long)]
+    forward_only_too: bool,
+    /// Print the results as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Serve(a) => serve(a),
+        Command::Analyze(a) => analyze(a),
+        Command::Loadgen(a) => run_loadgen(a),
+        Command::Sink(a) => run_sink(a),
+        Command::Bench(a) => run_bench(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dei-collector: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn serve(a: ServeArgs) -> Result<(), String> {
+    let mut config = ServerConfig {
+        grpc_listen: a.grpc_listen,
+        http_listen: a.http_listen,
+        api_listen: a.api_listen,
+        ..Default::default()
+    };
+    config.ingest.max_body_bytes = a.max_body_bytes;
+    config.ingest.strict_attributes = a.strict_attributes;
+    config.ingest.analyze = !a.no_analysis;
+    config.analyzer.max_nodes = a.max_nodes;
+    config.analyzer.graph.max_edges = a.max_edges;
+    config.analyzer.graph.store_ttl = Duration::from_millis(a.pairing_ttl_ms);
+    config.analyzer.graph.max_store_items = a.max_pairing_spans;
+    config.analyzer.traces.max_traces = a.max_traces;
+    config.analyzer.traces.max_age = Duration::from_secs(a.trace_max_age_secs);
+    let downstream = match (a.forward_grpc, a.forward_http) {
+        (Some(g), _) => Some(Downstream::Grpc(g)),
+        (None, Some(h)) => Some(Downstream::Http(h)),
+        (None, None) => None,
+    };
+    config.forward = downstream.map(|d| {
+        let mut f = ForwardConfig::new(d);
+        f.capacity_spans = a.queue_spans;
+        f.workers = a.forward_workers;
+        f.drain_timeout = Duration::from_secs(a.drain_timeout_secs);
+        f
+    });
+    let rt = runtime().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let running = server::start(config).await.map_err(|e| e.to_string())?;
+        // One machine-readable line so that scripts and tests can find ephemeral ports.
+        println!(
+            "dei-collector listening grpc={} http={} api={}",
+            running.grpc_addr, running.http_addr, running.api_addr
+        );
+        tracing::info!(grpc = %running.grpc_addr, http = %running.http_addr, api = %running.api_addr, "dei-collector started");
+        shutdown_signal().await;
+        tracing::info!("shutting down: draining the forwarding queue");
+        let counters = running.collector.counters().clone();
+        running.shutdown().await;
+        let s = counters.snapshot();
+        tracing::info!(
+            sent = s.forward_spans_sent,
+            dropped_overflow = s.forward_spans_dropped_overflow,
+            dropped_shutdown = s.forward_spans_dropped_shutdown,
+            "stopped"
+        );
+        Ok(())
+    })
+}
+
+fn analyze(a: AnalyzeArgs) -> Result<(), String> {
+    let extra = a
+        .instantiation
+        .iter()
+        .map(|n| Instantiation::by_name(n).ok_or_else(|| format!("unknown instantiation {n:?}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let counters = Arc::new(Counters::default());
+    let mut analyzer = offline::offline_analyzer(counters);
+    let mut sink = std::io::sink();
+    let mut stderr = std::io::stderr();
+    let progress: &mut dyn std::io::Write = if a.quiet { &mut sink } else { &mut stderr };
+    let summary = offline::ingest_files(&mut analyzer, &a.files, progress).map_err(|e| e.to_string())?;
+    let view = || collector_plugin::graph::render::graph_view(&analyzer);
+    let out = match a.format {
+        Format::Text => offline::text_report(&analyzer, &summary, a.tree_depth, &extra),
+        Format::Json => serde_json::to_string_pretty(&offline::json_report(&analyzer, &summary, a.tree_depth, &extra))
+            .map_err(|e| e.to_string())?,
+        Format::Dot => collector_plugin::graph::render::to_dot(&view()),
+        Format::Mermaid => collector_plugin::graph::render::to_mermaid(&view()),
+    };
+    println!("{out}");
+    Ok(())
+}
+
+fn run_loadgen(a: LoadgenArgs) -> Result<(), String> {
+    let target = match a.protocol {
+        Protocol::Grpc => Downstream::Grpc(a.endpoint),
+        Protocol::Http => Downstream::Http(a.endpoint),
+    };
+    let rt = runtime().map_err(|e| e.to_string())?;
+    let r = rt.block_on(loadgen::run(loadgen::LoadConfig {
+        target,
+        duration: Duration::from_secs(a.duration_secs),
+        concurrency: a.concurrency,
+        traces_per_request: a.traces_per_request,
+    }))?;
+    println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+fn run_sink(a: SinkArgs) -> Result<(), String> {
+    let rt = runtime().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let s = sink::start(a.grpc_listen, a.http_listen).await.map_err(|e| e.to_string())?;
+        println!("dei-collector sink listening grpc={} http={}", s.grpc_addr, s.http_addr);
+        shutdown_signal().await;
+        println!(
+            "{{\"spans\":{},\"requests\":{}}}",
+            s.counts.spans.load(std::sync::atomic::Ordering::Relaxed),
+            s.counts.requests.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        Ok(())
+    })
+}
+
+fn run_bench(a: BenchArgs) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let rt = runtime().map_err(|e| e.to_string())?;
+    let results = rt.block_on(compare::run(
+        compare::CompareConfig {
+            collector_bin: me,
+            rotel_bin: a.rotel,
+            duration: Duration::from_secs(a.duration_secs),
+            concurrency: a.concurrency,
+            traces_per_request: a.traces_per_request,
+            include_forward_only: a.forward_only_too,
+        },
+        &mut std::io::stderr(),
+    ))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?);
+    }
+    if let (Some(d), Some(r)) = (results.first(), results.iter().find(|r| r.target == "rotel")) {
+        eprintln!(
+            "dei-collector / rotel: accepted throughput {:.2}x, delivered throughput {:.2}x, peak RSS {:.2}x",
+            d.load.spans_per_second / r.load.spans_per_second.max(1e-9),
+            d.delivered_per_second / r.delivered_per_second.max(1e-9),
+            d.peak_rss_mib / r.peak_rss_mib.max(1e-9)
+        );
+    }
+    Ok(())
+}

@@ -34,6 +34,10 @@ const GRPC_CODES: [&str; 17] = [
     "UNAUTHENTICATED",
 ];
 
+/// The largest latency a plan carries, in milliseconds (six decimal digits on the wire). Longer latencies are
+/// written as this value; sub-millisecond parts are dropped.
+pub const MAX_LATENCY_MS: u64 = 999_999;
+
 /// One fault to inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
@@ -43,7 +47,7 @@ pub enum Fault {
     Http(u16),
     /// Fail as if the connection could not be made: nothing is sent.
     Connection,
-    /// Wait this long, then send as usual.
+    /// Wait this long, then send as usual. The wire carries whole milliseconds up to [`MAX_LATENCY_MS`].
     Latency(Duration),
 }
 
@@ -80,6 +84,23 @@ impl Fault {
         }
     }
 
+    /// True when the wire form of this fault decodes back to it: a gRPC code 0–16, an HTTP status 100–599, a
+    /// connection error, or a latency of whole milliseconds up to [`MAX_LATENCY_MS`].
+    ///
+    /// ```
+    /// use dei_propagator::Fault;
+    /// assert!(Fault::Http(503).is_valid());
+    /// assert!(!Fault::Grpc(17).is_valid());
+    /// ```
+    pub fn is_valid(&self) -> bool {
+        match self {
+            Fault::Grpc(code) => *code <= 16,
+            Fault::Http(status) => (100..=599).contains(status),
+            Fault::Connection => true,
+            Fault::Latency(d) => d.subsec_nanos() % 1_000_000 == 0 && d.as_millis() <= u128::from(MAX_LATENCY_MS),
+        }
+    }
+
     /// A readable description, e.g. `grpc UNAVAILABLE` or `http 503`.
     pub fn describe(&self) -> String {
         match self {
@@ -98,7 +119,7 @@ impl fmt::Display for Fault {
             Fault::Grpc(code) => write!(f, "g{code}"),
             Fault::Http(status) => write!(f, "h{status}"),
             Fault::Connection => f.write_str("c"),
-            Fault::Latency(d) => write!(f, "l{}", d.as_millis()),
+            Fault::Latency(d) => write!(f, "l{}", d.as_millis().min(MAX_LATENCY_MS as u128)),
         }
     }
 }
@@ -150,7 +171,12 @@ impl FromStr for Fault {
     fn from_str(s: &str) -> Result<Self, ()> {
         let (kind, digits) = s.split_at_checked(1).ok_or(())?;
         let number = |max_len: usize| -> Result<u64, ()> {
-            if digits.is_empty() || digits.len() > max_len || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            // canonical decimal only: no sign, no leading zeros, so that decoding then encoding gives the input back
+            if digits.is_empty()
+                || digits.len() > max_len
+                || (digits.len() > 1 && digits.starts_with('0'))
+                || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
                 return Err(());
             }
             digits.parse::<u64>().map_err(|_| ())
@@ -209,6 +235,15 @@ impl FaultPlan {
     /// A plan of these entries.
     pub fn new(entries: Vec<(Index, Fault)>) -> Self {
         FaultPlan { entries }
+    }
+
+    /// A plan of these entries, or [`FaultPlanError::BadFault`] for the first fault whose wire form would not
+    /// decode back to it (see [`Fault::is_valid`]).
+    pub fn try_new(entries: Vec<(Index, Fault)>) -> Result<Self, FaultPlanError> {
+        match entries.iter().position(|(_, fault)| !fault.is_valid()) {
+            Some(entry) => Err(FaultPlanError::BadFault { entry }),
+            None => Ok(FaultPlan { entries }),
+        }
     }
 
     /// The entries.

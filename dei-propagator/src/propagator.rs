@@ -4,10 +4,11 @@ use crate::context::DeiContextExt;
 use crate::fault::{FAULT_PLAN_KEY, FaultPlan, PlanLimits};
 use crate::rejection::{self, Source};
 use crate::wire::{self, Limits};
-use opentelemetry::baggage::BaggageExt;
+use opentelemetry::baggage::{Baggage, BaggageExt};
+use std::cell::OnceCell;
 use opentelemetry::propagation::text_map_propagator::FieldIter;
 use opentelemetry::propagation::{Extractor, Injector, TextMapCompositePropagator, TextMapPropagator};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::Context;
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 
 /// The header, gRPC metadata key and baggage entry that carry an index.
@@ -117,7 +118,38 @@ impl DeiPropagator {
     }
 }
 
+/// The carrier's `baggage` header, parsed with the standard [`BaggagePropagator`] only when a value has to
+/// be taken from it (the `dei` header was missing or rejected) and only when the raw header mentions `dei`.
+struct CarrierBaggage<'a> {
+    extractor: &'a dyn Extractor,
+    parsed: OnceCell<Option<Context>>,
+}
+
+impl<'a> CarrierBaggage<'a> {
+    fn new(extractor: &'a dyn Extractor) -> Self {
+        CarrierBaggage {
+            extractor,
+            parsed: OnceCell::new(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        let cx = self.parsed.get_or_init(|| {
+            let raw = self.extractor.get(BAGGAGE_HEADER)?;
+            if !raw.contains(INDEX_KEY) {
+                return None;
+            }
+            Some(BaggagePropagator::new().extract_with_context(&Context::new(), self.extractor))
+        });
+        cx.as_ref()?.baggage().get(key).map(|v| v.as_str())
+    }
+}
+
 impl TextMapPropagator for DeiPropagator {
+    /// Writes the context's [`dei_index`](DeiContextExt::dei_index) and non-empty
+    /// [`fault_plan`](DeiContextExt::fault_plan) into the configured carriers. The baggage carrier is written
+    /// as a whole `baggage` header: the context's other baggage entries (with their properties) followed by
+    /// ours, replacing any `dei`/`dei-faults` entries the context's baggage held (an incoming request's).
     fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
         let index = cx.dei_index().map(|i| i.encode());
         let plan = cx.fault_plan().filter(|p| !p.is_empty()).map(|p| p.encode());
@@ -133,48 +165,47 @@ impl TextMapPropagator for DeiPropagator {
             }
         }
         if self.carriers.baggage {
-            let mut entries: Vec<KeyValue> = cx
+            let mut baggage: Baggage = cx
                 .baggage()
                 .iter()
                 .filter(|(k, _)| k.as_str() != INDEX_KEY && k.as_str() != FAULT_PLAN_KEY)
-                .map(|(k, (v, _))| KeyValue::new(k.clone(), v.to_string()))
+                .map(|(k, (v, m))| (k.clone(), (v.clone(), m.clone())))
                 .collect();
-            if let Some(v) = index {
-                entries.push(KeyValue::new(INDEX_KEY, v));
+            for (key, value) in [(INDEX_KEY, index), (FAULT_PLAN_KEY, plan)] {
+                if let Some(value) = value {
+                    let len = value.len();
+                    baggage.insert(key, value);
+                    if baggage.get(key).is_none() {
+                        // Baggage drops entries past its limits (64 entries, 8192 bytes) without a word.
+                        rejection::record_baggage_full(key, len);
+                    }
+                }
             }
-            if let Some(v) = plan {
-                entries.push(KeyValue::new(FAULT_PLAN_KEY, v));
-            }
-            let with_ours = cx.with_baggage(entries);
-            BaggagePropagator::new().inject_context(&with_ours, injector);
+            BaggagePropagator::new().inject_context(&Context::new().with_baggage(baggage), injector);
         }
     }
 
+    /// Reads the index and the fault plan from the carrier: the `dei` (`dei-faults`) header when present and
+    /// valid, else the `dei` (`dei-faults`) entry of the carrier's `baggage` header. A rejected value is counted
+    /// and treated as absent; `cx` is returned unchanged apart from the values found.
     fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
-        // Baggage extracted by an earlier BaggagePropagator is in `cx`; otherwise read the header here.
-        let baggage_cx;
-        let baggage = if cx.baggage().is_empty() && extractor.get(BAGGAGE_HEADER).is_some() {
-            baggage_cx = BaggagePropagator::new().extract(extractor);
-            baggage_cx.baggage()
-        } else {
-            cx.baggage()
-        };
+        let baggage = CarrierBaggage::new(extractor);
         let mut out = cx.clone();
-        let from_header = extractor
+        let index = extractor
             .get(INDEX_KEY)
-            .and_then(|v| self.decode_index(v, Source::Header));
-        let index = from_header.or_else(|| {
-            baggage
-                .get(INDEX_KEY)
-                .and_then(|v| self.decode_index(v.as_str(), Source::Baggage))
-        });
+            .and_then(|v| self.decode_index(v, Source::Header))
+            .or_else(|| {
+                baggage
+                    .get(INDEX_KEY)
+                    .and_then(|v| self.decode_index(v, Source::Baggage))
+            });
         if let Some(index) = index {
             out = out.with_dei_index(index);
         }
-        let plan = match extractor.get(FAULT_PLAN_KEY) {
-            Some(v) => self.decode_plan(v),
-            None => baggage.get(FAULT_PLAN_KEY).and_then(|v| self.decode_plan(v.as_str())),
-        };
+        let plan = extractor
+            .get(FAULT_PLAN_KEY)
+            .and_then(|v| self.decode_plan(v))
+            .or_else(|| baggage.get(FAULT_PLAN_KEY).and_then(|v| self.decode_plan(v)));
         if let Some(plan) = plan {
             out = out.with_fault_plan(plan);
         }

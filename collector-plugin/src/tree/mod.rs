@@ -8,6 +8,7 @@
 //! [`traces::TraceStore`]; it feeds the trace view, diffs and the analyses.
 
 pub mod traces;
+pub mod views;
 
 use crate::counters::Counters;
 use crate::graph::histogram::Histogram;
@@ -33,6 +34,8 @@ pub struct NodeStats {
     pub client_services: BTreeMap<Arc<str>, u64>,
     /// Services (or virtual peers) seen on the called side, with counts.
     pub server_services: BTreeMap<Arc<str>, u64>,
+    /// Uninstrumented peers named by client spans (`peer.service`, `server.address`, ...), with counts.
+    pub peers: BTreeMap<Arc<str>, u64>,
     /// RPC occurrences (a client span and its server span count once).
     pub seen: u64,
     /// Distinct traces.
@@ -72,6 +75,9 @@ impl NodeStats {
         }
         for (k, v) in &o.server_services {
             bump(&mut self.server_services, k.clone(), *v);
+        }
+        for (k, v) in &o.peers {
+            bump(&mut self.peers, k.clone(), *v);
         }
         self.seen += o.seen;
         self.traces += o.traces;

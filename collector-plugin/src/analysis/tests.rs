@@ -1,0 +1,245 @@
+//! Unit tests of the analyzer (tree, traces, preliminary rewriting) and the analyses.
+
+use super::fixtures::*;
+use super::*;
+use crate::analyzer::{Analyzer, AnalyzerConfig};
+use crate::counters::Counters;
+use crate::tree::views;
+use dei_propagator::Index;
+use std::time::Instant;
+
+fn analyzer() -> Analyzer {
+    Analyzer::new(AnalyzerConfig::default(), Arc::new(Counters::default()))
+}
+
+/// frontend → users.GetUser, frontend → catalog.List → pricing.Price ×2
+fn shop(a: &mut Analyzer, trace: u8, t0: u64, fault_on_users: bool) -> (Index, Index) {
+    let mut b = TraceBuilder::new(trace, t0);
+    let root = b.root("frontend");
+    let r = Index::root();
+    let users = b.rpc((&r, root), "frontend", "users", "users.Users/GetUser", "u1", 1, 1, 5, fault_on_users.then_some("g14"));
+    let cat = b.rpc((&r, root), "frontend", "catalog", "catalog.Catalog/List", "c", 1, 6, 20, None);
+    b.rpc((&cat.index, cat.server_span), "catalog", "pricing", "pricing.Pricing/Price", "a", 1, 7, 9, None);
+    b.rpc((&cat.index, cat.server_span), "catalog", "pricing", "pricing.Pricing/Price", "b", 1, 10, 12, None);
+    a.ingest(b.spans, Instant::now());
+    (users.index, cat.index)
+}
+
+#[test]
+fn tree_merges_traces_and_counts_occurrences_once() {
+    let mut a = analyzer();
+    let (users, cat) = shop(&mut a, 1, 1_000_000_000, false);
+    shop(&mut a, 2, 2_000_000_000, false);
+    assert_eq!(a.tree.len(), 5); // root, users, catalog, 2 × pricing
+    let (_, n) = a.tree.get(&users).unwrap();
+    assert_eq!((n.stats.seen, n.stats.traces), (2, 2));
+    assert_eq!(n.stats.client_services.get("frontend"), Some(&2));
+    assert_eq!(n.stats.server_services.get("users"), Some(&2));
+    assert_eq!(n.stats.client_latency.count, 2);
+    assert_eq!(n.stats.server_latency.count, 2);
+    let (cid, _) = a.tree.get(&cat).unwrap();
+    assert_eq!(a.tree.children(cid).len(), 2);
+    // one trace's tree nests pricing under catalog
+    let t = views::trace_view(a.trace(&[1; 16]).unwrap());
+    assert_eq!(t.rpcs, 4);
+    assert_eq!(t.tree.len(), 2);
+    let catalog = t.tree.iter().find(|n| n.occurrence.index == cat).unwrap();
+    assert_eq!(catalog.children.len(), 2);
+    // the graph saw the pairs, the prefix relation gives the same edges
+    let g = crate::graph::render::graph_view(&a);
+    let e = g.edges.iter().find(|e| &*e.client == "catalog" && &*e.server == "pricing").unwrap();
+    assert_eq!((e.requests, e.index_requests), (4, 4));
+}
+
+#[test]
+fn diff_between_windows_and_trace_sets() {
+    let mut a = analyzer();
+    let (users, _) = shop(&mut a, 1, 1_000_000_000, false);
+    let mut b = TraceBuilder::new(2, 5_000_000_000);
+    let root = b.root("frontend");
+    b.rpc((&Index::root(), root), "frontend", "users", "users.Users/GetUser", "u1", 1, 1, 5, None);
+    let new = b.rpc((&Index::root(), root), "frontend", "ads", "ads.Ads/Get", "x", 1, 6, 9, None);
+    a.ingest(b.spans, Instant::now());
+    let d = views::diff(&a, &views::Selection::Window { from: 0, to: 3_000_000_000 }, &views::Selection::Window { from: 3_000_000_000, to: 10_000_000_000 }, 100);
+    assert_eq!((d.a.traces, d.b.traces), (1, 1));
+    assert_eq!(d.appeared.iter().map(|n| n.index.clone()).collect::<Vec<_>>(), vec![new.index.encode()]);
+    assert_eq!(d.disappeared.len(), 3); // catalog and its two pricing calls
+    assert_eq!(d.common, 1);
+    let d2 = views::diff(&a, &views::Selection::Traces(vec![[2; 16]]), &views::Selection::Traces(vec![[1; 16]]), 100);
+    assert_eq!(d2.appeared_total, 3);
+    assert!(d2.disappeared.iter().any(|n| n.signature.as_deref() == Some("ads.Ads/Get")));
+    let _ = users;
+}
+
+#[test]
+fn preliminary_stream_indexes_are_rewritten_when_the_mapping_arrives() {
+    let mut a = analyzer();
+    let mut b = TraceBuilder::new(7, 1_000);
+    let root = b.root("a");
+    let r = Index::root();
+    let (prelim, stream_server, finals) = b.stream((&r, root), "a", "b", "b.B/Echo", &["Hello", "World"]);
+    // the callee serves message 2 under prelim+2~ and calls c from there
+    let msg2 = prelim.stream_message(2);
+    let nested = b.rpc((&msg2, stream_server), "b", "c", "c.C/Store", "World", 1, 2, 3, None);
+    // deliver: nested spans first, then the stream's spans (the client span carries the mapping)
+    let mut spans = b.spans;
+    let nested_spans: Vec<_> = spans.drain(3..).collect();
+    a.ingest(nested_spans, Instant::now());
+    assert!(a.tree.get(&nested.index).is_none(), "nested span must wait for its mapping");
+    assert_eq!(a.trace(&[7; 16]).unwrap().pending.len(), 2);
+    a.ingest(spans, Instant::now());
+    let rewritten = nested.index.rewrite_prefix(&msg2, &finals[1]).unwrap();
+    let (_, n) = a.tree.get(&rewritten).expect("rewritten under the final index");
+    assert_eq!(n.stats.seen, 1);
+    assert_eq!(n.stats.server_services.get("c"), Some(&1));
+    assert!(a.tree.get(&finals[0]).is_some());
+    let (_, stream) = a.tree.get(&prelim).expect("the stream itself stays preliminary");
+    assert!(stream.stats.preliminary);
+    assert_eq!(a.counters().snapshot().preliminary_rewritten, 2);
+    assert!(a.tree.ids().filter_map(|i| a.tree.node(i)).all(|n| n.index == prelim || !n.index.is_preliminary()));
+}
+
+#[test]
+fn unresolved_preliminary_spans_are_kept_at_finish() {
+    let mut a = analyzer();
+    let mut b = TraceBuilder::new(8, 1_000);
+    let root = b.root("a");
+    let prelim = Index::root().child(dei_propagator::Element::new(dei_propagator::ElementDigest([5; 8]), 3).preliminary());
+    let nested = b.rpc((&prelim, root), "b", "c", "c.C/Store", "x", 1, 2, 3, None);
+    a.ingest(b.spans, Instant::now());
+    assert!(a.tree.get(&nested.index).is_none());
+    a.finish();
+    assert!(a.tree.get(&nested.index).is_some());
+    assert_eq!(a.counters().snapshot().preliminary_unresolved, 2);
+}
+
+#[test]
+fn circuit_breaker_open_then_reclosed() {
+    let mut a = analyzer();
+    // healthy, faulted twice, then users vanishes for two traces, then comes back
+    shop(&mut a, 1, 1_000_000_000, false);
+    shop(&mut a, 2, 2_000_000_000, true);
+    shop(&mut a, 3, 3_000_000_000, true);
+    for (t, at) in [(4u8, 4_000_000_000u64), (5, 5_000_000_000)] {
+        let mut b = TraceBuilder::new(t, at);
+        let root = b.root("frontend");
+        b.rpc((&Index::root(), root), "frontend", "catalog", "catalog.Catalog/List", "c", 1, 6, 20, None);
+        a.ingest(b.spans, Instant::now());
+    }
+    let (users, _) = shop(&mut a, 6, 6_000_000_000, false);
+    let eps = circuit_breaker::detect(&a, &circuit_breaker::Params::default());
+    assert_eq!(eps.len(), 1, "{eps:?}");
+    let e = &eps[0];
+    assert_eq!(e.node.index, users.encode());
+    assert_eq!((e.fault_traces, e.absent_traces, e.state), (2, 2, "reclosed"));
+    assert_eq!(e.reclosed_trace.as_deref(), Some(hex::encode([6u8; 16]).as_str()));
+    assert_eq!(e.faults.iter().collect::<Vec<_>>(), vec!["g14"]);
+    let (_, n) = a.tree.get(&users).unwrap();
+    assert_eq!(n.stats.faults.get("g14"), Some(&2));
+    assert_eq!(n.stats.errors, 2);
+}
+
+#[test]
+fn no_circuit_breaker_when_the_index_stays() {
+    let mut a = analyzer();
+    shop(&mut a, 1, 1_000_000_000, false);
+    shop(&mut a, 2, 2_000_000_000, true);
+    shop(&mut a, 3, 3_000_000_000, false);
+    assert!(circuit_breaker::detect(&a, &circuit_breaker::Params::default()).is_empty());
+}
+
+#[test]
+fn repeated_calls_under_one_parent_and_across_layers() {
+    let mut a = analyzer();
+    let mut b = TraceBuilder::new(1, 1_000);
+    let root = b.root("frontend");
+    let r = Index::root();
+    b.rpc((&r, root), "frontend", "users", "users.Users/GetCurrentUser", "tok", 1, 1, 2, None);
+    b.rpc((&r, root), "frontend", "users", "users.Users/GetCurrentUser", "tok", 2, 3, 4, None);
+    let cart = b.rpc((&r, root), "frontend", "cart", "cart.Cart/Get", "tok", 1, 5, 9, None);
+    b.rpc((&cart.index, cart.server_span), "cart", "users", "users.Users/GetCurrentUser", "tok", 1, 6, 7, None);
+    a.ingest(b.spans, Instant::now());
+    let f = repeated_call::detect(&a);
+    let same = f.iter().find(|f| f.scope == "same_parent").expect("same parent");
+    assert_eq!((&*same.signature, same.max_calls_in_one_trace), ("users.Users/GetCurrentUser", 2));
+    let across = f.iter().find(|f| f.scope == "across_layers").expect("across layers");
+    assert_eq!(across.max_calls_in_one_trace, 3);
+    assert!(across.callers.contains("cart") && across.callers.contains("frontend"));
+    assert_eq!(f.len(), 2, "Cart/Get is called once: {f:?}");
+}
+
+#[test]
+fn chained_calls_with_data_dependency() {
+    let mut a = analyzer();
+    // getUser(session) then getProfile(user): the second input follows the first, sequentially
+    for (t, session, user) in [(1u8, "s1", "alice"), (2, "s2", "bob"), (3, "s1", "alice")] {
+        let mut b = TraceBuilder::new(t, t as u64 * 1_000_000_000);
+        let root = b.root("frontend");
+        let r = Index::root();
+        b.rpc((&r, root), "frontend", "users", "users.Users/GetUser", session, 1, 1, 3, None);
+        b.rpc((&r, root), "frontend", "users", "users.Users/GetProfile", user, 1, 4, 6, None);
+        a.ingest(b.spans, Instant::now());
+    }
+    let f = chained_call::detect(&a, &chained_call::Params::default());
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((&*f[0].first, &*f[0].second, &*f[0].service), ("users.Users/GetUser", "users.Users/GetProfile", "users"));
+    assert_eq!((f[0].traces, f[0].confidence), (3, "data_dependent"));
+}
+
+#[test]
+fn concurrent_calls_are_not_chained() {
+    let mut a = analyzer();
+    let mut b = TraceBuilder::new(1, 1_000);
+    let root = b.root("frontend");
+    let r = Index::root();
+    b.rpc((&r, root), "frontend", "users", "users.Users/GetUser", "s", 1, 1, 5, None);
+    b.rpc((&r, root), "frontend", "users", "users.Users/GetProfile", "p", 1, 2, 6, None);
+    a.ingest(b.spans, Instant::now());
+    assert!(chained_call::detect(&a, &chained_call::Params::default()).is_empty());
+}
+
+#[test]
+fn ambiguous_flags_and_collisions() {
+    let mut a = analyzer();
+    let mut b = TraceBuilder::new(1, 1_000);
+    let root = b.root("frontend");
+    let r = Index::root();
+    let x = b.rpc((&r, root), "frontend", "users", "users.Users/Get", "same", 1, 1, 5, None);
+    let y = b.rpc((&r, root), "frontend", "users", "users.Users/Get", "same", 1, 1, 5, None);
+    assert_eq!(x.index, y.index);
+    for s in b.spans.iter_mut().filter(|s| s.dei.index.is_some()) {
+        s.dei.ambiguous = true;
+    }
+    a.ingest(b.spans, Instant::now());
+    let f = ambiguous::detect(&a);
+    assert_eq!(f.len(), 1);
+    assert_eq!((f[0].flagged_by_instrumentation, f[0].collisions_in_trace), (4, 1));
+}
+
+#[test]
+fn projection_collapses_payload_distinguished_calls_under_filibuster() {
+    let mut a = analyzer();
+    shop(&mut a, 1, 1_000_000_000, false);
+    let p = projection::project_tree(&a, &Instantiation::filibuster(), 10);
+    // the two Price calls differ only by payload: full DEI tells them apart, Filibuster (no payload)
+    // gives them counts 1 and 2 (distinct names, no collapse) ...
+    assert_eq!(p.rpcs, 4);
+    assert_eq!(p.reproduced_recorded, 4, "replay under dei reproduces the recorded indexes");
+    assert_eq!(p.collapsed_names, 0);
+    // ... while signature-only collapses them into one name
+    let s = projection::project_tree(&a, &Instantiation::signature_only(), 10);
+    assert_eq!(s.collapsed_names, 1);
+    assert_eq!(s.collapses[0].max_in_one_trace, 2);
+    assert_eq!(s.distinct_full, 4);
+    assert_eq!(s.distinct_projected, 3);
+}
+
+#[test]
+fn report_runs_every_analysis() {
+    let mut a = analyzer();
+    shop(&mut a, 1, 1_000_000_000, false);
+    let r = report(&a, &[Instantiation::signature_only()]);
+    assert_eq!(r.traces_analyzed, 1);
+    assert_eq!(r.projections.len(), 3);
+    assert!(serde_json::to_string(&r).is_ok());
+}

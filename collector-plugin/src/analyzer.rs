@@ -1,0 +1,317 @@
+//! The analysis state: the service graph, the DEI prefix tree and the retained traces, fed span by span.
+//!
+//! [`Analyzer::ingest`] is the single entry point for live and offline input. It pairs spans for the
+//! service graph, resolves preliminary stream indexes to final ones (paper §4.2) and records each RPC
+//! occurrence in its trace and in the tree.
+
+use crate::counters::Counters;
+use crate::graph::{GraphConfig, ServiceGraph};
+use crate::span_record::{SpanRecord, TraceId};
+use crate::tree::traces::{TraceStore, TraceStoreConfig};
+use crate::tree::{PrefixTree, bump};
+use dei_propagator::Index;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Limits of the analysis state.
+#[derive(Debug, Clone)]
+pub struct AnalyzerConfig {
+    /// Service graph limits.
+    pub graph: GraphConfig,
+    /// Trace store limits.
+    pub traces: TraceStoreConfig,
+    /// Most prefix-tree nodes.
+    pub max_nodes: usize,
+}
+
+impl Default for AnalyzerConfig {
+    fn default() -> Self {
+        AnalyzerConfig { graph: GraphConfig::default(), traces: TraceStoreConfig::default(), max_nodes: 100_000 }
+    }
+}
+
+/// The service graph, the prefix tree and the retained traces.
+#[derive(Debug)]
+pub struct Analyzer {
+    /// The service graph.
+    pub graph: ServiceGraph,
+    /// The DEI prefix tree.
+    pub tree: PrefixTree,
+    /// Retained traces.
+    pub traces: TraceStore,
+    counters: Arc<Counters>,
+}
+
+enum Resolution {
+    Ready(Index, bool),
+    Pending,
+}
+
+#[derive(Default)]
+struct Update {
+    created: bool,
+    first_in_trace: bool,
+    collision: bool,
+    new_error: bool,
+    new_fault: Option<String>,
+}
+
+impl Analyzer {
+    /// An empty analyzer that reports to `counters`.
+    pub fn new(config: AnalyzerConfig, counters: Arc<Counters>) -> Self {
+        Analyzer {
+            graph: ServiceGraph::new(config.graph),
+            tree: PrefixTree::new(config.max_nodes),
+            traces: TraceStore::new(config.traces),
+            counters,
+        }
+    }
+
+    /// The counters this analyzer reports to.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Adds spans, then enforces the memory limits.
+    pub fn ingest(&mut self, spans: Vec<SpanRecord>, now: Instant) {
+        for span in spans {
+            self.ingest_span(span, now);
+        }
+        self.housekeeping(now);
+    }
+
+    /// Expires unpaired halves, evicts old traces (recording their unresolved preliminary spans) and
+    /// trims the tree.
+    pub fn housekeeping(&mut self, now: Instant) {
+        self.graph.expire(now, &self.counters);
+        let evicted = self.traces.evict(now);
+        Counters::add(&self.counters.traces_evicted, evicted.len() as u64);
+        for t in evicted {
+            for span in t.pending {
+                self.apply_unresolved(&span);
+            }
+        }
+        self.tree.enforce_limit(&self.counters);
+    }
+
+    /// Ends an offline run: pairs or expires every waiting half and records every unresolved preliminary
+    /// span under its preliminary index.
+    pub fn finish(&mut self) {
+        self.graph.flush(&self.counters);
+        for id in self.traces.with_pending() {
+            let pending = self.traces.get_mut(&id).map(|t| std::mem::take(&mut t.pending)).unwrap_or_default();
+            for span in pending {
+                if let Some(index) = span.dei.index.clone() {
+                    self.apply(&span, index);
+                    Counters::add(&self.counters.preliminary_unresolved, 1);
+                }
+            }
+        }
+        self.tree.enforce_limit(&self.counters);
+    }
+
+    fn ingest_span(&mut self, span: SpanRecord, now: Instant) {
+        self.graph.observe(&span, now, &self.counters);
+        if span.dei.index.is_none() {
+            return;
+        }
+        let trace = self.traces.entry(span.trace_id, now);
+        if span.start_ns != 0 && (trace.start_ns == 0 || span.start_ns < trace.start_ns) {
+            trace.start_ns = span.start_ns;
+        }
+        if !span.dei.stream_messages.is_empty() {
+            for m in &span.dei.stream_messages {
+                trace.mappings.insert(m.preliminary.clone(), m.final_index.clone());
+            }
+            let pending = std::mem::take(&mut trace.pending);
+            for m in span.dei.stream_messages.clone() {
+                self.apply_message(&span, &m.final_index);
+            }
+            for p in pending {
+                self.ingest_resolving(p);
+            }
+        }
+        self.ingest_resolving(span);
+    }
+
+    fn ingest_resolving(&mut self, span: SpanRecord) {
+        let Some(index) = span.dei.index.clone() else { return };
+        let stream_open = span.dei.preliminary;
+        let max_pending = self.traces.config.max_pending;
+        let Some(trace) = self.traces.get_mut(&span.trace_id) else {
+            self.apply_unresolved(&span);
+            return;
+        };
+        match resolve(index, &trace.mappings, stream_open) {
+            Resolution::Ready(index, rewritten) => {
+                if rewritten {
+                    Counters::add(&self.counters.preliminary_rewritten, 1);
+                }
+                self.apply(&span, index);
+            }
+            Resolution::Pending => {
+                if trace.pending.len() < max_pending {
+                    trace.pending.push(span);
+                } else {
+                    self.apply_unresolved(&span);
+                }
+            }
+        }
+    }
+
+    fn apply_unresolved(&mut self, span: &SpanRecord) {
+        let Some(index) = span.dei.index.clone() else { return };
+        Counters::add(&self.counters.preliminary_unresolved, 1);
+        let update = Update { created: true, first_in_trace: true, ..Default::default() };
+        self.update_node(span, &index, update);
+    }
+
+    /// A stream message's final index, announced by the stream's client span.
+    fn apply_message(&mut self, span: &SpanRecord, final_index: &Index) {
+        let max = self.traces.config.max_occurrences;
+        let Some(trace) = self.traces.get_mut(&span.trace_id) else { return };
+        let Some((oi, created)) = trace.occurrence(span.span_id, final_index, max) else {
+            Counters::add(&self.counters.trace_occurrences_dropped, 1);
+            return;
+        };
+        let first_in_trace = created && trace.indexes.insert(final_index.clone());
+        let occ = &mut trace.occurrences[oi];
+        occ.client_service = Some(span.service.clone());
+        occ.caller_span = span.parent_span_id;
+        occ.signature = span.dei.signature.clone().or_else(|| Some(Arc::from(span.name.as_str())));
+        if occ.client_time.is_none() {
+            occ.client_time = Some((span.start_ns, span.end_ns));
+        }
+        let id = self.tree.get_or_insert(final_index);
+        if let Some(s) = self.tree.stats_mut(id) {
+            s.seen += created as u64;
+            s.traces += first_in_trace as u64;
+            if s.signature.is_none() {
+                s.signature.clone_from(&occ.signature);
+            }
+            if created {
+                bump(&mut s.client_services, span.service.clone(), 1);
+            }
+            s.observe_time(span.start_ns);
+        }
+    }
+
+    fn apply(&mut self, span: &SpanRecord, index: Index) {
+        let max = self.traces.config.max_occurrences;
+        let Some(trace) = self.traces.get_mut(&span.trace_id) else {
+            self.apply_unresolved(span);
+            return;
+        };
+        let rpc = if span.kind.is_callee() { span.parent_span_id.unwrap_or(span.span_id) } else { span.span_id };
+        let Some((oi, created)) = trace.occurrence(rpc, &index, max) else {
+            Counters::add(&self.counters.trace_occurrences_dropped, 1);
+            return;
+        };
+        let first_in_trace = created && trace.indexes.insert(index.clone());
+        let occ = &mut trace.occurrences[oi];
+        let callee = span.kind.is_callee();
+        if callee {
+            occ.server_time = Some((span.start_ns, span.end_ns));
+            occ.server_service = Some(span.service.clone());
+        } else {
+            occ.client_time = Some((span.start_ns, span.end_ns));
+            occ.client_service = Some(span.service.clone());
+            occ.caller_span = span.parent_span_id;
+            if occ.server_service.is_none() {
+                occ.server_service = span.peer.as_ref().map(|(p, _)| Arc::from(p.as_str()));
+            }
+        }
+        if occ.signature.is_none() {
+            occ.signature = span.dei.signature.clone().or_else(|| Some(Arc::from(span.name.as_str())));
+        }
+        if occ.payload.is_none() {
+            occ.payload = span.dei.payload_digest;
+        }
+        if occ.stack_digest.is_none() {
+            occ.stack_digest = span.dei.stack_digest;
+        }
+        let new_error = span.error && !occ.error;
+        occ.error |= span.error;
+        let new_fault = match (&occ.fault, &span.dei.fault) {
+            (None, Some(f)) => {
+                occ.fault = Some(f.clone());
+                Some(f.clone())
+            }
+            _ => None,
+        };
+        occ.ambiguous |= span.dei.ambiguous;
+        let update = Update { created, first_in_trace, collision: created && !first_in_trace, new_error, new_fault };
+        self.update_node(span, &index, update);
+    }
+
+    fn update_node(&mut self, span: &SpanRecord, index: &Index, u: Update) {
+        let id = self.tree.get_or_insert(index);
+        let Some(s) = self.tree.stats_mut(id) else { return };
+        s.seen += u.created as u64;
+        s.traces += u.first_in_trace as u64;
+        s.collisions += u.collision as u64;
+        s.errors += u.new_error as u64;
+        if let Some(f) = u.new_fault {
+            *s.faults.entry(f).or_insert(0) += 1;
+        }
+        s.ambiguous_flagged += span.dei.ambiguous as u64;
+        if s.signature.is_none() {
+            s.signature = span.dei.signature.clone().or_else(|| Some(Arc::from(span.name.as_str())));
+        }
+        if s.instantiation.is_none() {
+            s.instantiation.clone_from(&span.dei.instantiation);
+        }
+        if s.stack.is_none() {
+            s.stack.clone_from(&span.dei.stack);
+        }
+        match span.kind {
+            k if k.is_callee() => {
+                bump(&mut s.server_services, span.service.clone(), 1);
+                s.server_latency.observe(span.duration_seconds());
+            }
+            _ => {
+                bump(&mut s.client_services, span.service.clone(), 1);
+                if let Some((peer, _)) = &span.peer {
+                    bump(&mut s.peers, Arc::from(peer.as_str()), 1);
+                }
+                s.client_latency.observe(span.duration_seconds());
+            }
+        }
+        s.observe_time(span.start_ns);
+    }
+
+    /// The retained record of one trace.
+    pub fn trace(&self, trace_id: &TraceId) -> Option<&crate::tree::traces::TraceRecord> {
+        self.traces.get(trace_id)
+    }
+}
+
+/// Rewrites the preliminary elements of `index` with the trace's mappings. A preliminary last element is
+/// left as is on a stream's own span (`stream_open`); any other unmapped preliminary element makes the span
+/// wait for its mapping.
+fn resolve(mut index: Index, mappings: &HashMap<Index, Index>, stream_open: bool) -> Resolution {
+    let mut rewritten = false;
+    'outer: for _ in 0..64 {
+        let depth = index.depth();
+        for (i, e) in index.elements().iter().enumerate() {
+            if !e.preliminary {
+                continue;
+            }
+            let prefix = Index::from_elements(index.elements()[..=i].to_vec());
+            if let Some(to) = mappings.get(&prefix) {
+                if let Some(n) = index.rewrite_prefix(&prefix, to) {
+                    index = n;
+                    rewritten = true;
+                    continue 'outer;
+                }
+            }
+            if i + 1 == depth && stream_open {
+                return Resolution::Ready(index, rewritten);
+            }
+            return Resolution::Pending;
+        }
+        return Resolution::Ready(index, rewritten);
+    }
+    Resolution::Pending
+}

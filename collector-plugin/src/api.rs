@@ -1,0 +1,271 @@
+//! The HTTP JSON API (its own port, loopback by default): the graph, the tree, the traces, the analyses and
+//! Prometheus metrics. Documented in `collector-plugin/API.md`.
+
+use crate::analysis::{self, ambiguous, chained_call, circuit_breaker, projection, repeated_call};
+use crate::analyzer::Analyzer;
+use crate::collector::Collector;
+use crate::graph::{prometheus, render};
+use crate::tree::views::{self, Selection};
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use dei_propagator::{Index, Instantiation};
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::Arc;
+
+/// The API router.
+pub fn router(collector: Arc<Collector>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/api/v1/stats", get(stats))
+        .route("/api/v1/graph", get(graph))
+        .route("/api/v1/tree", get(tree))
+        .route("/api/v1/tree/node", get(node))
+        .route("/api/v1/tree/children", get(children))
+        .route("/api/v1/traces", get(traces))
+        .route("/api/v1/traces/{trace_id}", get(trace))
+        .route("/api/v1/diff", get(diff))
+        .route("/api/v1/analyses", get(analyses))
+        .route("/api/v1/analyses/circuit-breakers", get(circuit_breakers))
+        .route("/api/v1/analyses/repeated-calls", get(repeated_calls))
+        .route("/api/v1/analyses/chained-calls", get(chained_calls))
+        .route("/api/v1/analyses/ambiguous", get(ambiguous_indexes))
+        .route("/api/v1/analyses/projection", get(projection))
+        .with_state(collector)
+}
+
+/// A 400 with a JSON `{"error": …}` body.
+fn bad_request(msg: impl Into<String>) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({ "error": msg.into() }))).into_response()
+}
+
+fn not_found(msg: impl Into<String>) -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({ "error": msg.into() }))).into_response()
+}
+
+fn parse_index(s: Option<&str>) -> Result<Index, Response> {
+    match s {
+        None | Some("") | Some("1") => Ok(Index::root()),
+        Some(s) => Index::decode(s).map_err(|e| bad_request(format!("invalid index {s:?}: {e}"))),
+    }
+}
+
+fn parse_trace_id(s: &str) -> Result<[u8; 16], Response> {
+    let bytes = hex::decode(s.trim()).map_err(|_| bad_request(format!("invalid trace id {s:?}: expected 32 hex characters")))?;
+    bytes.try_into().map_err(|_| bad_request(format!("invalid trace id {s:?}: expected 32 hex characters")))
+}
+
+async fn metrics(State(c): State<Arc<Collector>>) -> Response {
+    let queued = c.queued_spans() as u64;
+    let counters = c.counters().snapshot();
+    let body = prometheus::render(&c.analyzer(), &counters, queued);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+/// A JSON snapshot of the counters and the sizes of the state.
+pub fn stats_json(a: &Analyzer, counters: &crate::counters::CountersSnapshot, queued: usize) -> serde_json::Value {
+    json!({
+        "counters": counters,
+        "tree_nodes": a.tree.len(),
+        "traces_retained": a.traces.len(),
+        "graph_edges": a.graph.edges().len(),
+        "graph_waiting_spans": a.graph.waiting(),
+        "forward_queue_spans": queued,
+    })
+}
+
+async fn stats(State(c): State<Arc<Collector>>) -> Response {
+    let queued = c.queued_spans();
+    let counters = c.counters().snapshot();
+    Json(stats_json(&c.analyzer(), &counters, queued)).into_response()
+}
+
+#[derive(Deserialize)]
+struct GraphQuery {
+    format: Option<String>,
+}
+
+async fn graph(State(c): State<Arc<Collector>>, Query(q): Query<GraphQuery>) -> Response {
+    let view = render::graph_view(&c.analyzer());
+    match q.format.as_deref() {
+        None | Some("json") => Json(view).into_response(),
+        Some("dot") => ([(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")], render::to_dot(&view)).into_response(),
+        Some("mermaid") => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], render::to_mermaid(&view)).into_response(),
+        Some(other) => bad_request(format!("unknown format {other:?}: use json, dot or mermaid")),
+    }
+}
+
+#[derive(Deserialize)]
+struct TreeQuery {
+    index: Option<String>,
+    depth: Option<usize>,
+    limit: Option<usize>,
+}
+
+async fn tree(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Response {
+    let index = match parse_index(q.index.as_deref()) {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    let a = c.analyzer();
+    let Some((id, _)) = a.tree.get(&index) else { return not_found(format!("no node at {}", index.encode())) };
+    let mut budget = q.limit.unwrap_or(1000).clamp(1, 100_000);
+    let depth = q.depth.unwrap_or(64);
+    Json(views::subtree(&a, id, depth, &mut budget)).into_response()
+}
+
+async fn node(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Response {
+    let index = match parse_index(q.index.as_deref()) {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    let a = c.analyzer();
+    match a.tree.get(&index) {
+        Some((_, n)) => Json(views::NodeView::of(n)).into_response(),
+        None => not_found(format!("no node at {}", index.encode())),
+    }
+}
+
+async fn children(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Response {
+    let index = match parse_index(q.index.as_deref()) {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    let a = c.analyzer();
+    let Some((id, _)) = a.tree.get(&index) else { return not_found(format!("no node at {}", index.encode())) };
+    let list: Vec<_> = a.tree.children(id).into_iter().filter_map(|i| a.tree.node(i)).map(views::NodeView::of).collect();
+    Json(list).into_response()
+}
+
+#[derive(Deserialize)]
+struct LimitQuery {
+    limit: Option<usize>,
+}
+
+async fn traces(State(c): State<Arc<Collector>>, Query(q): Query<LimitQuery>) -> Response {
+    let a = c.analyzer();
+    let all = a.traces.ordered();
+    let limit = q.limit.unwrap_or(100).min(10_000);
+    let list: Vec<_> = all
+        .iter()
+        .rev()
+        .take(limit)
+        .map(|t| {
+            json!({
+                "trace_id": hex::encode(t.trace_id),
+                "start_unix_nano": t.start_ns,
+                "rpcs": t.occurrences.len(),
+                "faults": t.occurrences.iter().filter(|o| o.fault.is_some()).count(),
+            })
+        })
+        .collect();
+    Json(json!({ "retained": all.len(), "traces": list })).into_response()
+}
+
+async fn trace(State(c): State<Arc<Collector>>, Path(trace_id): Path<String>) -> Response {
+    let id = match parse_trace_id(&trace_id) {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    let a = c.analyzer();
+    match a.trace(&id) {
+        Some(t) => Json(views::trace_view(t)).into_response(),
+        None => not_found(format!("trace {trace_id} is not retained")),
+    }
+}
+
+#[derive(Deserialize)]
+struct DiffQuery {
+    a_from: Option<u64>,
+    a_to: Option<u64>,
+    b_from: Option<u64>,
+    b_to: Option<u64>,
+    a_traces: Option<String>,
+    b_traces: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Parses one side of a diff from window bounds (Unix ns) or a comma-separated list of trace ids.
+fn selection(from: Option<u64>, to: Option<u64>, traces: Option<&str>, side: &str) -> Result<Selection, Response> {
+    match (from, to, traces) {
+        (_, _, Some(list)) => {
+            let ids = list.split(',').filter(|s| !s.is_empty()).map(parse_trace_id).collect::<Result<Vec<_>, _>>()?;
+            Ok(Selection::Traces(ids))
+        }
+        (Some(from), Some(to), None) if from <= to => Ok(Selection::Window { from, to }),
+        _ => Err(bad_request(format!(
+            "side {side}: give {side}_from and {side}_to (Unix ns, from <= to) or {side}_traces (comma-separated trace ids)"
+        ))),
+    }
+}
+
+async fn diff(State(c): State<Arc<Collector>>, Query(q): Query<DiffQuery>) -> Response {
+    let sa = match selection(q.a_from, q.a_to, q.a_traces.as_deref(), "a") {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let sb = match selection(q.b_from, q.b_to, q.b_traces.as_deref(), "b") {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    Json(views::diff(&c.analyzer(), &sa, &sb, q.limit.unwrap_or(1000))).into_response()
+}
+
+#[derive(Deserialize)]
+struct ProjectionQuery {
+    instantiation: Option<String>,
+    limit: Option<usize>,
+}
+
+fn instantiations(names: Option<&str>) -> Result<Vec<Instantiation>, Response> {
+    let Some(names) = names else { return Ok(Vec::new()) };
+    names
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|n| {
+            Instantiation::by_name(n).ok_or_else(|| {
+                let known: Vec<String> = Instantiation::presets().into_iter().map(|p| p.name.to_string()).collect();
+                bad_request(format!("unknown instantiation {n:?}; known: {}", known.join(", ")))
+            })
+        })
+        .collect()
+}
+
+async fn analyses(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQuery>) -> Response {
+    let extra = match instantiations(q.instantiation.as_deref()) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    Json(analysis::report(&c.analyzer(), &extra)).into_response()
+}
+
+async fn circuit_breakers(State(c): State<Arc<Collector>>) -> Response {
+    Json(circuit_breaker::detect(&c.analyzer(), &circuit_breaker::Params::default())).into_response()
+}
+
+async fn repeated_calls(State(c): State<Arc<Collector>>) -> Response {
+    Json(repeated_call::detect(&c.analyzer())).into_response()
+}
+
+async fn chained_calls(State(c): State<Arc<Collector>>) -> Response {
+    Json(chained_call::detect(&c.analyzer(), &chained_call::Params::default())).into_response()
+}
+
+async fn ambiguous_indexes(State(c): State<Arc<Collector>>) -> Response {
+    Json(ambiguous::detect(&c.analyzer())).into_response()
+}
+
+async fn projection(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQuery>) -> Response {
+    let targets = match instantiations(q.instantiation.as_deref().or(Some("filibuster,3milebeach"))) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let a = c.analyzer();
+    let limit = q.limit.unwrap_or(50);
+    Json(targets.iter().map(|t| projection::project_tree(&a, t, limit)).collect::<Vec<_>>()).into_response()
+}
+

@@ -1,0 +1,177 @@
+//! The running collector: accepts export requests from the receivers, forwards them, and feeds the
+//! [`Analyzer`].
+
+use crate::analyzer::{Analyzer, AnalyzerConfig};
+use crate::counters::{Counters, RateLimitedLog};
+use crate::forward::{Batch, Forwarder};
+use crate::otlp::{self, Rejection};
+use crate::span_record::{self, AttributeIssue};
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How the collector treats input.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    /// Largest request body, compressed or not, in bytes.
+    pub max_body_bytes: usize,
+    /// Reject a whole request (400 / `INVALID_ARGUMENT`) when a `dei.*` attribute has the wrong type, instead
+    /// of ignoring that attribute and reporting it in `partial_success.error_message`.
+    pub strict_attributes: bool,
+    /// Analyze spans (the prefix tree, the graph); off makes the collector a plain forwarder.
+    pub analyze: bool,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig { max_body_bytes: 8 * 1024 * 1024, strict_attributes: false, analyze: true }
+    }
+}
+
+/// What an accepted request produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// Spans in the request.
+    pub spans: usize,
+    /// Ignored attributes, as readable warnings (first few).
+    pub warnings: Vec<String>,
+    /// Ignored attributes in total.
+    pub ignored_attributes: usize,
+}
+
+impl Accepted {
+    /// The OTLP response: a partial success carrying the warnings, when there are any.
+    pub fn response(&self) -> ExportTraceServiceResponse {
+        ExportTraceServiceResponse {
+            partial_success: (self.ignored_attributes > 0).then(|| ExportTracePartialSuccess {
+                rejected_spans: 0,
+                error_message: format!(
+                    "{} dei attribute(s) ignored: {}",
+                    self.ignored_attributes,
+                    self.warnings.join("; ")
+                ),
+            }),
+        }
+    }
+}
+
+/// The collector core shared by the receivers and the API.
+#[derive(Debug)]
+pub struct Collector {
+    config: IngestConfig,
+    counters: Arc<Counters>,
+    analyzer: Mutex<Analyzer>,
+    forwarder: Mutex<Option<Forwarder>>,
+    log: RateLimitedLog,
+}
+
+impl Collector {
+    /// A collector with an analyzer and, optionally, a forwarder.
+    pub fn new(
+        config: IngestConfig,
+        analyzer: AnalyzerConfig,
+        forwarder: Option<Forwarder>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Collector {
+            config,
+            analyzer: Mutex::new(Analyzer::new(analyzer, counters.clone())),
+            counters,
+            forwarder: Mutex::new(forwarder),
+            log: RateLimitedLog::new(Duration::from_secs(5)),
+        }
+    }
+
+    /// The ingest settings.
+    pub fn config(&self) -> &IngestConfig {
+        &self.config
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Locks the analysis state (for queries).
+    pub fn analyzer(&self) -> MutexGuard<'_, Analyzer> {
+        self.analyzer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Spans waiting in the forwarding queue.
+    pub fn queued_spans(&self) -> usize {
+        self.forwarder.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |f| f.queued_spans())
+    }
+
+    /// Counts and logs a rejection, and hands it back.
+    pub fn reject(&self, r: Rejection) -> Rejection {
+        Counters::add(r.counter(&self.counters), 1);
+        self.log.warn(&format!("rejected OTLP export request: {r}"));
+        r
+    }
+
+    /// Accepts a protobuf body (already decompressed); it is forwarded byte for byte.
+    pub fn accept_protobuf(&self, body: Bytes) -> Result<Accepted, Rejection> {
+        if body.len() > self.config.max_body_bytes {
+            return Err(self.reject(Rejection::TooLarge { limit: self.config.max_body_bytes }));
+        }
+        let req = otlp::decode_protobuf(&body).map_err(|r| self.reject(r))?;
+        self.accept(req, Some(body))
+    }
+
+    /// Accepts an OTLP/JSON body (already decompressed); it is forwarded re-encoded as protobuf.
+    pub fn accept_json(&self, body: &[u8]) -> Result<Accepted, Rejection> {
+        if body.len() > self.config.max_body_bytes {
+            return Err(self.reject(Rejection::TooLarge { limit: self.config.max_body_bytes }));
+        }
+        let req = otlp::decode_json(body).map_err(|r| self.reject(r))?;
+        self.accept(req, None)
+    }
+
+    fn accept(&self, req: ExportTraceServiceRequest, raw: Option<Bytes>) -> Result<Accepted, Rejection> {
+        let spans = otlp::validate_ids(&req).map_err(|r| self.reject(r))?;
+        let mut issues: Vec<AttributeIssue> = Vec::new();
+        let records = if self.config.analyze || self.config.strict_attributes {
+            span_record::extract(&req, &mut issues)
+        } else {
+            Vec::new()
+        };
+        if self.config.strict_attributes && !issues.is_empty() {
+            return Err(self.reject(Rejection::BadAttributes(issues[0].to_string())));
+        }
+        if !issues.is_empty() {
+            Counters::add(&self.counters.attributes_rejected, issues.len() as u64);
+            self.log.warn(&format!("ignored {} dei attribute(s), first: {}", issues.len(), issues[0]));
+        }
+        Counters::add(&self.counters.requests_accepted, 1);
+        Counters::add(&self.counters.spans_received, spans as u64);
+        if let Some(f) = self.forwarder.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let body = raw.unwrap_or_else(|| otlp::encode_protobuf(&req));
+            f.enqueue(Batch { body, spans });
+        }
+        drop(req);
+        if self.config.analyze {
+            self.analyzer().ingest(records, Instant::now());
+        }
+        Ok(Accepted {
+            spans,
+            ignored_attributes: issues.len(),
+            warnings: issues.iter().take(3).map(|i| i.to_string()).collect(),
+        })
+    }
+
+    /// Periodic upkeep: expires unpaired spans and old traces.
+    pub fn housekeeping(&self) {
+        self.analyzer().housekeeping(Instant::now());
+    }
+
+    /// Drains the forwarding queue (until its deadline).
+    pub async fn shutdown(&self) {
+        let f = self.forwarder.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(f) = f {
+            f.shutdown().await;
+        }
+    }
+}

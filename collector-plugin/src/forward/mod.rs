@@ -1,0 +1,293 @@
+//! Forwarding: every accepted batch goes on, unchanged, to a downstream OTLP endpoint (Jaeger, an
+//! OpenTelemetry Collector, another dei-collector) over gRPC or HTTP.
+//!
+//! Batches wait in a bounded [queue](Forwarder::enqueue) measured in spans. Workers send them with retry and
+//! exponential backoff for as long as the downstream fails with a retryable error, so no span within the
+//! queue's capacity is lost during an outage; a batch that does not fit is dropped and counted. A permanent
+//! rejection (e.g. `INVALID_ARGUMENT`, HTTP 400) drops the batch and counts it. [`Forwarder::shutdown`]
+//! stops accepting, drains the queue until a deadline, and counts what is left.
+
+pub mod codec;
+
+use crate::counters::Counters;
+use bytes::Bytes;
+use codec::RawCodec;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// The OTLP/gRPC export method path.
+pub const GRPC_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// Where batches go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Downstream {
+    /// OTLP/gRPC at this endpoint, e.g. `http://127.0.0.1:4317`.
+    Grpc(String),
+    /// OTLP/HTTP protobuf at this URL, e.g. `http://127.0.0.1:4318/v1/traces`.
+    Http(String),
+}
+
+/// Forwarding settings.
+#[derive(Debug, Clone)]
+pub struct ForwardConfig {
+    /// The downstream.
+    pub downstream: Downstream,
+    /// Most spans waiting in the queue.
+    pub capacity_spans: usize,
+    /// Concurrent senders.
+    pub workers: usize,
+    /// First retry delay.
+    pub initial_backoff: Duration,
+    /// Longest retry delay.
+    pub max_backoff: Duration,
+    /// Timeout of one attempt.
+    pub request_timeout: Duration,
+    /// How long shutdown keeps draining.
+    pub drain_timeout: Duration,
+}
+
+impl ForwardConfig {
+    /// Defaults for a downstream: 100 000 spans, 4 workers, 50 ms..5 s backoff, 10 s attempts, 30 s drain.
+    pub fn new(downstream: Downstream) -> Self {
+        ForwardConfig {
+            downstream,
+            capacity_spans: 100_000,
+            workers: 4,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One export request, as encoded protobuf.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The `ExportTraceServiceRequest` bytes.
+    pub body: Bytes,
+    /// Spans in it.
+    pub spans: usize,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    batches: VecDeque<Batch>,
+    spans: usize,
+    closed: bool,
+    deadline: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Queue {
+    state: Mutex<QueueState>,
+    notify: Notify,
+    capacity: usize,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn pop(&self) -> Option<Batch> {
+        loop {
+            let notified = self.notify.notified();
+            {
+                let mut s = self.lock();
+                if let Some(b) = s.batches.pop_front() {
+                    s.spans -= b.spans;
+                    return Some(b);
+                }
+                if s.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.lock().deadline
+    }
+}
+
+enum SendError {
+    Retryable(String),
+    Permanent(String),
+}
+
+#[derive(Clone)]
+enum Client {
+    Grpc(tonic::client::Grpc<tonic::transport::Channel>),
+    Http(reqwest::Client, String),
+}
+
+impl Client {
+    fn new(config: &ForwardConfig) -> Result<Client, String> {
+        match &config.downstream {
+            Downstream::Grpc(endpoint) => {
+                let ep = tonic::transport::Endpoint::from_shared(endpoint.clone())
+                    .map_err(|e| format!("bad gRPC endpoint {endpoint:?}: {e}"))?
+                    .timeout(config.request_timeout)
+                    .connect_timeout(Duration::from_secs(2));
+                Ok(Client::Grpc(tonic::client::Grpc::new(ep.connect_lazy())))
+            }
+            Downstream::Http(url) => {
+                let client = reqwest::Client::builder()
+                    .timeout(config.request_timeout)
+                    .connect_timeout(Duration::from_secs(2))
+                    .build()
+                    .map_err(|e| format!("HTTP client: {e}"))?;
+                Ok(Client::Http(client, url.clone()))
+            }
+        }
+    }
+
+    async fn send(&mut self, body: Bytes) -> Result<(), SendError> {
+        match self {
+            Client::Grpc(grpc) => {
+                grpc.ready().await.map_err(|e| SendError::Retryable(format!("connect: {e}")))?;
+                let path = http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH);
+                match grpc.unary(tonic::Request::new(body), path, RawCodec).await {
+                    Ok(_) => Ok(()),
+                    Err(status) => {
+                        use tonic::Code::*;
+                        let msg = format!("{:?}: {}", status.code(), status.message());
+                        match status.code() {
+                            Unavailable | ResourceExhausted | DeadlineExceeded | Aborted | Cancelled | OutOfRange
+                            | DataLoss | Unknown => Err(SendError::Retryable(msg)),
+                            _ => Err(SendError::Permanent(msg)),
+                        }
+                    }
+                }
+            }
+            Client::Http(client, url) => {
+                let resp = client
+                    .post(url.as_str())
+                    .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+                    .body(body)
+                    .send()
+                    .await
+                    .map_err(|e| SendError::Retryable(e.to_string()))?;
+                let status = resp.status();
+                if status.is_success() {
+                    Ok(())
+                } else if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
+                    Err(SendError::Retryable(format!("HTTP {status}")))
+                } else {
+                    Err(SendError::Permanent(format!("HTTP {status}")))
+                }
+            }
+        }
+    }
+}
+
+/// The forwarding queue and its workers.
+#[derive(Debug)]
+pub struct Forwarder {
+    queue: Arc<Queue>,
+    workers: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    drain_timeout: Duration,
+}
+
+impl Forwarder {
+    /// Starts the workers (on the current tokio runtime).
+    pub fn start(config: ForwardConfig, counters: Arc<Counters>) -> Result<Forwarder, String> {
+        let client = Client::new(&config)?;
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState::default()),
+            notify: Notify::new(),
+            capacity: config.capacity_spans,
+        });
+        let workers = (0..config.workers.max(1))
+            .map(|_| {
+                let (queue, counters, mut client, config) =
+                    (queue.clone(), counters.clone(), client.clone(), config.clone());
+                tokio::spawn(async move {
+                    while let Some(batch) = queue.pop().await {
+                        deliver(&queue, &mut client, &config, &counters, batch).await;
+                    }
+                })
+            })
+            .collect();
+        Ok(Forwarder { queue, workers, counters, drain_timeout: config.drain_timeout })
+    }
+
+    /// Queues a batch; returns false (and counts the spans as dropped) when it does not fit.
+    pub fn enqueue(&self, batch: Batch) -> bool {
+        {
+            let mut s = self.queue.lock();
+            if s.closed || s.spans + batch.spans > self.queue.capacity {
+                drop(s);
+                Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
+                return false;
+            }
+            s.spans += batch.spans;
+            s.batches.push_back(batch);
+        }
+        Counters::add(&self.counters.forward_batches_queued, 1);
+        self.queue.notify.notify_one();
+        true
+    }
+
+    /// Spans waiting in the queue (not counting batches being sent).
+    pub fn queued_spans(&self) -> usize {
+        self.queue.lock().spans
+    }
+
+    /// Stops accepting, sends what is queued until the drain deadline, then counts the rest as dropped.
+    pub async fn shutdown(self) {
+        let deadline = Instant::now() + self.drain_timeout;
+        {
+            let mut s = self.queue.lock();
+            s.closed = true;
+            s.deadline = Some(deadline);
+        }
+        self.queue.notify.notify_waiters();
+        for w in self.workers {
+            let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), w).await;
+        }
+        let mut s = self.queue.lock();
+        let left = s.spans;
+        s.batches.clear();
+        s.spans = 0;
+        Counters::add(&self.counters.forward_spans_dropped_shutdown, left as u64);
+    }
+}
+
+async fn deliver(queue: &Queue, client: &mut Client, config: &ForwardConfig, counters: &Counters, batch: Batch) {
+    let mut backoff = config.initial_backoff;
+    loop {
+        match client.send(batch.body.clone()).await {
+            Ok(()) => {
+                Counters::add(&counters.forward_batches_sent, 1);
+                Counters::add(&counters.forward_spans_sent, batch.spans as u64);
+                return;
+            }
+            Err(SendError::Permanent(e)) => {
+                tracing::warn!(error = %e, spans = batch.spans, "downstream rejected a batch; dropped");
+                Counters::add(&counters.forward_spans_dropped_rejected, batch.spans as u64);
+                return;
+            }
+            Err(SendError::Retryable(e)) => {
+                let now = Instant::now();
+                if let Some(deadline) = queue.deadline() {
+                    if now + backoff > deadline {
+                        Counters::add(&counters.forward_spans_dropped_shutdown, batch.spans as u64);
+                        return;
+                    }
+                }
+                tracing::debug!(error = %e, ?backoff, "downstream unavailable; retrying");
+                Counters::add(&counters.forward_retries, 1);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(config.max_backoff);
+            }
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! `dei-collector analyze FILE…`: the same reports, offline, from OTLP/JSON files.
+//!
+//! A file is either JSON lines — one `ExportTraceServiceRequest` per line, as the OpenTelemetry Collector's
+//! file exporter writes — or a single (possibly pretty-printed) JSON document, or several concatenated.
+//! `.gz` files are decompressed. A line that does not parse is counted and skipped. Progress goes to a
+//! writer (stderr in the binary) at most once a second.
+
+use crate::analysis;
+use crate::analyzer::{Analyzer, AnalyzerConfig};
+use crate::counters::Counters;
+use crate::graph::render;
+use crate::otlp;
+use crate::span_record;
+use crate::tree::views;
+use dei_propagator::Instantiation;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What an offline run read.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Summary {
+    /// Files read.
+    pub files: usize,
+    /// Export requests (documents) ingested.
+    pub documents: u64,
+    /// Documents that could not be parsed or had invalid ids.
+    pub bad_documents: u64,
+    /// Spans ingested.
+    pub spans: u64,
+    /// `dei.*` attributes ignored.
+    pub ignored_attributes: u64,
+}
+
+/// Errors that stop an offline run.
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    /// A file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// An analyzer configured for offline input: pairing and trace ages do not expire by wall-clock time.
+pub fn offline_analyzer(counters: Arc<Counters>) -> Analyzer {
+    let mut config = AnalyzerConfig::default();
+    config.graph.store_ttl = Duration::from_secs(365 * 24 * 3600);
+    config.traces.max_age = Duration::from_secs(365 * 24 * 3600);
+    config.traces.max_traces = 100_000;
+    config.max_nodes = 1_000_000;
+    Analyzer::new(config, counters)
+}
+
+struct Progress<'a> {
+    out: &'a mut dyn Write,
+    last: Instant,
+}
+
+impl Progress<'_> {
+    fn tick(&mut self, force: bool, file: usize, files: usize, path: &Path, read: u64, total: u64, s: &Summary) {
+        if !force && self.last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last = Instant::now();
+        let pct = if total > 0 { read as f64 * 100.0 / total as f64 } else { 100.0 };
+        let _ = writeln!(
+            self.out,
+            "[{file}/{files}] {}: {:.1}/{:.1} MB ({pct:.0}%), {} documents, {} spans, {} bad",
+            path.display(),
+            read as f64 / 1e6,
+            total as f64 / 1e6,
+            s.documents,
+            s.spans,
+            s.bad_documents
+        );
+    }
+}
+
+struct CountingReader<R> {
+    inner: R,
+    read: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary) {
+    if otlp::validate_ids(req).is_err() {
+        s.bad_documents += 1;
+        Counters::add(&a.counters().offline_bad_documents, 1);
+        return;
+    }
+    let mut issues = Vec::new();
+    let records = span_record::extract(req, &mut issues);
+    s.documents += 1;
+    s.spans += records.len() as u64;
+    s.ignored_attributes += issues.len() as u64;
+    Counters::add(&a.counters().attributes_rejected, issues.len() as u64);
+    a.ingest(records, Instant::now());
+}
+
+/// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer.
+pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Write) -> Result<Summary, OfflineError> {
+    let mut s = Summary { files: paths.len(), ..Default::default() };
+    let mut p = Progress { out: progress, last: Instant::now() };
+    for (i, path) in paths.iter().enumerate() {
+        let io = |source| OfflineError::Io { path: path.clone(), source };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counting = CountingReader { inner: file, read: read.clone() };
+        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(flate2::read::GzDecoder::new(counting))
+        } else {
+            Box::new(counting)
+        };
+        let mut reader = BufReader::new(reader);
+        let mut line = String::new();
+        let mut first = true;
+        let mut whole: Option<String> = None;
+        loop {
+            line.clear();
+            let n = reader.read_line(&mut line).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            let trimmed = line.trim();
+            if trimmed.is_empty() {
+                continue;
+            }
+            match otlp::decode_json(trimmed.as_bytes()) {
+                Ok(req) => ingest_doc(a, &req, &mut s),
+                Err(_) if first => {
+                    // Not JSON lines: a pretty-printed document (or several); read the rest as a stream.
+                    let mut rest = std::mem::take(&mut line);
+                    reader.read_to_string(&mut rest).map_err(io)?;
+                    whole = Some(rest);
+                    break;
+                }
+                Err(_) => {
+                    s.bad_documents += 1;
+                    Counters::add(&a.counters().offline_bad_documents, 1);
+                }
+            }
+            first = false;
+            p.tick(false, i + 1, paths.len(), path, read.load(std::sync::atomic::Ordering::Relaxed), total, &s);
+        }
+        if let Some(text) = whole {
+            let stream = serde_json::Deserializer::from_str(&text).into_iter::<ExportTraceServiceRequest>();
+            for doc in stream {
+                match doc {
+                    Ok(req) => ingest_doc(a, &req, &mut s),
+                    Err(_) => {
+                        s.bad_documents += 1;
+                        Counters::add(&a.counters().offline_bad_documents, 1);
+                        break;
+                    }
+                }
+            }
+        }
+        p.tick(true, i + 1, paths.len(), path, read.load(std::sync::atomic::Ordering::Relaxed), total, &s);
+    }
+    a.finish();
+    Ok(s)
+}
+
+/// The full JSON report: summary, graph, tree (to `tree_depth`) and every analysis.
+pub fn json_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> serde_json::Value {
+    let mut budget = 100_000;
+    json!({
+        "summary": s,
+        "stats": crate::api::stats_json(a, &a.counters().snapshot(), 0),
+        "graph": render::graph_view(a),
+        "tree": views::subtree(a, crate::tree::ROOT, tree_depth, &mut budget),
+        "analyses": analysis::report(a, extra),
+    })
+}
+
+/// A readable text report.
+pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "read {} file(s): {} documents ({} bad), {} spans, {} ignored dei attributes",
+        s.files, s.documents, s.bad_documents, s.spans, s.ignored_attributes
+    );
+    let _ = writeln!(o, "prefix tree: {} nodes; {} traces retained", a.tree.len(), a.traces.len());
+    let g = render::graph_view(a);
+    let _ = writeln!(o, "\n== service graph ({} nodes, {} edges)", g.nodes.len(), g.edges.len());
+    for e in &g.edges {
+        let kind = if e.connection_type.is_empty() { "direct" } else { e.connection_type };
+        let _ = writeln!(
+            o,
+            "  {} -> {} [{kind}] requests={} failed={} index_requests={}",
+            e.client, e.server, e.requests, e.failed, e.index_requests
+        );
+    }
+    let _ = writeln!(o, "\n== DEI prefix tree (depth <= {tree_depth})");
+    for id in a.tree.subtree(crate::tree::ROOT, 10_000) {
+        let Some(n) = a.tree.node(id) else { continue };
+        if n.index.depth() > tree_depth || n.index.is_root() {
+            continue;
+        }
+        let st = &n.stats;
+        let pad = "  ".repeat(n.index.depth());
+        let services = |m: &std::collections::BTreeMap<Arc<str>, u64>| m.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
+        let _ = writeln!(
+            o,
+            "{pad}{} {} [{} -> {}] seen={} traces={} errors={}{}{}",
+            n.index.last().map(|e| e.to_string()).unwrap_or_default(),
+            st.signature.as_deref().unwrap_or("?"),
+            services(&st.client_services),
+            if st.server_services.is_empty() { services(&st.peers) } else { services(&st.server_services) },
+            st.seen,
+            st.traces,
+            st.errors,
+            if st.faults.is_empty() { String::new() } else { format!(" faults={:?}", st.faults) },
+            if st.preliminary { " (preliminary)" } else { "" },
+        );
+    }
+    let r = analysis::report(a, extra);
+    let _ = writeln!(o, "\n== circuit breakers ({})", r.circuit_breakers.len());
+    for e in &r.circuit_breakers {
+        let _ = writeln!(
+            o,
+            "  {} {}: {} fault trace(s) {:?}, then absent from {} trace(s); {}",
+            e.node.index,
+            e.node.signature.as_deref().unwrap_or("?"),
+            e.fault_traces,
+            e.faults,
+            e.absent_traces,
+            e.state
+        );
+    }
+    let _ = writeln!(o, "\n== repeated calls ({})", r.repeated_calls.len());
+    for f in &r.repeated_calls {
+        let _ = writeln!(
+            o,
+            "  [{}] {} x{} max in one trace, {} trace(s), callers {:?}",
+            f.scope, f.signature, f.max_calls_in_one_trace, f.traces, f.callers
+        );
+    }
+    let _ = writeln!(o, "\n== chained calls ({})", r.chained_calls.len());
+    for f in &r.chained_calls {
+        let _ = writeln!(
+            o,
+            "  {} then {} on {} ({}), {} trace(s), median gap {:.2} ms",
+            f.first, f.second, f.service, f.confidence, f.traces, f.median_gap_ms
+        );
+    }
+    let _ = writeln!(o, "\n== ambiguous indexes ({})", r.ambiguous.len());
+    for f in &r.ambiguous {
+        let _ = writeln!(
+            o,
+            "  {} {}: flagged {}, collisions {}",
+            f.node.index,
+            f.node.signature.as_deref().unwrap_or("?"),
+            f.flagged_by_instrumentation,
+            f.collisions_in_trace
+        );
+    }
+    let _ = writeln!(o, "\n== projections");
+    for p in &r.projections {
+        let _ = writeln!(
+            o,
+            "  {}: {} distinct RPCs -> {} names; {} name(s) shared by distinct RPCs of one trace",
+            p.instantiation, p.distinct_full, p.distinct_projected, p.collapsed_names
+        );
+        for c in p.collapses.iter().take(5) {
+            let sigs: Vec<String> = c.full.iter().map(|f| f.signature.as_deref().unwrap_or("?").to_string()).collect();
+            let _ = writeln!(o, "    {} <- {} RPCs in one trace ({})", c.projected, c.max_in_one_trace, sigs.join(", "));
+        }
+    }
+    o
+}

@@ -1,0 +1,108 @@
+//! The OTLP/HTTP receiver: `POST /v1/traces` with `application/x-protobuf` or `application/json`, optionally
+//! gzip-compressed (`Content-Encoding: gzip`).
+//!
+//! Every rejection is a `400 Bad Request` whose body is a `google.rpc.Status` (`code` 3,
+//! `INVALID_ARGUMENT`, and a message saying what was wrong), encoded like the request (JSON when the
+//! content type was not understood).
+
+use crate::collector::Collector;
+use crate::otlp::{self, BodyEncoding, Rejection};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use prost::Message;
+use std::sync::Arc;
+
+/// `google.rpc.Status`, the OTLP/HTTP error body.
+#[derive(Clone, PartialEq, prost::Message, serde::Serialize)]
+pub struct RpcStatus {
+    /// The gRPC status code (3, `INVALID_ARGUMENT`).
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    /// What was wrong.
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
+/// The OTLP/HTTP router (`POST /v1/traces`).
+pub fn router(collector: Arc<Collector>) -> Router {
+    Router::new().route("/v1/traces", post(export)).with_state(collector)
+}
+
+fn error_response(encoding: Option<BodyEncoding>, r: &Rejection) -> Response {
+    let status = RpcStatus { code: 3, message: r.to_string() };
+    match encoding {
+        Some(BodyEncoding::Protobuf) => (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            status.encode_to_vec(),
+        )
+            .into_response(),
+        _ => (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_vec(&status).unwrap_or_default(),
+        )
+            .into_response(),
+    }
+}
+
+async fn export(State(collector): State<Arc<Collector>>, headers: HeaderMap, body: Body) -> Response {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let encoding = match BodyEncoding::from_content_type(content_type) {
+        Ok(e) => e,
+        Err(r) => return error_response(None, &collector.reject(r)),
+    };
+    let limit = collector.config().max_body_bytes;
+    let raw: Bytes = match Limited::new(body, limit).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => {
+            let r = if e.is::<http_body_util::LengthLimitError>() {
+                Rejection::TooLarge { limit }
+            } else {
+                Rejection::ContentType(format!("could not read the request body: {e}"))
+            };
+            return error_response(Some(encoding), &collector.reject(r));
+        }
+    };
+    let content_encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_ascii_lowercase());
+    let body = match content_encoding.as_deref() {
+        None | Some("") | Some("identity") => raw,
+        Some("gzip") => match otlp::gunzip_limited(&raw, limit) {
+            Ok(b) => Bytes::from(b),
+            Err(r) => return error_response(Some(encoding), &collector.reject(r)),
+        },
+        Some(other) => {
+            let r = Rejection::ContentType(format!("unsupported Content-Encoding {other:?}: use gzip or none"));
+            return error_response(Some(encoding), &collector.reject(r));
+        }
+    };
+    let result = match encoding {
+        BodyEncoding::Protobuf => collector.accept_protobuf(body),
+        BodyEncoding::Json => collector.accept_json(&body),
+    };
+    match result {
+        Ok(accepted) => {
+            let resp = accepted.response();
+            match encoding {
+                BodyEncoding::Protobuf => {
+                    ([(header::CONTENT_TYPE, "application/x-protobuf")], resp.encode_to_vec()).into_response()
+                }
+                BodyEncoding::Json => (
+                    [(header::CONTENT_TYPE, "application/json")],
+                    serde_json::to_vec(&resp).unwrap_or_else(|_| b"{}".to_vec()),
+                )
+                    .into_response(),
+            }
+        }
+        Err(r) => error_response(Some(encoding), &r),
+    }
+}

@@ -1,0 +1,4 @@
+//! OTLP receivers: gRPC ([`grpc`]) and HTTP ([`http`]).
+
+pub mod grpc;
+pub mod http;

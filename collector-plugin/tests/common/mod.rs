@@ -1,0 +1,208 @@
+//! Shared parts of the integration tests: an OTLP receiver standing in for Jaeger (opentelemetry-proto's
+//! generated `TraceServiceServer`, independent of the collector's own receiver), the collector binary as a
+//! child process, and small HTTP helpers.
+#![allow(dead_code)]
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// What the stand-in downstream received.
+#[derive(Debug, Default)]
+pub struct Received {
+    pub requests: Vec<ExportTraceServiceRequest>,
+}
+
+impl Received {
+    /// (trace id, span id) of every span received, with duplicates.
+    pub fn span_ids(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.requests
+            .iter()
+            .flat_map(|r| &r.resource_spans)
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .map(|s| (s.trace_id.clone(), s.span_id.clone()))
+            .collect()
+    }
+    pub fn distinct(&self) -> BTreeSet<(Vec<u8>, Vec<u8>)> {
+        self.span_ids().into_iter().collect()
+    }
+}
+
+#[derive(Clone)]
+struct Store(Arc<Mutex<Received>>);
+
+#[tonic::async_trait]
+impl TraceService for Store {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.lock().unwrap().requests.push(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
+    }
+}
+
+/// An OTLP/gRPC receiver that can be stopped and started again on the same port.
+pub struct Downstream {
+    pub addr: SocketAddr,
+    pub received: Arc<Mutex<Received>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Downstream {
+    pub async fn start() -> Downstream {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut d = Downstream { addr, received: Arc::default(), stop: None, task: None };
+        d.serve(l);
+        d
+    }
+
+    fn serve(&mut self, l: tokio::net::TcpListener) {
+        let (tx, rx) = oneshot::channel();
+        let svc = TraceServiceServer::new(Store(self.received.clone()));
+        self.stop = Some(tx);
+        self.task = Some(tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(l), async {
+                    let _ = rx.await;
+                })
+                .await;
+        }));
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+
+    pub async fn restart(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match tokio::net::TcpListener::bind(self.addr).await {
+                Ok(l) => return self.serve(l),
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("cannot rebind {}: {e}", self.addr),
+            }
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Waits until `n` distinct spans arrived (or the timeout passes) and returns how many did.
+    pub async fn wait_for_spans(&self, n: usize, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.received.lock().unwrap().distinct().len();
+            if got >= n || Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The collector binary as a child process, killed on drop.
+pub struct CollectorProcess {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub api: SocketAddr,
+}
+
+impl CollectorProcess {
+    pub fn start(extra: &[&str]) -> CollectorProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
+            .args(["serve", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start dei-collector");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let field = |name: &str| -> SocketAddr {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+                .parse()
+                .unwrap()
+        };
+        CollectorProcess { grpc: field("grpc"), http: field("http"), api: field("api"), child }
+    }
+
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        get_json(self.api, path)
+    }
+}
+
+impl Drop for CollectorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// GET a JSON document with a blocking HTTP/1.1 request.
+pub fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    let body = get_text(addr, path);
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+/// GET a body as text.
+pub fn get_text(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        // de-chunk
+        let mut rest = body;
+        let mut out = String::new();
+        while let Some((len, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        return out;
+    }
+    body.to_string()
+}
+
+/// Polls `f` until it returns true or the timeout passes.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}

@@ -1,0 +1,90 @@
+//! Applying planned faults: a client whose outgoing index matches an entry of the fault plan in the current
+//! `Context` returns the fault instead of sending (latency: waits, then sends).
+//!
+//! | planned | gRPC call (tonic client layer) | HTTP call (reqwest middleware) |
+//! |---|---|---|
+//! | `g<code>` | that status, as a trailers-only response | the HTTP status gRPC maps the code to (14 → 503, 4 → 504, 12 → 501, 5 → 404, 16 → 401, 7 → 403, 8 → 429, others → 500) |
+//! | `h<status>` | that HTTP status without `grpc-status` (tonic maps it, e.g. 503 → UNAVAILABLE) | that status, empty body |
+//! | `c` | UNAVAILABLE with message `dei: injected connection error` (what tonic reports for a refused connection) | an error, [`InjectedConnectionError`] |
+//! | `l<ms>` | waits, then sends | waits, then sends |
+
+use dei_propagator::Fault;
+use std::time::Duration;
+
+/// The error returned for a planned connection error on an HTTP call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("dei: injected connection error for the call with index {index}")]
+pub struct InjectedConnectionError {
+    /// The index of the call that was not sent.
+    pub index: String,
+}
+
+/// What the client does about a planned fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Send as usual.
+    Send,
+    /// Wait, then send.
+    Delay(Duration),
+    /// Do not send; fail with this fault.
+    Fail(Fault),
+}
+
+impl Action {
+    pub(crate) fn for_fault(fault: Option<Fault>) -> Self {
+        match fault {
+            None => Action::Send,
+            Some(Fault::Latency(d)) => Action::Delay(d),
+            Some(f) => Action::Fail(f),
+        }
+    }
+}
+
+/// The HTTP status a gRPC code maps to (the inverse of the gRPC HTTP-to-status mapping, with 500 by default).
+pub(crate) fn http_status_for_grpc(code: u8) -> u16 {
+    match code {
+        0 => 200,
+        4 => 504,
+        5 => 404,
+        7 => 403,
+        8 => 429,
+        12 => 501,
+        14 => 503,
+        16 => 401,
+        _ => 500,
+    }
+}
+
+/// The gRPC response for a failed call: trailers-only with `grpc-status`, or a bare HTTP status.
+pub(crate) fn grpc_response<B>(fault: Fault, empty: B) -> http::Response<B> {
+    let status = match fault {
+        Fault::Grpc(code) => tonic::Status::new(tonic::Code::from_i32(i32::from(code)), "dei: injected fault"),
+        Fault::Http(status) => {
+            let mut response = http::Response::new(empty);
+            *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+            return response;
+        }
+        Fault::Connection | Fault::Latency(_) => {
+            tonic::Status::unavailable("dei: injected connection error")
+        }
+    };
+    let (parts, _) = status.into_http::<()>().into_parts();
+    http::Response::from_parts(parts, empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_faults_become_statuses() {
+        let r = grpc_response(Fault::UNAVAILABLE, ());
+        let status = tonic::Status::from_header_map(r.headers()).map(|s| s.code());
+        assert_eq!(status, Some(tonic::Code::Unavailable));
+        let r = grpc_response(Fault::Http(502), ());
+        assert_eq!(r.status(), 502);
+        assert!(tonic::Status::from_header_map(r.headers()).is_none());
+        assert_eq!(http_status_for_grpc(14), 503);
+        assert_eq!(Action::for_fault(Some(Fault::Latency(Duration::from_millis(5)))), Action::Delay(Duration::from_millis(5)));
+    }
+}

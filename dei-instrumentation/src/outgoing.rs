@@ -1,0 +1,114 @@
+//! What every client integration does for one outgoing call: take the next index from the scope in the current
+//! `Context`, check the fault plan, record the attributes, and build the context to inject.
+
+use crate::config::DeiConfig;
+use crate::fault::Action;
+use crate::span;
+use crate::stack::CapturedStack;
+use dei_propagator::{
+    DeiContextExt, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature,
+};
+use opentelemetry::Context;
+use opentelemetry::propagation::Injector;
+use opentelemetry::trace::TraceContextExt;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The scope that issues the next index: the one in the current `Context`, or else a fresh root scope.
+///
+/// Outside any scope each call is its own root: its index has one element and count 1. A functional test
+/// normally opens a root scope (see [`crate::root_context`]) so that its calls are counted together.
+pub(crate) fn current_scope(config: &DeiConfig) -> (Context, RequestScope) {
+    let cx = Context::current();
+    let scope = cx
+        .dei_scope()
+        .cloned()
+        .unwrap_or_else(|| RequestScope::root(config.instantiation().clone()));
+    (cx, scope)
+}
+
+/// An outgoing call whose index was issued.
+pub(crate) struct Outgoing {
+    /// The issued index; keep it until the call completes.
+    pub(crate) issued: IssuedIndex,
+    /// The context to inject: the client span, the index, the fault plan and the baggage.
+    pub(crate) inject_cx: Context,
+    /// What to do about a planned fault.
+    pub(crate) action: Action,
+    /// The scope the index came from (streams issue their messages' final indexes from it).
+    pub(crate) scope: RequestScope,
+}
+
+/// The components of an outgoing call.
+pub(crate) struct Call<'a> {
+    pub(crate) signature: Signature,
+    pub(crate) payload: PayloadDigest,
+    pub(crate) raw_payload: Option<&'a [u8]>,
+    pub(crate) stack: &'a CapturedStack,
+    pub(crate) preliminary: bool,
+}
+
+/// Issues the call's index, records the attributes on `span` and decides about faults.
+pub(crate) fn begin(config: &DeiConfig, span: &tracing::Span, call: Call<'_>) -> Outgoing {
+    let (cx, scope) = current_scope(config);
+    let invocation = InvocationSignature::new(call.signature.clone(), call.payload, call.stack.digest());
+    let issued = if call.preliminary {
+        scope.issue_preliminary(&invocation)
+    } else {
+        scope.issue(&invocation)
+    };
+    let fault = cx.fault_plan().and_then(|plan| plan.fault_for(issued.index()));
+    span.set_attribute(span::SIGNATURE, call.signature.name().to_string());
+    span::record_index(span, issued.index(), scope.instantiation());
+    span::record_payload(span, &call.payload, call.raw_payload.filter(|_| config.record_payloads()));
+    span::record_stack(span, call.stack, config.record_stack());
+    if let Some(f) = fault {
+        span.set_attribute(span::FAULT, f.to_string());
+    }
+    // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
+    // without one, inject the current context.
+    let span_cx = span.context();
+    let base = if span_cx.has_active_span() { span_cx } else { cx };
+    let inject_cx = base.with_dei_index(issued.index().clone());
+    Outgoing {
+        issued,
+        inject_cx,
+        action: Action::for_fault(fault),
+        scope,
+    }
+}
+
+/// Injects `cx` through the global propagator into an HTTP header map.
+pub(crate) fn inject(cx: &Context, headers: &mut http::HeaderMap) {
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(cx, &mut HeaderInjector(headers)));
+}
+
+/// An [`Injector`] over an HTTP header map; values that are not valid header values are skipped.
+pub(crate) struct HeaderInjector<'a>(pub(crate) &'a mut http::HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        let name = http::header::HeaderName::from_bytes(key.to_ascii_lowercase().as_bytes());
+        let value = http::header::HeaderValue::from_str(&value);
+        if let (Ok(name), Ok(value)) = (name, value) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// Issues a stream message's final index from the stream's scope and records the mapping on the span.
+pub(crate) fn stream_message(
+    scope: &RequestScope,
+    span: &tracing::Span,
+    preliminary: &Index,
+    signature: &Signature,
+    payload: PayloadDigest,
+    stack: &CapturedStack,
+    k: u32,
+) -> Index {
+    let invocation = InvocationSignature::new(signature.clone(), payload, stack.digest());
+    // Messages of one stream are sent in order, so they are never in flight together: the issued index is
+    // released at once.
+    let final_index = scope.issue(&invocation).index().clone();
+    span::record_stream_message(span, preliminary, &final_index, k);
+    final_index
+}

@@ -1,0 +1,104 @@
+//! The `dei.*` span attributes: the contract with the collector and the fault search.
+//!
+//! They are recorded through tracing-opentelemetry ([`OpenTelemetrySpanExt::set_attribute`]) so that they
+//! reach any OpenTelemetry exporter. Raw payloads never go on spans unless
+//! [`record_payloads`](crate::DeiConfigBuilder::record_payloads) is on.
+//!
+//! | attribute | client span | server span |
+//! |---|---|---|
+//! | `dei.index` | the outgoing index (wire form) | the incoming index (`1` for a root) |
+//! | `dei.signature` | `pkg.Service/Method`, `METHOD authority/path` | `pkg.Service/Method`, `METHOD /route/{template}` |
+//! | `dei.payload.digest` | SHA-256 of the payload, 64 hex | the same, digested from the received body |
+//! | `dei.stack.digest`, `dei.stack`, `dei.stack.mode` | the caller's application stack | — (the callee cannot see it) |
+//! | `dei.count`, `dei.depth` | of the index | of the index |
+//! | `dei.instantiation` | the scope's instantiation | the server's |
+//! | `dei.preliminary` | `true` on streams | `true` on streams |
+//! | `dei.ambiguous` | set when the call completes | — |
+//! | `dei.fault` | the injected fault, wire form (`g14`, `h503`, `c`, `l250`) | the incoming plan, wire form (`dei.fault.plan`) |
+//!
+//! Streams add one span event per message sent, [`STREAM_MESSAGE_EVENT`], with [`PRELIMINARY_INDEX`],
+//! [`INDEX`] and [`MESSAGE`] (the 1-based position k): the mapping from the preliminary to the final index.
+
+use crate::stack::CapturedStack;
+use dei_propagator::{Index, Instantiation, PayloadDigest};
+use opentelemetry::KeyValue;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// `dei.index`: the index, wire form.
+pub const INDEX: &str = "dei.index";
+/// `dei.signature`: the readable RPC signature.
+pub const SIGNATURE: &str = "dei.signature";
+/// `dei.payload.digest`: SHA-256 of the payload, 64 hex characters.
+pub const PAYLOAD_DIGEST: &str = "dei.payload.digest";
+/// `dei.payload`: the raw payload (lossy UTF-8, first KiB), only when turned on.
+pub const PAYLOAD: &str = "dei.payload";
+/// `dei.stack.digest`: SHA-256 of the application frames, 64 hex characters.
+pub const STACK_DIGEST: &str = "dei.stack.digest";
+/// `dei.stack`: readable application frames, innermost first, one per line.
+pub const STACK: &str = "dei.stack";
+/// `dei.stack.mode`: how the stack was captured (see [`crate::stack::StackMode`]).
+pub const STACK_MODE: &str = "dei.stack.mode";
+/// `dei.count`: the innermost element's invocation count.
+pub const COUNT: &str = "dei.count";
+/// `dei.depth`: the number of elements.
+pub const DEPTH: &str = "dei.depth";
+/// `dei.instantiation`: the instantiation's name.
+pub const INSTANTIATION: &str = "dei.instantiation";
+/// `dei.preliminary`: a stream's preliminary index.
+pub const PRELIMINARY: &str = "dei.preliminary";
+/// `dei.ambiguous`: another RPC with the same invocation signature was in flight in the same scope.
+pub const AMBIGUOUS: &str = "dei.ambiguous";
+/// `dei.fault`: the fault injected on this RPC, wire form.
+pub const FAULT: &str = "dei.fault";
+/// `dei.fault.plan`: on a server span, the fault plan that came with the request (wire form).
+pub const FAULT_PLAN: &str = "dei.fault.plan";
+/// The span event recorded for each message sent on a stream.
+pub const STREAM_MESSAGE_EVENT: &str = "dei.stream.message";
+/// `dei.preliminary_index`: on a stream message event, the stream's preliminary index.
+pub const PRELIMINARY_INDEX: &str = "dei.preliminary_index";
+/// `dei.message`: on a stream message event, the message's 1-based position k.
+pub const MESSAGE: &str = "dei.message";
+
+/// Largest raw payload recorded.
+const PAYLOAD_RECORD_CAP: usize = 1024;
+
+/// Records the attributes derived from an index.
+pub(crate) fn record_index(span: &tracing::Span, index: &Index, instantiation: &Instantiation) {
+    span.set_attribute(INDEX, index.encode());
+    span.set_attribute(COUNT, i64::from(index.last().map_or(0, |e| e.count)));
+    span.set_attribute(DEPTH, index.depth() as i64);
+    span.set_attribute(INSTANTIATION, instantiation.name.to_string());
+    if index.is_preliminary() {
+        span.set_attribute(PRELIMINARY, true);
+    }
+}
+
+/// Records a payload digest (and the raw payload when asked for).
+pub(crate) fn record_payload(span: &tracing::Span, digest: &PayloadDigest, raw: Option<&[u8]>) {
+    span.set_attribute(PAYLOAD_DIGEST, digest.to_hex());
+    if let Some(raw) = raw {
+        let cut = &raw[..raw.len().min(PAYLOAD_RECORD_CAP)];
+        span.set_attribute(PAYLOAD, String::from_utf8_lossy(cut).into_owned());
+    }
+}
+
+/// Records a captured stack.
+pub(crate) fn record_stack(span: &tracing::Span, stack: &CapturedStack, readable: bool) {
+    span.set_attribute(STACK_DIGEST, stack.digest().to_hex());
+    span.set_attribute(STACK_MODE, stack.mode().as_str());
+    if readable {
+        span.set_attribute(STACK, stack.readable());
+    }
+}
+
+/// Records one stream message's final index (the preliminary → final mapping).
+pub(crate) fn record_stream_message(span: &tracing::Span, preliminary: &Index, final_index: &Index, k: u32) {
+    span.add_event(
+        STREAM_MESSAGE_EVENT,
+        vec![
+            KeyValue::new(PRELIMINARY_INDEX, preliminary.encode()),
+            KeyValue::new(INDEX, final_index.encode()),
+            KeyValue::new(MESSAGE, i64::from(k)),
+        ],
+    );
+}

@@ -1,0 +1,211 @@
+//! The per-address symbol cache: each instruction address is symbolized once per process.
+//!
+//! Symbolizing is the expensive part of a capture (microseconds to milliseconds per address, cold); unwinding
+//! is about 100 ns per frame. The cache maps an address to what it means for the stack — nothing, the runtime
+//! boundary, or the application frames it stands for (several when calls were inlined) — so that a warm
+//! capture is an unwind plus one hash lookup per frame.
+
+use super::filter::{Class, FrameFilter};
+use super::mode::StackMode;
+use dei_propagator::Frame;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, RwLock};
+
+/// One application frame, with its key line pre-rendered for the stack digest.
+#[derive(Debug)]
+pub(crate) struct AppFrame {
+    /// `file:line:column\n`, the bytes this frame contributes to the stack digest.
+    pub(crate) key: Box<str>,
+    /// The frame, for display.
+    pub(crate) frame: Frame,
+}
+
+/// What one address means for the stack.
+#[derive(Clone, Debug)]
+pub(crate) enum Resolved {
+    /// Not the application's.
+    Skip,
+    /// The runtime's task machinery: stop walking.
+    Boundary,
+    /// Application frames, innermost (inlined) first.
+    App(Arc<[AppFrame]>),
+}
+
+/// A hasher for addresses: they are already well distributed, a multiply is enough.
+#[derive(Default)]
+pub(crate) struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+type AddressMap = HashMap<usize, Resolved, BuildHasherDefault<AddressHasher>>;
+
+/// Address ranges mapped from the main executable, read once from `/proc/self/maps`; addresses outside
+/// them (libc, the loader) are skipped without symbolizing them, which keeps the first capture cheap.
+#[derive(Debug, Default)]
+struct ExecutableRanges(Vec<(usize, usize)>);
+
+impl ExecutableRanges {
+    fn detect() -> Self {
+        let Ok(exe) = std::env::current_exe() else {
+            return ExecutableRanges::default();
+        };
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+            return ExecutableRanges::default();
+        };
+        let exe = exe.to_string_lossy().into_owned();
+        let mut ranges = Vec::new();
+        for line in maps.lines() {
+            let mut fields = line.split_whitespace();
+            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            let path = fields.nth(3).unwrap_or("");
+            if path != exe || !perms.contains('x') {
+                continue;
+            }
+            if let Some((a, b)) = range.split_once('-')
+                && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+            {
+                ranges.push((a, b));
+            }
+        }
+        ExecutableRanges(ranges)
+    }
+
+    /// True when the address is in the executable, or when the ranges are unknown.
+    fn contains(&self, ip: usize) -> bool {
+        self.0.is_empty() || self.0.iter().any(|&(a, b)| ip >= a && ip < b)
+    }
+}
+
+/// The cache shared by every capture of one [`super::StackCapturer`].
+#[derive(Debug)]
+pub(crate) struct SymbolCache {
+    map: RwLock<AddressMap>,
+    exe: ExecutableRanges,
+}
+
+impl SymbolCache {
+    pub(crate) fn new() -> Self {
+        SymbolCache {
+            map: RwLock::new(AddressMap::default()),
+            exe: ExecutableRanges::detect(),
+        }
+    }
+
+    /// Looks up every address, symbolizing the misses; calls `visit` in order until it returns false.
+    pub(crate) fn for_each(
+        &self,
+        ips: &[usize],
+        filter: &FrameFilter,
+        mode: StackMode,
+        mut visit: impl FnMut(&Resolved) -> bool,
+    ) {
+        let mut misses = Vec::new();
+        {
+            let map = self.map.read().unwrap_or_else(|p| p.into_inner());
+            for (i, ip) in ips.iter().enumerate() {
+                match map.get(ip) {
+                    Some(r) => {
+                        if !visit(r) {
+                            return;
+                        }
+                    }
+                    None => {
+                        misses.extend_from_slice(&ips[i..]);
+                        break;
+                    }
+                }
+            }
+        }
+        if misses.is_empty() {
+            return;
+        }
+        // Cold path: symbolize outside the lock, then publish.
+        let resolved: Vec<(usize, Resolved)> = {
+            let map = self.map.read().unwrap_or_else(|p| p.into_inner());
+            misses
+                .iter()
+                .map(|&ip| {
+                    let r = map.get(&ip).cloned().unwrap_or_else(|| self.symbolize(ip, filter, mode));
+                    (ip, r)
+                })
+                .collect()
+        };
+        {
+            let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+            for (ip, r) in &resolved {
+                map.entry(*ip).or_insert_with(|| r.clone());
+            }
+        }
+        for (_, r) in &resolved {
+            if !visit(r) {
+                return;
+            }
+        }
+    }
+
+    /// Number of cached addresses.
+    pub(crate) fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn symbolize(&self, ip: usize, filter: &FrameFilter, mode: StackMode) -> Resolved {
+        if !self.exe.contains(ip) {
+            return Resolved::Skip;
+        }
+        let mut frames = Vec::new();
+        let mut boundary = false;
+        backtrace::resolve(ip as *mut std::ffi::c_void, |symbol| {
+            if boundary {
+                return;
+            }
+            let name = symbol.name().map(|n| format!("{n:#}"));
+            let file = match mode {
+                StackMode::LineTables => symbol.filename().map(|f| filter.relative(f)),
+                _ => None,
+            };
+            match filter.classify(name.as_deref(), file.as_deref()) {
+                Class::Boundary => boundary = true,
+                Class::Foreign => {}
+                Class::App => {
+                    let frame = match (mode, file) {
+                        (StackMode::LineTables, Some(file)) => {
+                            Frame::new(file, symbol.lineno().unwrap_or(0), symbol.colno().unwrap_or(0))
+                        }
+                        // Without line tables the function name is the best key there is.
+                        _ => Frame::new(name.clone().unwrap_or_default(), 0, 0),
+                    };
+                    let frame = match name {
+                        Some(n) => frame.with_function(n),
+                        None => frame,
+                    };
+                    frames.push(AppFrame {
+                        key: format!("{}:{}:{}\n", frame.file, frame.line, frame.column).into_boxed_str(),
+                        frame,
+                    });
+                }
+            }
+        });
+        if boundary && frames.is_empty() {
+            Resolved::Boundary
+        } else if frames.is_empty() {
+            Resolved::Skip
+        } else {
+            Resolved::App(frames.into())
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! Call-stack capture: the `t` of an invocation signature `s(p)^t`.
+//!
+//! A capture unwinds the current thread with [`backtrace::trace`], stops at the async runtime's task machinery
+//! (nothing outside it belongs to the request, and what is there varies with the worker that polled the task),
+//! looks each address up in a per-address [symbol cache](cache) and keeps only the application's frames
+//! ([`filter`]): unfiltered stacks are not deterministic in async Rust. Frames are keyed by
+//! (workspace-relative file, line, column); function names are kept for display. A `#[track_caller]` call site
+//! ([`CallSiteExt`]) becomes the innermost frame. What the binary offers is detected once ([`StackMode`]).
+//!
+//! ```
+//! use dei_instrumentation::stack::{StackCapturer, StackConfig, StackMode};
+//! let capturer = StackCapturer::new(StackConfig::default());
+//! let here = capturer.capture();
+//! assert_eq!(capturer.mode(), StackMode::LineTables); // the workspace profiles keep line tables
+//! assert!(here.readable().contains(".rs:"));
+//! ```
+
+mod cache;
+mod call_site;
+pub(crate) mod filter;
+mod mode;
+
+pub use call_site::{AtCallSite, CallSiteExt, at_call_site};
+pub use mode::{StackMode, detect as detect_mode};
+
+use cache::{AppFrame, Resolved, SymbolCache};
+use dei_propagator::{CallStack, Frame, StackDigest};
+use filter::FrameFilter;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Raw frames unwound at most per capture.
+const MAX_RAW_FRAMES: usize = 256;
+
+/// Stack-capture settings.
+#[derive(Clone, Debug)]
+pub struct StackConfig {
+    /// The root that files are named relative to; detected when `None` (see [`StackConfig::workspace_root`]).
+    pub workspace_root: Option<PathBuf>,
+    /// Substrings of a file path or function name that keep a frame even where the built-in rules drop it
+    /// (for example a vendored library that is part of the application).
+    pub allow: Vec<String>,
+    /// Substrings of a file path or function name that drop a frame (for example generated code).
+    pub deny: Vec<String>,
+    /// Application frames kept at most, innermost first.
+    pub max_depth: usize,
+    /// Forces a mode instead of detecting one; forcing an unwinding mode the binary cannot support falls back
+    /// to what it can.
+    pub mode: Option<StackMode>,
+}
+
+impl Default for StackConfig {
+    /// Detected root and mode, no allow or deny entries, 32 frames.
+    fn default() -> Self {
+        StackConfig {
+            workspace_root: None,
+            allow: Vec::new(),
+            deny: Vec::new(),
+            max_depth: 32,
+            mode: None,
+        }
+    }
+}
+
+impl StackConfig {
+    /// Names files relative to this directory. Without it the root is, in order: `DEI_WORKSPACE_ROOT`, the
+    /// outermost ancestor of the current directory holding a `Cargo.toml`, the current directory. Files that
+    /// rustc was given as relative paths (workspace members) are already relative to the workspace root.
+    pub fn workspace_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.workspace_root = Some(root.into());
+        self
+    }
+
+    /// Adds an allow-list entry.
+    pub fn allow(mut self, pattern: impl Into<String>) -> Self {
+        self.allow.push(pattern.into());
+        self
+    }
+
+    /// Adds a deny-list entry.
+    pub fn deny(mut self, pattern: impl Into<String>) -> Self {
+        self.deny.push(pattern.into());
+        self
+    }
+
+    /// Sets the maximum number of application frames.
+    pub fn max_depth(mut self, depth: usize) -> Self {
+        self.max_depth = depth;
+        self
+    }
+
+    /// Forces a mode.
+    pub fn mode(mut self, mode: StackMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+}
+
+/// A captured stack: its digest, its frames for display and the mode it was captured in.
+#[derive(Clone, Debug)]
+pub struct CapturedStack {
+    digest: StackDigest,
+    call_site: Option<Frame>,
+    frames: Vec<Arc<[AppFrame]>>,
+    max_depth: usize,
+    mode: StackMode,
+}
+
+impl CapturedStack {
+    /// The stack digest (SHA-256 over `file:line:column\n` per frame, innermost first; see
+    /// [`CallStack::digest`]).
+    pub fn digest(&self) -> StackDigest {
+        self.digest
+    }
+
+    /// The mode the stack was captured in.
+    pub fn mode(&self) -> StackMode {
+        self.mode
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Frame> {
+        self.call_site
+            .iter()
+            .chain(self.frames.iter().flat_map(|group| group.iter().map(|f| &f.frame)))
+            .take(self.max_depth)
+    }
+
+    /// The frames as a [`CallStack`], innermost first.
+    pub fn to_call_stack(&self) -> CallStack {
+        CallStack::new(self.iter().cloned().collect())
+    }
+
+    /// Readable frames, one per line, innermost first (the `dei.stack` attribute).
+    pub fn readable(&self) -> String {
+        let mut out = String::new();
+        for (i, frame) in self.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            out.push_str(&frame.to_string());
+        }
+        out
+    }
+
+    /// Number of application frames.
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// True when no application frame was found.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Captures filtered application stacks; cheap to clone (the cache is shared).
+#[derive(Clone, Debug)]
+pub struct StackCapturer {
+    inner: Arc<CapturerInner>,
+}
+
+#[derive(Debug)]
+struct CapturerInner {
+    filter: FrameFilter,
+    cache: SymbolCache,
+    mode: StackMode,
+    max_depth: usize,
+}
+
+impl StackCapturer {
+    /// A capturer with its own cache; detects the mode unless the configuration forces one.
+    pub fn new(config: StackConfig) -> Self {
+        let detected = mode::detect();
+        let mode = match config.mode {
+            None => detected,
+            Some(StackMode::CallSiteOnly) => StackMode::CallSiteOnly,
+            Some(StackMode::LineTables) if detected == StackMode::LineTables => StackMode::LineTables,
+            Some(StackMode::SymbolsOnly | StackMode::LineTables) if detected != StackMode::Stripped => {
+                StackMode::SymbolsOnly
+            }
+            Some(_) => StackMode::Stripped,
+        };
+        if mode != StackMode::LineTables && config.mode.is_none() {
+            tracing::warn!(
+                mode = mode.as_str(),
+                "dei: the binary has no line tables; call stacks fall back to {mode} \
+                 (build with `debug = \"line-tables-only\"` for the full index)"
+            );
+        }
+        StackCapturer {
+            inner: Arc::new(CapturerInner {
+                filter: FrameFilter::new(config.workspace_root.as_deref(), config.allow, config.deny),
+                cache: SymbolCache::new(),
+                mode,
+                max_depth: config.max_depth,
+            }),
+        }
+    }
+
+    /// The mode in use.
+    pub fn mode(&self) -> StackMode {
+        self.inner.mode
+    }
+
+    /// Number of addresses symbolized so far.
+    pub fn cached_addresses(&self) -> usize {
+        self.inner.cache.len()
+    }
+
+    /// Captures the current stack.
+    #[inline(never)]
+    pub fn capture(&self) -> CapturedStack {
+        let inner = &*self.inner;
+        let call_site = call_site::current().map(|loc| {
+            Frame::new(inner.filter.relative(std::path::Path::new(loc.file())), loc.line(), loc.column())
+        });
+        let mut frames: Vec<Arc<[AppFrame]>> = Vec::new();
+        if inner.mode.unwinds() {
+            let mut ips: Vec<usize> = Vec::with_capacity(64);
+            backtrace::trace(|frame| {
+                ips.push(frame.ip() as usize);
+                ips.len() < MAX_RAW_FRAMES
+            });
+            let mut kept = usize::from(call_site.is_some());
+            inner.cache.for_each(&ips, &inner.filter, inner.mode, |resolved| match resolved {
+                Resolved::Boundary => false,
+                Resolved::Skip => true,
+                Resolved::App(group) => {
+                    kept += group.len();
+                    frames.push(group.clone());
+                    kept < inner.max_depth
+                }
+            });
+        }
+        let mut hasher = Sha256::new();
+        let mut taken = 0;
+        if let Some(f) = &call_site {
+            hasher.update(format!("{}:{}:{}\n", f.file, f.line, f.column).as_bytes());
+            taken += 1;
+        }
+        'outer: for group in &frames {
+            for f in group.iter() {
+                if taken >= inner.max_depth {
+                    break 'outer;
+                }
+                hasher.update(f.key.as_bytes());
+                taken += 1;
+            }
+        }
+        CapturedStack {
+            digest: StackDigest(hasher.finalize().into()),
+            call_site,
+            frames,
+            max_depth: inner.max_depth,
+            mode: inner.mode,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn site_a(c: &StackCapturer) -> CapturedStack {
+        c.capture()
+    }
+
+    #[inline(never)]
+    fn site_b(c: &StackCapturer) -> CapturedStack {
+        c.capture()
+    }
+
+    #[test]
+    fn call_sites_differ_and_repeat() {
+        // This crate's own frames are dropped by default; the allow list keeps this file's.
+        let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs"));
+        let a1 = site_a(&c);
+        let a2 = site_a(&c);
+        let b = site_b(&c);
+        assert_eq!(a1.digest(), a2.digest(), "{}\n--\n{}", a1.readable(), a2.readable());
+        assert_ne!(a1.digest(), b.digest());
+        assert_eq!(a1.digest(), a1.to_call_stack().digest(), "digest matches the model's rule");
+        assert!(!a1.readable().contains(".cargo/registry"), "{}", a1.readable());
+        assert!(a1.readable().contains("site_a"), "{}", a1.readable());
+    }
+
+    #[test]
+    fn max_depth_and_call_site_only() {
+        let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs").max_depth(1));
+        assert_eq!(site_a(&c).len(), 1);
+        let fast = StackCapturer::new(StackConfig::default().mode(StackMode::CallSiteOnly));
+        assert!(site_a(&fast).is_empty());
+        let marked = futures::executor::block_on(async { async { site_a(&fast) }.at_call_site().await });
+        assert_eq!(marked.len(), 1);
+        assert!(marked.readable().contains("src/stack/mod.rs"), "{}", marked.readable());
+    }
+}
