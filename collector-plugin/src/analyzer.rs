@@ -27,7 +27,11 @@ pub struct AnalyzerConfig {
 
 impl Default for AnalyzerConfig {
     fn default() -> Self {
-        AnalyzerConfig { graph: GraphConfig::default(), traces: TraceStoreConfig::default(), max_nodes: 100_000 }
+        AnalyzerConfig {
+            graph: GraphConfig::default(),
+            traces: TraceStoreConfig::default(),
+            max_nodes: 100_000,
+        }
     }
 }
 
@@ -100,7 +104,11 @@ impl Analyzer {
     pub fn finish(&mut self) {
         self.graph.flush(&self.counters);
         for id in self.traces.with_pending() {
-            let pending = self.traces.get_mut(&id).map(|t| std::mem::take(&mut t.pending)).unwrap_or_default();
+            let pending = self
+                .traces
+                .get_mut(&id)
+                .map(|t| std::mem::take(&mut t.pending))
+                .unwrap_or_default();
             for span in pending {
                 if let Some(index) = span.dei.index.clone() {
                     self.apply(&span, index);
@@ -122,7 +130,9 @@ impl Analyzer {
         }
         if !span.dei.stream_messages.is_empty() {
             for m in &span.dei.stream_messages {
-                trace.mappings.insert(m.preliminary.clone(), m.final_index.clone());
+                trace
+                    .mappings
+                    .insert(m.preliminary.clone(), m.final_index.clone());
             }
             let pending = std::mem::take(&mut trace.pending);
             for m in span.dei.stream_messages.clone() {
@@ -136,7 +146,9 @@ impl Analyzer {
     }
 
     fn ingest_resolving(&mut self, span: SpanRecord) {
-        let Some(index) = span.dei.index.clone() else { return };
+        let Some(index) = span.dei.index.clone() else {
+            return;
+        };
         let stream_open = span.dei.preliminary;
         let max_pending = self.traces.config.max_pending;
         let Some(trace) = self.traces.get_mut(&span.trace_id) else {
@@ -161,16 +173,24 @@ impl Analyzer {
     }
 
     fn apply_unresolved(&mut self, span: &SpanRecord) {
-        let Some(index) = span.dei.index.clone() else { return };
+        let Some(index) = span.dei.index.clone() else {
+            return;
+        };
         Counters::add(&self.counters.preliminary_unresolved, 1);
-        let update = Update { created: true, first_in_trace: true, ..Default::default() };
+        let update = Update {
+            created: true,
+            first_in_trace: true,
+            ..Default::default()
+        };
         self.update_node(span, &index, update);
     }
 
     /// A stream message's final index, announced by the stream's client span.
     fn apply_message(&mut self, span: &SpanRecord, final_index: &Index) {
         let max = self.traces.config.max_occurrences;
-        let Some(trace) = self.traces.get_mut(&span.trace_id) else { return };
+        let Some(trace) = self.traces.get_mut(&span.trace_id) else {
+            return;
+        };
         let Some((oi, created)) = trace.occurrence(span.span_id, final_index, max) else {
             Counters::add(&self.counters.trace_occurrences_dropped, 1);
             return;
@@ -179,7 +199,11 @@ impl Analyzer {
         let occ = &mut trace.occurrences[oi];
         occ.client_service = Some(span.service.clone());
         occ.caller_span = span.parent_span_id;
-        occ.signature = span.dei.signature.clone().or_else(|| Some(Arc::from(span.name.as_str())));
+        occ.signature = span
+            .dei
+            .signature
+            .clone()
+            .or_else(|| Some(Arc::from(span.name.as_str())));
         if occ.client_time.is_none() {
             occ.client_time = Some((span.start_ns, span.end_ns));
         }
@@ -203,7 +227,11 @@ impl Analyzer {
             self.apply_unresolved(span);
             return;
         };
-        let rpc = if span.kind.is_callee() { span.parent_span_id.unwrap_or(span.span_id) } else { span.span_id };
+        let rpc = if span.kind.is_callee() {
+            span.parent_span_id.unwrap_or(span.span_id)
+        } else {
+            span.span_id
+        };
         let Some((oi, created)) = trace.occurrence(rpc, &index, max) else {
             Counters::add(&self.counters.trace_occurrences_dropped, 1);
             return;
@@ -223,7 +251,11 @@ impl Analyzer {
             }
         }
         if occ.signature.is_none() {
-            occ.signature = span.dei.signature.clone().or_else(|| Some(Arc::from(span.name.as_str())));
+            occ.signature = span
+                .dei
+                .signature
+                .clone()
+                .or_else(|| Some(Arc::from(span.name.as_str())));
         }
         if occ.payload.is_none() {
             occ.payload = span.dei.payload_digest;
@@ -241,13 +273,21 @@ impl Analyzer {
             _ => None,
         };
         occ.ambiguous |= span.dei.ambiguous;
-        let update = Update { created, first_in_trace, collision: created && !first_in_trace, new_error, new_fault };
+        let update = Update {
+            created,
+            first_in_trace,
+            collision: created && !first_in_trace,
+            new_error,
+            new_fault,
+        };
         self.update_node(span, &index, update);
     }
 
     fn update_node(&mut self, span: &SpanRecord, index: &Index, u: Update) {
         let id = self.tree.get_or_insert(index);
-        let Some(s) = self.tree.stats_mut(id) else { return };
+        let Some(s) = self.tree.stats_mut(id) else {
+            return;
+        };
         s.seen += u.created as u64;
         s.traces += u.first_in_trace as u64;
         s.collisions += u.collision as u64;
@@ -257,7 +297,11 @@ impl Analyzer {
         }
         s.ambiguous_flagged += span.dei.ambiguous as u64;
         if s.signature.is_none() {
-            s.signature = span.dei.signature.clone().or_else(|| Some(Arc::from(span.name.as_str())));
+            s.signature = span
+                .dei
+                .signature
+                .clone()
+                .or_else(|| Some(Arc::from(span.name.as_str())));
         }
         if s.instantiation.is_none() {
             s.instantiation.clone_from(&span.dei.instantiation);
@@ -299,12 +343,12 @@ fn resolve(mut index: Index, mappings: &HashMap<Index, Index>, stream_open: bool
                 continue;
             }
             let prefix = Index::from_elements(index.elements()[..=i].to_vec());
-            if let Some(to) = mappings.get(&prefix) {
-                if let Some(n) = index.rewrite_prefix(&prefix, to) {
-                    index = n;
-                    rewritten = true;
-                    continue 'outer;
-                }
+            if let Some(to) = mappings.get(&prefix)
+                && let Some(n) = index.rewrite_prefix(&prefix, to)
+            {
+                index = n;
+                rewritten = true;
+                continue 'outer;
             }
             if i + 1 == depth && stream_open {
                 return Resolution::Ready(index, rewritten);

@@ -38,36 +38,63 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .with_state(collector)
 }
 
-/// A 400 with a JSON `{"error": …}` body.
-fn bad_request(msg: impl Into<String>) -> Response {
-    (StatusCode::BAD_REQUEST, Json(json!({ "error": msg.into() }))).into_response()
+/// A bad query: answered with 400 and a JSON `{"error": …}` body.
+struct BadRequest(String);
+
+impl IntoResponse for BadRequest {
+    fn into_response(self) -> Response {
+        (StatusCode::BAD_REQUEST, Json(json!({ "error": self.0 }))).into_response()
+    }
+}
+
+fn bad_request(msg: impl Into<String>) -> BadRequest {
+    BadRequest(msg.into())
 }
 
 fn not_found(msg: impl Into<String>) -> Response {
     (StatusCode::NOT_FOUND, Json(json!({ "error": msg.into() }))).into_response()
 }
 
-fn parse_index(s: Option<&str>) -> Result<Index, Response> {
+fn parse_index(s: Option<&str>) -> Result<Index, BadRequest> {
     match s {
         None | Some("") | Some("1") => Ok(Index::root()),
         Some(s) => Index::decode(s).map_err(|e| bad_request(format!("invalid index {s:?}: {e}"))),
     }
 }
 
-fn parse_trace_id(s: &str) -> Result<[u8; 16], Response> {
-    let bytes = hex::decode(s.trim()).map_err(|_| bad_request(format!("invalid trace id {s:?}: expected 32 hex characters")))?;
-    bytes.try_into().map_err(|_| bad_request(format!("invalid trace id {s:?}: expected 32 hex characters")))
+fn parse_trace_id(s: &str) -> Result<[u8; 16], BadRequest> {
+    let bytes = hex::decode(s.trim()).map_err(|_| {
+        bad_request(format!(
+            "invalid trace id {s:?}: expected 32 hex characters"
+        ))
+    })?;
+    bytes.try_into().map_err(|_| {
+        bad_request(format!(
+            "invalid trace id {s:?}: expected 32 hex characters"
+        ))
+    })
 }
 
 async fn metrics(State(c): State<Arc<Collector>>) -> Response {
     let queued = c.queued_spans() as u64;
     let counters = c.counters().snapshot();
     let body = prometheus::render(&c.analyzer(), &counters, queued);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// A JSON snapshot of the counters and the sizes of the state.
-pub fn stats_json(a: &Analyzer, counters: &crate::counters::CountersSnapshot, queued: usize) -> serde_json::Value {
+pub fn stats_json(
+    a: &Analyzer,
+    counters: &crate::counters::CountersSnapshot,
+    queued: usize,
+) -> serde_json::Value {
     json!({
         "counters": counters,
         "tree_nodes": a.tree.len(),
@@ -93,9 +120,20 @@ async fn graph(State(c): State<Arc<Collector>>, Query(q): Query<GraphQuery>) -> 
     let view = render::graph_view(&c.analyzer());
     match q.format.as_deref() {
         None | Some("json") => Json(view).into_response(),
-        Some("dot") => ([(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")], render::to_dot(&view)).into_response(),
-        Some("mermaid") => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], render::to_mermaid(&view)).into_response(),
-        Some(other) => bad_request(format!("unknown format {other:?}: use json, dot or mermaid")),
+        Some("dot") => (
+            [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
+            render::to_dot(&view),
+        )
+            .into_response(),
+        Some("mermaid") => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            render::to_mermaid(&view),
+        )
+            .into_response(),
+        Some(other) => bad_request(format!(
+            "unknown format {other:?}: use json, dot or mermaid"
+        ))
+        .into_response(),
     }
 }
 
@@ -109,10 +147,12 @@ struct TreeQuery {
 async fn tree(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Response {
     let index = match parse_index(q.index.as_deref()) {
         Ok(i) => i,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let a = c.analyzer();
-    let Some((id, _)) = a.tree.get(&index) else { return not_found(format!("no node at {}", index.encode())) };
+    let Some((id, _)) = a.tree.get(&index) else {
+        return not_found(format!("no node at {}", index.encode()));
+    };
     let mut budget = q.limit.unwrap_or(1000).clamp(1, 100_000);
     let depth = q.depth.unwrap_or(64);
     Json(views::subtree(&a, id, depth, &mut budget)).into_response()
@@ -121,7 +161,7 @@ async fn tree(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Re
 async fn node(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Response {
     let index = match parse_index(q.index.as_deref()) {
         Ok(i) => i,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let a = c.analyzer();
     match a.tree.get(&index) {
@@ -133,11 +173,19 @@ async fn node(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Re
 async fn children(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Response {
     let index = match parse_index(q.index.as_deref()) {
         Ok(i) => i,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let a = c.analyzer();
-    let Some((id, _)) = a.tree.get(&index) else { return not_found(format!("no node at {}", index.encode())) };
-    let list: Vec<_> = a.tree.children(id).into_iter().filter_map(|i| a.tree.node(i)).map(views::NodeView::of).collect();
+    let Some((id, _)) = a.tree.get(&index) else {
+        return not_found(format!("no node at {}", index.encode()));
+    };
+    let list: Vec<_> = a
+        .tree
+        .children(id)
+        .into_iter()
+        .filter_map(|i| a.tree.node(i))
+        .map(views::NodeView::of)
+        .collect();
     Json(list).into_response()
 }
 
@@ -169,7 +217,7 @@ async fn traces(State(c): State<Arc<Collector>>, Query(q): Query<LimitQuery>) ->
 async fn trace(State(c): State<Arc<Collector>>, Path(trace_id): Path<String>) -> Response {
     let id = match parse_trace_id(&trace_id) {
         Ok(i) => i,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let a = c.analyzer();
     match a.trace(&id) {
@@ -190,10 +238,19 @@ struct DiffQuery {
 }
 
 /// Parses one side of a diff from window bounds (Unix ns) or a comma-separated list of trace ids.
-fn selection(from: Option<u64>, to: Option<u64>, traces: Option<&str>, side: &str) -> Result<Selection, Response> {
+fn selection(
+    from: Option<u64>,
+    to: Option<u64>,
+    traces: Option<&str>,
+    side: &str,
+) -> Result<Selection, BadRequest> {
     match (from, to, traces) {
         (_, _, Some(list)) => {
-            let ids = list.split(',').filter(|s| !s.is_empty()).map(parse_trace_id).collect::<Result<Vec<_>, _>>()?;
+            let ids = list
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(parse_trace_id)
+                .collect::<Result<Vec<_>, _>>()?;
             Ok(Selection::Traces(ids))
         }
         (Some(from), Some(to), None) if from <= to => Ok(Selection::Window { from, to }),
@@ -206,13 +263,19 @@ fn selection(from: Option<u64>, to: Option<u64>, traces: Option<&str>, side: &st
 async fn diff(State(c): State<Arc<Collector>>, Query(q): Query<DiffQuery>) -> Response {
     let sa = match selection(q.a_from, q.a_to, q.a_traces.as_deref(), "a") {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let sb = match selection(q.b_from, q.b_to, q.b_traces.as_deref(), "b") {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
-    Json(views::diff(&c.analyzer(), &sa, &sb, q.limit.unwrap_or(1000))).into_response()
+    Json(views::diff(
+        &c.analyzer(),
+        &sa,
+        &sb,
+        q.limit.unwrap_or(1000),
+    ))
+    .into_response()
 }
 
 #[derive(Deserialize)]
@@ -221,15 +284,23 @@ struct ProjectionQuery {
     limit: Option<usize>,
 }
 
-fn instantiations(names: Option<&str>) -> Result<Vec<Instantiation>, Response> {
-    let Some(names) = names else { return Ok(Vec::new()) };
+fn instantiations(names: Option<&str>) -> Result<Vec<Instantiation>, BadRequest> {
+    let Some(names) = names else {
+        return Ok(Vec::new());
+    };
     names
         .split(',')
         .filter(|s| !s.is_empty())
         .map(|n| {
             Instantiation::by_name(n).ok_or_else(|| {
-                let known: Vec<String> = Instantiation::presets().into_iter().map(|p| p.name.to_string()).collect();
-                bad_request(format!("unknown instantiation {n:?}; known: {}", known.join(", ")))
+                let known: Vec<String> = Instantiation::presets()
+                    .into_iter()
+                    .map(|p| p.name.to_string())
+                    .collect();
+                bad_request(format!(
+                    "unknown instantiation {n:?}; known: {}",
+                    known.join(", ")
+                ))
             })
         })
         .collect()
@@ -238,13 +309,17 @@ fn instantiations(names: Option<&str>) -> Result<Vec<Instantiation>, Response> {
 async fn analyses(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQuery>) -> Response {
     let extra = match instantiations(q.instantiation.as_deref()) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     Json(analysis::report(&c.analyzer(), &extra)).into_response()
 }
 
 async fn circuit_breakers(State(c): State<Arc<Collector>>) -> Response {
-    Json(circuit_breaker::detect(&c.analyzer(), &circuit_breaker::Params::default())).into_response()
+    Json(circuit_breaker::detect(
+        &c.analyzer(),
+        &circuit_breaker::Params::default(),
+    ))
+    .into_response()
 }
 
 async fn repeated_calls(State(c): State<Arc<Collector>>) -> Response {
@@ -252,7 +327,11 @@ async fn repeated_calls(State(c): State<Arc<Collector>>) -> Response {
 }
 
 async fn chained_calls(State(c): State<Arc<Collector>>) -> Response {
-    Json(chained_call::detect(&c.analyzer(), &chained_call::Params::default())).into_response()
+    Json(chained_call::detect(
+        &c.analyzer(),
+        &chained_call::Params::default(),
+    ))
+    .into_response()
 }
 
 async fn ambiguous_indexes(State(c): State<Arc<Collector>>) -> Response {
@@ -260,12 +339,18 @@ async fn ambiguous_indexes(State(c): State<Arc<Collector>>) -> Response {
 }
 
 async fn projection(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQuery>) -> Response {
-    let targets = match instantiations(q.instantiation.as_deref().or(Some("filibuster,3milebeach"))) {
+    let targets = match instantiations(q.instantiation.as_deref().or(Some("filibuster,3milebeach")))
+    {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let a = c.analyzer();
     let limit = q.limit.unwrap_or(50);
-    Json(targets.iter().map(|t| projection::project_tree(&a, t, limit)).collect::<Vec<_>>()).into_response()
+    Json(
+        targets
+            .iter()
+            .map(|t| projection::project_tree(&a, t, limit))
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
 }
-

@@ -27,7 +27,11 @@ pub struct IngestConfig {
 
 impl Default for IngestConfig {
     fn default() -> Self {
-        IngestConfig { max_body_bytes: 8 * 1024 * 1024, strict_attributes: false, analyze: true }
+        IngestConfig {
+            max_body_bytes: 8 * 1024 * 1024,
+            strict_attributes: false,
+            analyze: true,
+        }
     }
 }
 
@@ -102,7 +106,11 @@ impl Collector {
 
     /// Spans waiting in the forwarding queue.
     pub fn queued_spans(&self) -> usize {
-        self.forwarder.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |f| f.queued_spans())
+        self.forwarder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, |f| f.queued_spans())
     }
 
     /// Counts and logs a rejection, and hands it back.
@@ -115,7 +123,9 @@ impl Collector {
     /// Accepts a protobuf body (already decompressed); it is forwarded byte for byte.
     pub fn accept_protobuf(&self, body: Bytes) -> Result<Accepted, Rejection> {
         if body.len() > self.config.max_body_bytes {
-            return Err(self.reject(Rejection::TooLarge { limit: self.config.max_body_bytes }));
+            return Err(self.reject(Rejection::TooLarge {
+                limit: self.config.max_body_bytes,
+            }));
         }
         let req = otlp::decode_protobuf(&body).map_err(|r| self.reject(r))?;
         self.accept(req, Some(body))
@@ -124,13 +134,19 @@ impl Collector {
     /// Accepts an OTLP/JSON body (already decompressed); it is forwarded re-encoded as protobuf.
     pub fn accept_json(&self, body: &[u8]) -> Result<Accepted, Rejection> {
         if body.len() > self.config.max_body_bytes {
-            return Err(self.reject(Rejection::TooLarge { limit: self.config.max_body_bytes }));
+            return Err(self.reject(Rejection::TooLarge {
+                limit: self.config.max_body_bytes,
+            }));
         }
         let req = otlp::decode_json(body).map_err(|r| self.reject(r))?;
         self.accept(req, None)
     }
 
-    fn accept(&self, req: ExportTraceServiceRequest, raw: Option<Bytes>) -> Result<Accepted, Rejection> {
+    fn accept(
+        &self,
+        req: ExportTraceServiceRequest,
+        raw: Option<Bytes>,
+    ) -> Result<Accepted, Rejection> {
         let spans = otlp::validate_ids(&req).map_err(|r| self.reject(r))?;
         let mut issues: Vec<AttributeIssue> = Vec::new();
         let records = if self.config.analyze || self.config.strict_attributes {
@@ -143,11 +159,20 @@ impl Collector {
         }
         if !issues.is_empty() {
             Counters::add(&self.counters.attributes_rejected, issues.len() as u64);
-            self.log.warn(&format!("ignored {} dei attribute(s), first: {}", issues.len(), issues[0]));
+            self.log.warn(&format!(
+                "ignored {} dei attribute(s), first: {}",
+                issues.len(),
+                issues[0]
+            ));
         }
         Counters::add(&self.counters.requests_accepted, 1);
         Counters::add(&self.counters.spans_received, spans as u64);
-        if let Some(f) = self.forwarder.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(f) = self
+            .forwarder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             let body = raw.unwrap_or_else(|| otlp::encode_protobuf(&req));
             f.enqueue(Batch { body, spans });
         }
@@ -169,7 +194,11 @@ impl Collector {
 
     /// Drains the forwarding queue (until its deadline).
     pub async fn shutdown(&self) {
-        let f = self.forwarder.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let f = self
+            .forwarder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(f) = f {
             f.shutdown().await;
         }

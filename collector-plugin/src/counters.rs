@@ -5,9 +5,9 @@
 //! API (`GET /api/v1/stats`).
 
 use serde::Serialize;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-use std::sync::Mutex;
 
 macro_rules! counters {
     ($(#[$doc:meta] $name:ident),* $(,)?) => {
@@ -102,7 +102,9 @@ fn counter_help(name: &str) -> &'static str {
         n if n.starts_with("rejected_") => "OTLP export requests rejected, by reason",
         n if n.starts_with("forward_") => "forwarding to the downstream OTLP endpoint",
         n if n.starts_with("graph_") => "service-graph pairing store and edges",
-        n if n.starts_with("tree_") || n.starts_with("trace") => "DEI prefix tree and per-trace store",
+        n if n.starts_with("tree_") || n.starts_with("trace") => {
+            "DEI prefix tree and per-trace store"
+        }
         n if n.starts_with("preliminary_") => "stream index rewriting (preliminary to final)",
         _ => "dei-collector counter",
     }
@@ -126,7 +128,11 @@ pub struct RateLimitedLog {
 impl RateLimitedLog {
     /// A limiter that lets one message through per `interval`.
     pub fn new(interval: std::time::Duration) -> Self {
-        RateLimitedLog { interval, last: Mutex::new(None), suppressed: AtomicU64::new(0) }
+        RateLimitedLog {
+            interval,
+            last: Mutex::new(None),
+            suppressed: AtomicU64::new(0),
+        }
     }
 
     /// Logs `msg` at WARN unless a message was logged less than one interval ago.

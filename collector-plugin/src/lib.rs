@@ -34,18 +34,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod analyzer;
-pub mod bench;
 pub mod api;
+pub mod bench;
 pub mod collector;
-pub mod receiver;
 pub mod counters;
 pub mod forward;
 pub mod graph;
 pub mod offline;
 pub mod otlp;
+pub mod receiver;
 pub mod serde_index;
 pub mod server;
 pub mod span_record;
 pub mod tree;
-pub mod analysis;

@@ -14,7 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "dei-collector", version, about = "OTLP collector that rebuilds the service graph and the DEI prefix tree")]
+#[command(
+    name = "dei-collector",
+    version,
+    about = "OTLP collector that rebuilds the service graph and the DEI prefix tree"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -176,11 +180,16 @@ struct BenchArgs {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
 }
 
 fn main() -> ExitCode {
@@ -205,13 +214,14 @@ fn main() -> ExitCode {
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = term.recv() => {},
@@ -284,12 +294,18 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
     let mut sink = std::io::sink();
     let mut stderr = std::io::stderr();
     let progress: &mut dyn std::io::Write = if a.quiet { &mut sink } else { &mut stderr };
-    let summary = offline::ingest_files(&mut analyzer, &a.files, progress).map_err(|e| e.to_string())?;
+    let summary =
+        offline::ingest_files(&mut analyzer, &a.files, progress).map_err(|e| e.to_string())?;
     let view = || collector_plugin::graph::render::graph_view(&analyzer);
     let out = match a.format {
         Format::Text => offline::text_report(&analyzer, &summary, a.tree_depth, &extra),
-        Format::Json => serde_json::to_string_pretty(&offline::json_report(&analyzer, &summary, a.tree_depth, &extra))
-            .map_err(|e| e.to_string())?,
+        Format::Json => serde_json::to_string_pretty(&offline::json_report(
+            &analyzer,
+            &summary,
+            a.tree_depth,
+            &extra,
+        ))
+        .map_err(|e| e.to_string())?,
         Format::Dot => collector_plugin::graph::render::to_dot(&view()),
         Format::Mermaid => collector_plugin::graph::render::to_mermaid(&view()),
     };
@@ -316,8 +332,13 @@ fn run_loadgen(a: LoadgenArgs) -> Result<(), String> {
 fn run_sink(a: SinkArgs) -> Result<(), String> {
     let rt = runtime().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let s = sink::start(a.grpc_listen, a.http_listen).await.map_err(|e| e.to_string())?;
-        println!("dei-collector sink listening grpc={} http={}", s.grpc_addr, s.http_addr);
+        let s = sink::start(a.grpc_listen, a.http_listen)
+            .await
+            .map_err(|e| e.to_string())?;
+        println!(
+            "dei-collector sink listening grpc={} http={}",
+            s.grpc_addr, s.http_addr
+        );
         shutdown_signal().await;
         println!(
             "{{\"spans\":{},\"requests\":{}}}",
@@ -343,9 +364,15 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         &mut std::io::stderr(),
     ))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?
+        );
     }
-    if let (Some(d), Some(r)) = (results.first(), results.iter().find(|r| r.target == "rotel")) {
+    if let (Some(d), Some(r)) = (
+        results.first(),
+        results.iter().find(|r| r.target == "rotel"),
+    ) {
         eprintln!(
             "dei-collector / rotel: accepted throughput {:.2}x, delivered throughput {:.2}x, peak RSS {:.2}x",
             d.load.spans_per_second / r.load.spans_per_second.max(1e-9),

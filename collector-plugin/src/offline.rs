@@ -59,18 +59,39 @@ pub fn offline_analyzer(counters: Arc<Counters>) -> Analyzer {
     Analyzer::new(config, counters)
 }
 
+/// Where an offline run is: file `file` of `files`, `read` of `total` bytes.
+#[derive(Clone, Copy)]
+struct Position<'a> {
+    file: usize,
+    files: usize,
+    path: &'a Path,
+    read: u64,
+    total: u64,
+}
+
 struct Progress<'a> {
     out: &'a mut dyn Write,
     last: Instant,
 }
 
 impl Progress<'_> {
-    fn tick(&mut self, force: bool, file: usize, files: usize, path: &Path, read: u64, total: u64, s: &Summary) {
+    fn tick(&mut self, force: bool, at: &Position<'_>, s: &Summary) {
+        let Position {
+            file,
+            files,
+            path,
+            read,
+            total,
+        } = *at;
         if !force && self.last.elapsed() < Duration::from_secs(1) {
             return;
         }
         self.last = Instant::now();
-        let pct = if total > 0 { read as f64 * 100.0 / total as f64 } else { 100.0 };
+        let pct = if total > 0 {
+            read as f64 * 100.0 / total as f64
+        } else {
+            100.0
+        };
         let _ = writeln!(
             self.out,
             "[{file}/{files}] {}: {:.1}/{:.1} MB ({pct:.0}%), {} documents, {} spans, {} bad",
@@ -92,7 +113,8 @@ struct CountingReader<R> {
 impl<R: Read> Read for CountingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.read
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -113,15 +135,31 @@ fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary
 }
 
 /// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer.
-pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Write) -> Result<Summary, OfflineError> {
-    let mut s = Summary { files: paths.len(), ..Default::default() };
-    let mut p = Progress { out: progress, last: Instant::now() };
+pub fn ingest_files(
+    a: &mut Analyzer,
+    paths: &[PathBuf],
+    progress: &mut dyn Write,
+) -> Result<Summary, OfflineError> {
+    let mut s = Summary {
+        files: paths.len(),
+        ..Default::default()
+    };
+    let mut p = Progress {
+        out: progress,
+        last: Instant::now(),
+    };
     for (i, path) in paths.iter().enumerate() {
-        let io = |source| OfflineError::Io { path: path.clone(), source };
+        let io = |source| OfflineError::Io {
+            path: path.clone(),
+            source,
+        };
         let file = std::fs::File::open(path).map_err(io)?;
         let total = file.metadata().map(|m| m.len()).unwrap_or(0);
         let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let counting = CountingReader { inner: file, read: read.clone() };
+        let counting = CountingReader {
+            inner: file,
+            read: read.clone(),
+        };
         let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
             Box::new(flate2::read::GzDecoder::new(counting))
         } else {
@@ -156,10 +194,21 @@ pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Writ
                 }
             }
             first = false;
-            p.tick(false, i + 1, paths.len(), path, read.load(std::sync::atomic::Ordering::Relaxed), total, &s);
+            p.tick(
+                false,
+                &Position {
+                    file: i + 1,
+                    files: paths.len(),
+                    path,
+                    read: read.load(std::sync::atomic::Ordering::Relaxed),
+                    total,
+                },
+                &s,
+            );
         }
         if let Some(text) = whole {
-            let stream = serde_json::Deserializer::from_str(&text).into_iter::<ExportTraceServiceRequest>();
+            let stream =
+                serde_json::Deserializer::from_str(&text).into_iter::<ExportTraceServiceRequest>();
             for doc in stream {
                 match doc {
                     Ok(req) => ingest_doc(a, &req, &mut s),
@@ -171,14 +220,29 @@ pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Writ
                 }
             }
         }
-        p.tick(true, i + 1, paths.len(), path, read.load(std::sync::atomic::Ordering::Relaxed), total, &s);
+        p.tick(
+            true,
+            &Position {
+                file: i + 1,
+                files: paths.len(),
+                path,
+                read: read.load(std::sync::atomic::Ordering::Relaxed),
+                total,
+            },
+            &s,
+        );
     }
     a.finish();
     Ok(s)
 }
 
 /// The full JSON report: summary, graph, tree (to `tree_depth`) and every analysis.
-pub fn json_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> serde_json::Value {
+pub fn json_report(
+    a: &Analyzer,
+    s: &Summary,
+    tree_depth: usize,
+    extra: &[Instantiation],
+) -> serde_json::Value {
     let mut budget = 100_000;
     json!({
         "summary": s,
@@ -190,18 +254,37 @@ pub fn json_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instan
 }
 
 /// A readable text report.
-pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> String {
+pub fn text_report(
+    a: &Analyzer,
+    s: &Summary,
+    tree_depth: usize,
+    extra: &[Instantiation],
+) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
         "read {} file(s): {} documents ({} bad), {} spans, {} ignored dei attributes",
         s.files, s.documents, s.bad_documents, s.spans, s.ignored_attributes
     );
-    let _ = writeln!(o, "prefix tree: {} nodes; {} traces retained", a.tree.len(), a.traces.len());
+    let _ = writeln!(
+        o,
+        "prefix tree: {} nodes; {} traces retained",
+        a.tree.len(),
+        a.traces.len()
+    );
     let g = render::graph_view(a);
-    let _ = writeln!(o, "\n== service graph ({} nodes, {} edges)", g.nodes.len(), g.edges.len());
+    let _ = writeln!(
+        o,
+        "\n== service graph ({} nodes, {} edges)",
+        g.nodes.len(),
+        g.edges.len()
+    );
     for e in &g.edges {
-        let kind = if e.connection_type.is_empty() { "direct" } else { e.connection_type };
+        let kind = if e.connection_type.is_empty() {
+            "direct"
+        } else {
+            e.connection_type
+        };
         let _ = writeln!(
             o,
             "  {} -> {} [{kind}] requests={} failed={} index_requests={}",
@@ -216,18 +299,31 @@ pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instan
         }
         let st = &n.stats;
         let pad = "  ".repeat(n.index.depth());
-        let services = |m: &std::collections::BTreeMap<Arc<str>, u64>| m.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
+        let services = |m: &std::collections::BTreeMap<Arc<str>, u64>| {
+            m.keys()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         let _ = writeln!(
             o,
             "{pad}{} {} [{} -> {}] seen={} traces={} errors={}{}{}",
             n.index.last().map(|e| e.to_string()).unwrap_or_default(),
             st.signature.as_deref().unwrap_or("?"),
             services(&st.client_services),
-            if st.server_services.is_empty() { services(&st.peers) } else { services(&st.server_services) },
+            if st.server_services.is_empty() {
+                services(&st.peers)
+            } else {
+                services(&st.server_services)
+            },
             st.seen,
             st.traces,
             st.errors,
-            if st.faults.is_empty() { String::new() } else { format!(" faults={:?}", st.faults) },
+            if st.faults.is_empty() {
+                String::new()
+            } else {
+                format!(" faults={:?}", st.faults)
+            },
             if st.preliminary { " (preliminary)" } else { "" },
         );
     }
@@ -280,8 +376,18 @@ pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instan
             p.instantiation, p.distinct_full, p.distinct_projected, p.collapsed_names
         );
         for c in p.collapses.iter().take(5) {
-            let sigs: Vec<String> = c.full.iter().map(|f| f.signature.as_deref().unwrap_or("?").to_string()).collect();
-            let _ = writeln!(o, "    {} <- {} RPCs in one trace ({})", c.projected, c.max_in_one_trace, sigs.join(", "));
+            let sigs: Vec<String> = c
+                .full
+                .iter()
+                .map(|f| f.signature.as_deref().unwrap_or("?").to_string())
+                .collect();
+            let _ = writeln!(
+                o,
+                "    {} <- {} RPCs in one trace ({})",
+                c.projected,
+                c.max_in_one_trace,
+                sigs.join(", ")
+            );
         }
     }
     o

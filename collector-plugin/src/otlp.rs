@@ -66,7 +66,12 @@ impl BodyEncoding {
                 "missing Content-Type: use application/x-protobuf or application/json".into(),
             ));
         };
-        let mime = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let mime = value
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         match mime.as_str() {
             "application/x-protobuf" | "application/protobuf" => Ok(BodyEncoding::Protobuf),
             "application/json" => Ok(BodyEncoding::Json),
@@ -148,13 +153,22 @@ mod tests {
 
     #[test]
     fn content_types() {
-        assert_eq!(BodyEncoding::from_content_type(Some("application/x-protobuf")), Ok(BodyEncoding::Protobuf));
+        assert_eq!(
+            BodyEncoding::from_content_type(Some("application/x-protobuf")),
+            Ok(BodyEncoding::Protobuf)
+        );
         assert_eq!(
             BodyEncoding::from_content_type(Some("application/json; charset=utf-8")),
             Ok(BodyEncoding::Json)
         );
-        assert!(matches!(BodyEncoding::from_content_type(Some("text/plain")), Err(Rejection::ContentType(_))));
-        assert!(matches!(BodyEncoding::from_content_type(None), Err(Rejection::ContentType(_))));
+        assert!(matches!(
+            BodyEncoding::from_content_type(Some("text/plain")),
+            Err(Rejection::ContentType(_))
+        ));
+        assert!(matches!(
+            BodyEncoding::from_content_type(None),
+            Err(Rejection::ContentType(_))
+        ));
     }
 
     #[test]
@@ -163,16 +177,33 @@ mod tests {
         enc.write_all(&vec![0u8; 1 << 20]).unwrap();
         let small = enc.finish().unwrap();
         assert!(small.len() < 10_000);
-        assert_eq!(gunzip_limited(&small, 1000), Err(Rejection::TooLarge { limit: 1000 }));
+        assert_eq!(
+            gunzip_limited(&small, 1000),
+            Err(Rejection::TooLarge { limit: 1000 })
+        );
         assert_eq!(gunzip_limited(&small, 1 << 20).unwrap().len(), 1 << 20);
-        assert!(matches!(gunzip_limited(b"not gzip", 1000), Err(Rejection::ContentType(_))));
+        assert!(matches!(
+            gunzip_limited(b"not gzip", 1000),
+            Err(Rejection::ContentType(_))
+        ));
     }
 
     #[test]
     fn garbage_is_rejected_not_panicking() {
-        assert!(matches!(decode_protobuf(&[0xff, 0xff, 0xff, 0xff]), Err(Rejection::BadProtobuf(_))));
-        assert!(matches!(decode_json(b"{\"resourceSpans\": 3}"), Err(Rejection::BadJson(_))));
-        assert!(matches!(decode_json(b"{\"resourceSpans\":[{\"scopeSpans\":[{\"spans\":[{\"traceId\":\"zz\"}]}]}]}"), Err(Rejection::BadJson(_))));
+        assert!(matches!(
+            decode_protobuf(&[0xff, 0xff, 0xff, 0xff]),
+            Err(Rejection::BadProtobuf(_))
+        ));
+        assert!(matches!(
+            decode_json(b"{\"resourceSpans\": 3}"),
+            Err(Rejection::BadJson(_))
+        ));
+        assert!(matches!(
+            decode_json(
+                b"{\"resourceSpans\":[{\"scopeSpans\":[{\"spans\":[{\"traceId\":\"zz\"}]}]}]}"
+            ),
+            Err(Rejection::BadJson(_))
+        ));
     }
 
     #[test]

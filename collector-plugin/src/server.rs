@@ -48,7 +48,12 @@ impl ServerConfig {
     /// Every listener on an ephemeral loopback port (for tests).
     pub fn ephemeral() -> Self {
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
-        ServerConfig { grpc_listen: any, http_listen: any, api_listen: any, ..Default::default() }
+        ServerConfig {
+            grpc_listen: any,
+            http_listen: any,
+            api_listen: any,
+            ..Default::default()
+        }
     }
 }
 
@@ -84,7 +89,9 @@ pub enum StartError {
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
 }
 
 /// Binds every listener and starts serving.
@@ -94,7 +101,12 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
         Some(f) => Some(Forwarder::start(f, counters.clone()).map_err(StartError::Forward)?),
         None => None,
     };
-    let collector = Arc::new(Collector::new(config.ingest.clone(), config.analyzer.clone(), forwarder, counters));
+    let collector = Arc::new(Collector::new(
+        config.ingest.clone(),
+        config.analyzer.clone(),
+        forwarder,
+        counters,
+    ));
     let grpc_l = bind(config.grpc_listen).await?;
     let http_l = bind(config.http_listen).await?;
     let api_l = bind(config.api_listen).await?;
@@ -123,14 +135,20 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
     let app = http::router(collector.clone());
     let rx = stopped.clone();
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(http_l, app).with_graceful_shutdown(signal(rx)).await {
+        if let Err(e) = axum::serve(http_l, app)
+            .with_graceful_shutdown(signal(rx))
+            .await
+        {
             tracing::error!(error = %e, "HTTP receiver stopped");
         }
     }));
     let app = api::router(collector.clone());
     let rx = stopped.clone();
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(api_l, app).with_graceful_shutdown(signal(rx)).await {
+        if let Err(e) = axum::serve(api_l, app)
+            .with_graceful_shutdown(signal(rx))
+            .await
+        {
             tracing::error!(error = %e, "API stopped");
         }
     }));
@@ -145,7 +163,14 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
             }
         }
     }));
-    Ok(Running { grpc_addr, http_addr, api_addr, collector, stop, tasks })
+    Ok(Running {
+        grpc_addr,
+        http_addr,
+        api_addr,
+        collector,
+        stop,
+        tasks,
+    })
 }
 
 impl Running {

@@ -163,7 +163,10 @@ impl std::fmt::Display for AttributeIssue {
 
 /// Extracts every span of a request whose ids were validated by [`crate::otlp::validate_ids`].
 /// Spans with invalid ids are skipped.
-pub fn extract(req: &ExportTraceServiceRequest, issues: &mut Vec<AttributeIssue>) -> Vec<SpanRecord> {
+pub fn extract(
+    req: &ExportTraceServiceRequest,
+    issues: &mut Vec<AttributeIssue>,
+) -> Vec<SpanRecord> {
     let mut out = Vec::new();
     for rs in &req.resource_spans {
         let service: Arc<str> = rs
@@ -184,39 +187,57 @@ pub fn extract(req: &ExportTraceServiceRequest, issues: &mut Vec<AttributeIssue>
     out
 }
 
-fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue>) -> Option<SpanRecord> {
+fn extract_span(
+    span: &Span,
+    service: &Arc<str>,
+    issues: &mut Vec<AttributeIssue>,
+) -> Option<SpanRecord> {
     let trace_id: TraceId = span.trace_id.as_slice().try_into().ok()?;
     let span_id: SpanId = span.span_id.as_slice().try_into().ok()?;
     let parent_span_id: Option<SpanId> = span.parent_span_id.as_slice().try_into().ok();
     let mut peer = None;
     for (key, source) in PEER_ATTRIBUTES {
-        if let Some(v) = span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| as_str(kv.value.as_ref())) {
-            if !v.is_empty() {
-                peer = Some((v.to_string(), source));
-                break;
-            }
+        if let Some(v) = span
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| as_str(kv.value.as_ref()))
+            && !v.is_empty()
+        {
+            peer = Some((v.to_string(), source));
+            break;
         }
     }
     let mut dei = DeiAttributes::default();
     for kv in &span.attributes {
-        if kv.key.starts_with("dei.") {
-            if let Err(problem) = apply_attribute(&mut dei, kv) {
-                issues.push(AttributeIssue { key: kv.key.clone(), problem });
-            }
-        }
-    }
-    if let (Some(index), Some(depth)) = (&dei.index, dei.depth) {
-        if index.depth() != depth as usize {
+        if kv.key.starts_with("dei.")
+            && let Err(problem) = apply_attribute(&mut dei, kv)
+        {
             issues.push(AttributeIssue {
-                key: "dei.depth".into(),
-                problem: format!("{depth} does not match the index depth {}", index.depth()),
+                key: kv.key.clone(),
+                problem,
             });
         }
     }
-    for event in span.events.iter().filter(|e| e.name == "dei.stream.message") {
+    if let (Some(index), Some(depth)) = (&dei.index, dei.depth)
+        && index.depth() != depth as usize
+    {
+        issues.push(AttributeIssue {
+            key: "dei.depth".into(),
+            problem: format!("{depth} does not match the index depth {}", index.depth()),
+        });
+    }
+    for event in span
+        .events
+        .iter()
+        .filter(|e| e.name == "dei.stream.message")
+    {
         match stream_mapping(&event.attributes) {
             Ok(m) => dei.stream_messages.push(m),
-            Err(problem) => issues.push(AttributeIssue { key: "dei.stream.message".into(), problem }),
+            Err(problem) => issues.push(AttributeIssue {
+                key: "dei.stream.message".into(),
+                problem,
+            }),
         }
     }
     Some(SpanRecord {
@@ -256,20 +277,27 @@ fn type_name(v: Option<&AnyValue>) -> &'static str {
 }
 
 fn want_str(kv: &KeyValue) -> Result<&str, String> {
-    as_str(kv.value.as_ref()).ok_or_else(|| format!("expected a string, got {}", type_name(kv.value.as_ref())))
+    as_str(kv.value.as_ref())
+        .ok_or_else(|| format!("expected a string, got {}", type_name(kv.value.as_ref())))
 }
 
 fn want_bool(kv: &KeyValue) -> Result<bool, String> {
     match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
         Some(Value::BoolValue(b)) => Ok(*b),
-        _ => Err(format!("expected a bool, got {}", type_name(kv.value.as_ref()))),
+        _ => Err(format!(
+            "expected a bool, got {}",
+            type_name(kv.value.as_ref())
+        )),
     }
 }
 
 fn want_u32(kv: &KeyValue) -> Result<u32, String> {
     match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
         Some(Value::IntValue(i)) => u32::try_from(*i).map_err(|_| format!("{i} is out of range")),
-        _ => Err(format!("expected an int, got {}", type_name(kv.value.as_ref()))),
+        _ => Err(format!(
+            "expected an int, got {}",
+            type_name(kv.value.as_ref())
+        )),
     }
 }
 
@@ -279,7 +307,11 @@ const MAX_TEXT: usize = 1024;
 const MAX_FRAMES: usize = 64;
 
 fn bounded(s: &str) -> Result<&str, String> {
-    if s.len() > MAX_TEXT { Err(format!("longer than {MAX_TEXT} bytes")) } else { Ok(s) }
+    if s.len() > MAX_TEXT {
+        Err(format!("longer than {MAX_TEXT} bytes"))
+    } else {
+        Ok(s)
+    }
 }
 
 fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String> {
@@ -291,15 +323,21 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
         "dei.signature" => dei.signature = Some(Arc::from(bounded(want_str(kv)?)?)),
         "dei.payload.digest" => {
             let s = want_str(kv)?;
-            dei.payload_digest = Some(PayloadDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
+            dei.payload_digest =
+                Some(PayloadDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
         }
         "dei.stack.digest" => {
             let s = want_str(kv)?;
-            dei.stack_digest = Some(StackDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
+            dei.stack_digest =
+                Some(StackDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
         }
         "dei.stack" => {
             let frames: Vec<String> = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(Value::StringValue(s)) => s.lines().filter(|l| !l.is_empty()).map(str::to_string).collect(),
+                Some(Value::StringValue(s)) => s
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string)
+                    .collect(),
                 Some(Value::ArrayValue(a)) => {
                     let mut frames = Vec::with_capacity(a.values.len());
                     for v in &a.values {
@@ -341,8 +379,9 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
         "dei.ambiguous" => dei.ambiguous = want_bool(kv)?,
         "dei.fault" => {
             let s = want_str(kv)?;
-            s.parse::<dei_propagator::Fault>()
-                .map_err(|_| format!("malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)"))?;
+            s.parse::<dei_propagator::Fault>().map_err(|_| {
+                format!("malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)")
+            })?;
             dei.fault = Some(s.to_string());
         }
         // Unknown `dei.*` keys (future attributes) are ignored silently.
@@ -353,7 +392,10 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
 
 fn stream_mapping(attrs: &[KeyValue]) -> Result<StreamMapping, String> {
     let get = |key: &str| -> Result<Index, String> {
-        let kv = attrs.iter().find(|kv| kv.key == key).ok_or_else(|| format!("missing {key}"))?;
+        let kv = attrs
+            .iter()
+            .find(|kv| kv.key == key)
+            .ok_or_else(|| format!("missing {key}"))?;
         let s = want_str(kv).map_err(|e| format!("{key}: {e}"))?;
         Index::decode(s).map_err(|e| format!("{key}: malformed index: {e}"))
     };
@@ -365,5 +407,110 @@ fn stream_mapping(attrs: &[KeyValue]) -> Result<StreamMapping, String> {
     if final_index.last().is_none_or(|e| e.preliminary) {
         return Err("dei.index of a stream message must end in a final element".into());
     }
-    Ok(StreamMapping { preliminary, final_index })
+    Ok(StreamMapping {
+        preliminary,
+        final_index,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::otlp::decode_json;
+
+    fn one(attrs: &str, events: &str) -> (Vec<SpanRecord>, Vec<AttributeIssue>) {
+        let json = format!(
+            r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"svc"}}}}]}},
+            "scopeSpans":[{{"spans":[{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708",
+            "parentSpanId":"0807060504030201","name":"n","kind":3,"startTimeUnixNano":"10","endTimeUnixNano":"30",
+            "status":{{"code":2}},"attributes":[{attrs}],"events":[{events}]}}]}}]}}]}}"#
+        );
+        let req = decode_json(json.as_bytes()).unwrap();
+        let mut issues = Vec::new();
+        (extract(&req, &mut issues), issues)
+    }
+
+    #[test]
+    fn reads_every_dei_attribute() {
+        let digest = "ab".repeat(32);
+        let (spans, issues) = one(
+            &format!(
+                r#"{{"key":"dei.index","value":{{"stringValue":"1.AQEBAQEBAQE2"}}}},
+                {{"key":"dei.signature","value":{{"stringValue":"a.B/C"}}}},
+                {{"key":"dei.payload.digest","value":{{"stringValue":"{digest}"}}}},
+                {{"key":"dei.stack.digest","value":{{"stringValue":"{digest}"}}}},
+                {{"key":"dei.stack","value":{{"stringValue":"src/a.rs:1:2\nsrc/b.rs:3:4"}}}},
+                {{"key":"dei.count","value":{{"intValue":"2"}}}},
+                {{"key":"dei.depth","value":{{"intValue":1}}}},
+                {{"key":"dei.instantiation","value":{{"stringValue":"dei"}}}},
+                {{"key":"dei.ambiguous","value":{{"boolValue":true}}}},
+                {{"key":"dei.fault","value":{{"stringValue":"h503"}}}},
+                {{"key":"peer.service","value":{{"stringValue":"billing"}}}}"#
+            ),
+            "",
+        );
+        assert_eq!(issues, vec![]);
+        let s = &spans[0];
+        assert_eq!(s.kind, Kind::Client);
+        assert!(s.error);
+        assert_eq!(&*s.service, "svc");
+        assert_eq!(s.parent_span_id, Some([8, 7, 6, 5, 4, 3, 2, 1]));
+        assert_eq!(s.peer, Some(("billing".into(), PeerSource::PeerService)));
+        let d = &s.dei;
+        assert_eq!(d.index.as_ref().unwrap().encode(), "1.AQEBAQEBAQE2");
+        assert_eq!(d.signature.as_deref(), Some("a.B/C"));
+        assert_eq!(d.payload_digest.unwrap().to_hex(), digest);
+        assert_eq!(d.stack.as_ref().unwrap(), &vec!["src/a.rs:1:2".to_string(), "src/b.rs:3:4".to_string()]);
+        assert_eq!((d.count, d.depth), (Some(2), Some(1)));
+        assert!(d.ambiguous && !d.preliminary);
+        assert_eq!(d.fault.as_deref(), Some("h503"));
+    }
+
+    #[test]
+    fn wrong_types_are_reported_per_attribute() {
+        let (spans, issues) = one(
+            r#"{"key":"dei.index","value":{"intValue":"5"}},
+               {"key":"dei.count","value":{"intValue":"0"}},
+               {"key":"dei.depth","value":{"intValue":"-1"}},
+               {"key":"dei.preliminary","value":{"stringValue":"yes"}},
+               {"key":"dei.stack.digest","value":{"stringValue":"ABCD"}},
+               {"key":"dei.signature","value":{"stringValue":"ok"}}"#,
+            r#"{"name":"dei.stream.message","attributes":[{"key":"dei.preliminary_index","value":{"stringValue":"1.AQEBAQEBAQE1"}},
+                {"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}}]}"#,
+        );
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            vec!["dei.index", "dei.count", "dei.depth", "dei.preliminary", "dei.stack.digest", "dei.stream.message"]
+        );
+        assert!(issues[0].problem.contains("expected a string, got int"));
+        assert!(issues[5].problem.contains("preliminary element"));
+        assert_eq!(spans[0].dei.signature.as_deref(), Some("ok"));
+        assert!(spans[0].dei.index.is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_attribute_values_never_panic(key in "dei\\.[a-z._]{0,20}", s in ".{0,80}", i in proptest::num::i64::ANY, b: bool) {
+            for v in [format!("{{\"stringValue\":{}}}", serde_json::to_string(&s).unwrap()), format!("{{\"intValue\":\"{i}\"}}"), format!("{{\"boolValue\":{b}}}")] {
+                let (spans, _) = one(&format!(r#"{{"key":{},"value":{v}}}"#, serde_json::to_string(&key).unwrap()), "");
+                proptest::prop_assert_eq!(spans.len(), 1);
+            }
+        }
+
+        #[test]
+        fn arbitrary_bodies_never_panic(body in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = crate::otlp::decode_protobuf(&body);
+            let _ = crate::otlp::decode_json(&body);
+            let _ = crate::otlp::gunzip_limited(&body, 1024);
+            if let Ok(req) = crate::otlp::decode_protobuf(&body) {
+                if crate::otlp::validate_ids(&req).is_ok() {
+                    let mut issues = Vec::new();
+                    let spans = extract(&req, &mut issues);
+                    let mut a = crate::analyzer::Analyzer::new(Default::default(), Default::default());
+                    a.ingest(spans, std::time::Instant::now());
+                }
+            }
+        }
+    }
 }

@@ -13,6 +13,15 @@ const GOOD: &str = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"servi
  "startTimeUnixNano":"1","endTimeUnixNano":"2",
  "attributes":[{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}}]}]}]}]}"#;
 
+/// (name, content type, content encoding, body, expected message).
+type Case = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Vec<u8>,
+    &'static str,
+);
+
 async fn start(strict: bool) -> Running {
     let mut config = ServerConfig::ephemeral();
     config.ingest.max_body_bytes = 4096;
@@ -20,7 +29,12 @@ async fn start(strict: bool) -> Running {
     server::start(config).await.unwrap()
 }
 
-async fn post(r: &Running, content_type: &str, encoding: Option<&str>, body: Vec<u8>) -> (u16, String) {
+async fn post(
+    r: &Running,
+    content_type: &str,
+    encoding: Option<&str>,
+    body: Vec<u8>,
+) -> (u16, String) {
     let mut req = reqwest::Client::new()
         .post(format!("http://{}/v1/traces", r.http_addr))
         .header("content-type", content_type)
@@ -40,34 +54,111 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 async fn grpc(r: &Running, body: Vec<u8>) -> Result<(), tonic::Status> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", r.grpc_addr)).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", r.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut g = tonic::client::Grpc::new(channel);
     g.ready().await.unwrap();
-    g.unary(tonic::Request::new(Bytes::from(body)), http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH), RawCodec)
-        .await
-        .map(|_| ())
+    g.unary(
+        tonic::Request::new(Bytes::from(body)),
+        http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH),
+        RawCodec,
+    )
+    .await
+    .map(|_| ())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_rejections() {
     let r = start(false).await;
-    let cases: Vec<(&str, &str, Option<&str>, Vec<u8>, &str)> = vec![
-        ("bad protobuf", "application/x-protobuf", None, vec![0xff, 0xff, 0xff, 0xff, 0x0f], "malformed protobuf"),
-        ("bad JSON", "application/json", None, b"{\"resourceSpans\": [".to_vec(), "malformed OTLP/JSON"),
-        ("wrong content type", "text/plain", None, GOOD.as_bytes().to_vec(), "unsupported Content-Type"),
-        ("oversized body", "application/json", None, vec![b' '; 5000], "exceeds the limit of 4096 bytes"),
-        ("gzip bomb", "application/json", Some("gzip"), gzip(&vec![b' '; 100_000]), "exceeds the limit of 4096 bytes"),
-        ("bad gzip", "application/json", Some("gzip"), b"not gzip".to_vec(), "invalid gzip"),
-        ("unknown encoding", "application/json", Some("br"), GOOD.as_bytes().to_vec(), "unsupported Content-Encoding"),
-        ("bogus span id", "application/json", None, GOOD.replace("0102030405060708\"", "01020304\"").into_bytes(), "spanId must be 8 bytes"),
-        ("zero trace id", "application/json", None, GOOD.replace("0102030405060708090a0b0c0d0e0f10", "00000000000000000000000000000000").into_bytes(), "traceId must be 16 bytes and not all zero"),
-        ("non-hex id", "application/json", None, GOOD.replace("0102030405060708\"", "zz02030405060708\"").into_bytes(), "malformed OTLP/JSON"),
+    let cases: Vec<Case> = vec![
+        (
+            "bad protobuf",
+            "application/x-protobuf",
+            None,
+            vec![0xff, 0xff, 0xff, 0xff, 0x0f],
+            "malformed protobuf",
+        ),
+        (
+            "bad JSON",
+            "application/json",
+            None,
+            b"{\"resourceSpans\": [".to_vec(),
+            "malformed OTLP/JSON",
+        ),
+        (
+            "wrong content type",
+            "text/plain",
+            None,
+            GOOD.as_bytes().to_vec(),
+            "unsupported Content-Type",
+        ),
+        (
+            "oversized body",
+            "application/json",
+            None,
+            vec![b' '; 5000],
+            "exceeds the limit of 4096 bytes",
+        ),
+        (
+            "gzip bomb",
+            "application/json",
+            Some("gzip"),
+            gzip(&vec![b' '; 100_000]),
+            "exceeds the limit of 4096 bytes",
+        ),
+        (
+            "bad gzip",
+            "application/json",
+            Some("gzip"),
+            b"not gzip".to_vec(),
+            "invalid gzip",
+        ),
+        (
+            "unknown encoding",
+            "application/json",
+            Some("br"),
+            GOOD.as_bytes().to_vec(),
+            "unsupported Content-Encoding",
+        ),
+        (
+            "bogus span id",
+            "application/json",
+            None,
+            GOOD.replace("0102030405060708\"", "01020304\"")
+                .into_bytes(),
+            "spanId must be 8 bytes",
+        ),
+        (
+            "zero trace id",
+            "application/json",
+            None,
+            GOOD.replace(
+                "0102030405060708090a0b0c0d0e0f10",
+                "00000000000000000000000000000000",
+            )
+            .into_bytes(),
+            "traceId must be 16 bytes and not all zero",
+        ),
+        (
+            "non-hex id",
+            "application/json",
+            None,
+            GOOD.replace("0102030405060708\"", "zz02030405060708\"")
+                .into_bytes(),
+            "malformed OTLP/JSON",
+        ),
     ];
     for (name, ct, enc, body, expect) in cases {
         let (status, text) = post(&r, ct, enc, body).await;
         assert_eq!(status, 400, "{name}: {text}");
         assert!(text.contains(expect), "{name}: {text}");
-        assert!(text.contains("\"code\":3") || ct == "application/x-protobuf", "{name}: {text}");
+        assert!(
+            text.contains("\"code\":3") || ct == "application/x-protobuf",
+            "{name}: {text}"
+        );
     }
     let c = r.collector.counters().snapshot();
     assert_eq!(c.rejected_bad_protobuf, 1);
@@ -100,7 +191,10 @@ async fn wrong_attribute_types_are_ignored_one_by_one_or_rejected_in_strict_mode
     let (status, text) = post(&r, "application/json", None, bad.clone().into_bytes()).await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("5 dei attribute(s) ignored"), "{text}");
-    assert!(text.contains("dei.count") && text.contains("expected an int, got string"), "{text}");
+    assert!(
+        text.contains("dei.count") && text.contains("expected an int, got string"),
+        "{text}"
+    );
     assert_eq!(r.collector.counters().snapshot().attributes_rejected, 5);
     // the valid index was still used
     assert_eq!(r.collector.analyzer().tree.len(), 2);
@@ -117,7 +211,9 @@ async fn wrong_attribute_types_are_ignored_one_by_one_or_rejected_in_strict_mode
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_rejections() {
     let r = start(false).await;
-    let e = grpc(&r, vec![0xff, 0xff, 0xff, 0xff, 0x0f]).await.unwrap_err();
+    let e = grpc(&r, vec![0xff, 0xff, 0xff, 0xff, 0x0f])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("malformed protobuf"), "{e:?}");
     let e = grpc(&r, vec![0x0a; 10_000]).await.unwrap_err();
@@ -131,7 +227,15 @@ async fn grpc_rejections() {
     let good = collector_plugin::otlp::decode_json(GOOD.as_bytes()).unwrap();
     grpc(&r, good.encode_to_vec()).await.expect("still serving");
     let c = r.collector.counters().snapshot();
-    assert_eq!((c.rejected_bad_protobuf, c.rejected_too_large, c.rejected_bad_ids, c.requests_accepted), (1, 1, 1, 1));
+    assert_eq!(
+        (
+            c.rejected_bad_protobuf,
+            c.rejected_too_large,
+            c.rejected_bad_ids,
+            c.requests_accepted
+        ),
+        (1, 1, 1, 1)
+    );
     r.shutdown().await;
 }
 

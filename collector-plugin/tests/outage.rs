@@ -8,8 +8,8 @@ use collector_plugin::server::{self, ServerConfig};
 use common::Downstream;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use std::time::Duration;
 
@@ -22,7 +22,9 @@ fn batch(batch: u32, n: u32) -> ExportTraceServiceRequest {
             resource: Some(Resource {
                 attributes: vec![KeyValue {
                     key: "service.name".into(),
-                    value: Some(AnyValue { value: Some(Value::StringValue("loader".into())) }),
+                    value: Some(AnyValue {
+                        value: Some(Value::StringValue("loader".into())),
+                    }),
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -62,7 +64,9 @@ async fn collector(downstream: &Downstream, capacity: usize) -> server::Running 
 async fn downstream_outage_under_steady_load_loses_nothing_within_capacity() {
     let mut downstream = Downstream::start().await;
     let running = collector(&downstream, 10_000).await;
-    let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
+    let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
+        .await
+        .unwrap();
     let (batches, per) = (150u32, 10u32);
     for b in 0..batches {
         if b == 40 {
@@ -71,14 +75,25 @@ async fn downstream_outage_under_steady_load_loses_nothing_within_capacity() {
         if b == 110 {
             downstream.restart().await;
         }
-        client.export(batch(b, per)).await.expect("the collector accepts while the downstream is down");
+        client
+            .export(batch(b, per))
+            .await
+            .expect("the collector accepts while the downstream is down");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let total = (batches * per) as usize;
-    let got = downstream.wait_for_spans(total, Duration::from_secs(30)).await;
-    assert_eq!(got, total, "every span within capacity arrives after the outage");
+    let got = downstream
+        .wait_for_spans(total, Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        got, total,
+        "every span within capacity arrives after the outage"
+    );
     let c = running.collector.counters().snapshot();
-    assert!(c.forward_retries > 0, "the outage was noticed and retried: {c:?}");
+    assert!(
+        c.forward_retries > 0,
+        "the outage was noticed and retried: {c:?}"
+    );
     assert_eq!(c.forward_spans_dropped_overflow, 0);
     assert_eq!(c.forward_spans_dropped_rejected, 0);
     assert_eq!(c.forward_spans_sent, total as u64);
@@ -91,7 +106,9 @@ async fn overflow_is_dropped_and_counted_and_shutdown_drains() {
     downstream.stop().await;
     // capacity 100 spans; 4 workers each hold one in-flight batch of 10 while retrying
     let running = collector(&downstream, 100).await;
-    let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
+    let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
+        .await
+        .unwrap();
     for b in 0..30 {
         client.export(batch(b, 10)).await.unwrap();
     }
@@ -100,13 +117,21 @@ async fn overflow_is_dropped_and_counted_and_shutdown_drains() {
     let c = running.collector.counters().snapshot();
     assert!(c.forward_spans_dropped_overflow > 0, "{c:?}");
     let accepted = 300 - c.forward_spans_dropped_overflow;
-    assert!(accepted >= 100, "at least the queue's capacity was kept: {c:?}");
+    assert!(
+        accepted >= 100,
+        "at least the queue's capacity was kept: {c:?}"
+    );
     downstream.restart().await;
     // shutdown while batches are still queued: it drains them
     running.collector.shutdown().await;
     let c = running.collector.counters().snapshot();
     assert_eq!(c.forward_spans_sent, accepted, "{c:?}");
     assert_eq!(c.forward_spans_dropped_shutdown, 0);
-    assert_eq!(downstream.wait_for_spans(accepted as usize, Duration::from_secs(5)).await, accepted as usize);
+    assert_eq!(
+        downstream
+            .wait_for_spans(accepted as usize, Duration::from_secs(5))
+            .await,
+        accepted as usize
+    );
     running.shutdown().await;
 }

@@ -1,1 +1,96 @@
-//! TODO
+//! Distributed execution indexes for services that already use OpenTelemetry: add a few layers, and every RPC
+//! carries its index.
+//!
+//! | integration | where | what it does |
+//! |---|---|---|
+//! | [`DeiClientLayer`] | over a tonic `Channel` | signature, payload digest, call stack → next index; injects `dei`, `traceparent`, `baggage`; faults |
+//! | [`DeiServerLayer`] | `tonic::transport::Server::builder().layer(..)` | extracts; serves the request in its own scope |
+//! | [`DeiHttpServerLayer`] | axum `Router::layer` | the same for HTTP (signature from the matched route) |
+//! | [`DeiReqwestMiddleware`] | reqwest-middleware | the client side for HTTP calls |
+//! | [`grpc::stream`] | streaming calls | preliminary and final indexes (paper §4.2) |
+//!
+//! Each call's index is recorded on its client and server spans as `dei.*` attributes ([`span`]) through
+//! tracing-opentelemetry, so they reach whatever exporter the service uses. Install the propagator once
+//! ([`dei_propagator::install_global_propagator`]): the default global propagator is a no-op.
+//!
+//! The layers take the next index from the [`RequestScope`](dei_propagator::RequestScope) in the current
+//! OpenTelemetry `Context`. Server layers open one per request. Outside any scope a call is its own root
+//! (one element, count 1): a functional test opens a root scope with [`root_context`] so that its calls are
+//! counted together. Tasks must carry the context: use [`dei_propagator::spawn`] rather than `tokio::spawn`.
+//!
+//! Call stacks need line tables: build with `debug = "line-tables-only"` ([`stack`] says what happens
+//! without).
+//!
+//! # Example
+//! An axum service called through reqwest, inside a root scope with a fault plan:
+//! ```
+//! use axum::{Router, routing::get, extract::Request};
+//! use dei_instrumentation::{root_context, DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware};
+//! use dei_propagator::{DeiContextExt, Fault, FaultPlan};
+//! use opentelemetry::context::FutureExt;
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! dei_propagator::install_global_propagator();
+//! let config = DeiConfig::default();
+//! // A service that answers with the index it was called with.
+//! let app = Router::new()
+//!     .route("/users/{id}", get(|| async {
+//!         opentelemetry::Context::current().dei_scope().map(|s| s.prefix().encode()).unwrap_or_default()
+//!     }))
+//!     .layer(DeiHttpServerLayer::new(config.clone()));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let url = format!("http://{}/users/7", listener.local_addr()?);
+//! tokio::spawn(async move { axum::serve(listener, app).await });
+//!
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//!     .with(DeiReqwestMiddleware::new(config.clone()))
+//!     .build();
+//! let call = |client: reqwest_middleware::ClientWithMiddleware, url: String| async move {
+//!     client.get(url).send().await?.text().await.map_err(reqwest_middleware::Error::from)
+//! };
+//! let first = call(client.clone(), url.clone()).with_context(root_context(&config)).await?;
+//! assert!(first.starts_with("1.") && first.ends_with('1'), "{first}");
+//!
+//! // The same call with a fault planned on its index fails with that fault, without being sent.
+//! let index = dei_propagator::Index::decode(&first)?;
+//! let plan = FaultPlan::new(vec![(index, Fault::Http(503))]);
+//! let cx = root_context(&config).with_fault_plan(plan);
+//! let failed = async { client.get(url).send().await }.with_context(cx).await?;
+//! assert_eq!(failed.status(), 503);
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod body;
+pub mod config;
+pub mod fault;
+pub mod grpc;
+pub mod http;
+mod incoming;
+mod outgoing;
+pub mod span;
+pub mod stack;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use body::{DeiResponseBody, InboundBody};
+pub use config::{ConfigError, DeiConfig, DeiConfigBuilder};
+pub use fault::InjectedConnectionError;
+pub use grpc::client::{DeiClientLayer, DeiClientService};
+pub use grpc::methods::MethodKind;
+pub use grpc::server::{DeiServerLayer, DeiServerService};
+pub use grpc::stream::{DeiStreaming, IncomingCall, StreamMessage, StreamSender};
+pub use http::client::DeiReqwestMiddleware;
+pub use http::server::{DeiHttpServerLayer, DeiHttpServerService};
+pub use stack::{CallSiteExt, StackConfig, StackMode};
+
+use dei_propagator::{DeiContextExt, RequestScope};
+use opentelemetry::Context;
+
+/// The current context with a fresh root scope under the configuration's instantiation: the entry point of
+/// a functional test. Run the test's calls inside it (`.with_context(root_context(&config))`).
+pub fn root_context(config: &DeiConfig) -> Context {
+    Context::current().with_dei_scope(RequestScope::root(config.instantiation().clone()))
+}

@@ -17,13 +17,10 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 ///
 /// Outside any scope each call is its own root: its index has one element and count 1. A functional test
 /// normally opens a root scope (see [`crate::root_context`]) so that its calls are counted together.
-pub(crate) fn current_scope(config: &DeiConfig) -> (Context, RequestScope) {
-    let cx = Context::current();
-    let scope = cx
-        .dei_scope()
+pub(crate) fn scope_of(config: &DeiConfig, cx: &Context) -> RequestScope {
+    cx.dei_scope()
         .cloned()
-        .unwrap_or_else(|| RequestScope::root(config.instantiation().clone()));
-    (cx, scope)
+        .unwrap_or_else(|| RequestScope::root(config.instantiation().clone()))
 }
 
 /// An outgoing call whose index was issued.
@@ -47,9 +44,10 @@ pub(crate) struct Call<'a> {
     pub(crate) preliminary: bool,
 }
 
-/// Issues the call's index, records the attributes on `span` and decides about faults.
-pub(crate) fn begin(config: &DeiConfig, span: &tracing::Span, call: Call<'_>) -> Outgoing {
-    let (cx, scope) = current_scope(config);
+/// Issues the call's index from the scope in `cx` (the caller's context, taken when the call was made),
+/// records the attributes on `span` and decides about faults.
+pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call: Call<'_>) -> Outgoing {
+    let scope = scope_of(config, cx);
     let invocation = InvocationSignature::new(call.signature.clone(), call.payload, call.stack.digest());
     let issued = if call.preliminary {
         scope.issue_preliminary(&invocation)
@@ -67,7 +65,7 @@ pub(crate) fn begin(config: &DeiConfig, span: &tracing::Span, call: Call<'_>) ->
     // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
     // without one, inject the current context.
     let span_cx = span.context();
-    let base = if span_cx.has_active_span() { span_cx } else { cx };
+    let base = if span_cx.has_active_span() { span_cx } else { cx.clone() };
     let inject_cx = base.with_dei_index(issued.index().clone());
     Outgoing {
         issued,

@@ -21,13 +21,24 @@ pub struct Limits {
     pub max_depth: usize,
 }
 
-impl Default for Limits {
-    /// 1024 bytes and 64 elements.
-    fn default() -> Self {
+/// The longest element on the wire: `.`, 11 digest characters, a 10-digit count and `~`.
+pub const MAX_ELEMENT_CHARS: usize = 1 + DIGEST_CHARS + 10 + 1;
+
+impl Limits {
+    /// Limits for indexes of at most `max_depth` elements, with `max_len` just large enough for any of them:
+    /// `1 + max_depth * MAX_ELEMENT_CHARS` bytes.
+    pub const fn for_depth(max_depth: usize) -> Self {
         Limits {
-            max_len: 1024,
-            max_depth: 64,
+            max_len: 1 + max_depth * MAX_ELEMENT_CHARS,
+            max_depth,
         }
+    }
+}
+
+impl Default for Limits {
+    /// 64 elements and 1473 bytes: every index within the depth limit fits the length limit.
+    fn default() -> Self {
+        Limits::for_depth(64)
     }
 }
 
@@ -234,7 +245,8 @@ mod tests {
             assert_eq!(err.kind(), *kind, "{text:?}: {err}");
         }
         let deep = format!("1{}", ".AAAAAAAAAAA1".repeat(80));
-        assert_eq!(decode(&deep, &Limits { max_len: 4096, max_depth: 64 }).map_err(|e| e.kind()), Err("too_deep"));
-        assert_eq!(decode(&deep, &l).map_err(|e| e.kind()), Err("too_long"));
+        assert_eq!(decode(&deep, &l).map_err(|e| e.kind()), Err("too_deep"));
+        let long = format!("1{}", ".AAAAAAAAAAA1000000000".repeat(70));
+        assert_eq!(decode(&long, &l).map_err(|e| e.kind()), Err("too_long"));
     }
 }

@@ -1,1 +1,49 @@
-//! TODO
+//! Service-level fault injection testing (SFIT) driven by distributed execution indexes (paper §2).
+//!
+//! The search reruns a functional test, failing a different combination of RPCs each time, until the fault
+//! space is exhausted:
+//! - a [`FunctionalTest`] drives the system under one execution's [`FaultPlan`](dei_propagator::FaultPlan)
+//!   (its [`TestRun`] handle carries the plan and answers which faults were injected, for conditional
+//!   assertions);
+//! - a [`SpanSource`] tells the search which RPCs the execution issued: [`InMemorySpans`] reads the
+//!   OpenTelemetry SDK's in-memory exporter for in-process services, [`Recorder`] is filled by simulated
+//!   programs ([`model`]);
+//! - the [`Search`] plans faults on observed indexes, at most one new fault per execution, never on an
+//!   ancestor of a planned fault and never where a fault could become unreachable, and reports executions
+//!   whose effective fault set repeats an earlier one ([`Report`], JSON and terminal, replayable);
+//! - the brute-force [`Oracle`] runs every combination of observed indexes, to check that the search is
+//!   complete and non-redundant.
+//!
+//! # Example
+//! The paper's Fig. 2 as a simulated program: exactly the five executions of §3.2.
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() {
+//! use dei_sfit::{model::programs, Recorder, Search, SearchOptions};
+//! let fig2 = programs::FIG2;
+//! let recorder = Recorder::new();
+//! let options = SearchOptions { catalog: fig2.catalog(), ..SearchOptions::default() };
+//! let report = Search::new(options, recorder.clone()).run(&fig2.test(&recorder)).await.unwrap();
+//! assert_eq!(report.executions.len(), 5);
+//! assert!(report.failing().is_empty() && report.redundant().is_empty());
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod catalog;
+pub mod model;
+pub mod observation;
+pub mod oracle;
+pub mod report;
+pub mod search;
+pub mod source;
+pub mod test;
+
+pub use catalog::FaultCatalog;
+pub use observation::{FaultSet, Observation, ObservedRpc, Outcome};
+pub use oracle::{Oracle, OracleError, OracleResult};
+pub use report::{ExecutionRecord, Report, TestOutcome};
+pub use search::{Progress, Reduction, Search, SearchError, SearchOptions, Strategy};
+pub use source::{InMemorySpans, Recorder, SourceError, SpanSource};
+pub use test::{FunctionalTest, PlannedFault, TestRun, Verdict, test_fn};

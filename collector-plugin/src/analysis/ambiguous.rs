@@ -32,7 +32,10 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
         .filter_map(|id| a.tree.node(id))
         .filter(|n| n.stats.ambiguous_flagged > 0 || n.stats.collisions > 0)
         .map(|n| Finding {
-            node: NamedIndex { index: n.index.encode(), signature: n.stats.signature.clone() },
+            node: NamedIndex {
+                index: n.index.encode(),
+                signature: n.stats.signature.clone(),
+            },
             flagged_by_instrumentation: n.stats.ambiguous_flagged,
             collisions_in_trace: n.stats.collisions,
             seen: n.stats.seen,

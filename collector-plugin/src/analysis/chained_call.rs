@@ -70,6 +70,9 @@ pub struct Finding {
     pub example_trace: String,
 }
 
+/// (parent scope, callee service, first signature, second signature).
+type PairKey = (Index, Arc<str>, Arc<str>, Arc<str>);
+
 #[derive(Default)]
 struct Acc {
     traces: u64,
@@ -83,18 +86,23 @@ struct Acc {
 
 /// Finds chained calls in the retained traces.
 pub fn detect(a: &Analyzer, params: &Params) -> Vec<Finding> {
-    let mut acc: BTreeMap<(Index, Arc<str>, Arc<str>, Arc<str>), Acc> = BTreeMap::new();
+    let mut acc: BTreeMap<PairKey, Acc> = BTreeMap::new();
     for t in a.traces.ordered() {
         // calls per (parent scope, callee service), in start order
         let mut scopes: HashMap<(Index, Arc<str>), Vec<usize>> = HashMap::new();
         for (i, o) in t.occurrences.iter().enumerate() {
-            let (Some(service), Some(_)) = (o.server_service.clone(), o.signature.as_ref()) else { continue };
+            let (Some(service), Some(_)) = (o.server_service.clone(), o.signature.as_ref()) else {
+                continue;
+            };
             if o.index.last().is_some_and(|e| e.preliminary) {
                 continue;
             }
-            scopes.entry((o.index.parent().unwrap_or_default(), service)).or_default().push(i);
+            scopes
+                .entry((o.index.parent().unwrap_or_default(), service))
+                .or_default()
+                .push(i);
         }
-        let mut seen_here: HashSet<(Index, Arc<str>, Arc<str>, Arc<str>)> = HashSet::new();
+        let mut seen_here: HashSet<PairKey> = HashSet::new();
         for ((parent, service), mut calls) in scopes {
             if calls.len() < 2 {
                 continue;
@@ -102,7 +110,9 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Finding> {
             calls.sort_by_key(|&i| (t.occurrences[i].start_ns(), i));
             for w in calls.windows(2) {
                 let (x, y) = (&t.occurrences[w[0]], &t.occurrences[w[1]]);
-                let (Some(sx), Some(sy)) = (x.signature.clone(), y.signature.clone()) else { continue };
+                let (Some(sx), Some(sy)) = (x.signature.clone(), y.signature.clone()) else {
+                    continue;
+                };
                 if sx == sy {
                     continue;
                 }
@@ -131,7 +141,8 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Finding> {
         }
         let functional = e.pairs.values().all(|s| s.len() == 1);
         let has_payloads = !e.pairs.contains_key(&None) && !e.seconds.contains(&None);
-        let data_dependent = has_payloads && functional && e.pairs.len() >= 2 && e.seconds.len() >= 2;
+        let data_dependent =
+            has_payloads && functional && e.pairs.len() >= 2 && e.seconds.len() >= 2;
         e.gaps.sort_by(|a, b| a.total_cmp(b));
         out.push(Finding {
             parent: NamedIndex::of(a, &parent),
@@ -142,13 +153,19 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Finding> {
             traces: e.traces,
             distinct_first_inputs: e.pairs.len(),
             distinct_second_inputs: e.seconds.len(),
-            confidence: if data_dependent { "data_dependent" } else { "sequential_only" },
+            confidence: if data_dependent {
+                "data_dependent"
+            } else {
+                "sequential_only"
+            },
             median_gap_ms: e.gaps.get(e.gaps.len() / 2).copied().unwrap_or(0.0),
             example_trace: e.example.map(|t| trace_hex(&t)).unwrap_or_default(),
         });
     }
     out.sort_by(|a, b| {
-        (b.confidence == "data_dependent").cmp(&(a.confidence == "data_dependent")).then(b.traces.cmp(&a.traces))
+        (b.confidence == "data_dependent")
+            .cmp(&(a.confidence == "data_dependent"))
+            .then(b.traces.cmp(&a.traces))
     });
     out
 }

@@ -67,13 +67,21 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
     for index in faulted {
         let parent = index.parent().unwrap_or_default();
         let top_level = parent.is_root();
-        let subtree_size = a.tree.get(&index).map_or(0, |(id, _)| a.tree.subtree(id, usize::MAX).len());
+        let subtree_size = a
+            .tree
+            .get(&index)
+            .map_or(0, |(id, _)| a.tree.subtree(id, usize::MAX).len());
         // state machine over traces
         let mut fault_traces = 0usize;
         let mut faults = BTreeSet::new();
         let mut last_fault: Option<[u8; 16]> = None;
         let mut absent: Vec<[u8; 16]> = Vec::new();
-        let close = |out: &mut Vec<Episode>, fault_traces: usize, faults: &BTreeSet<String>, last_fault: [u8; 16], absent: &[[u8; 16]], reclosed: Option<[u8; 16]>| {
+        let close = |out: &mut Vec<Episode>,
+                     fault_traces: usize,
+                     faults: &BTreeSet<String>,
+                     last_fault: [u8; 16],
+                     absent: &[[u8; 16]],
+                     reclosed: Option<[u8; 16]>| {
             if absent.len() >= params.min_absent.max(1) {
                 out.push(Episode {
                     node: NamedIndex::of(a, &index),
@@ -83,17 +91,32 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
                     absent_traces: absent.len(),
                     first_absent_trace: trace_hex(&absent[0]),
                     reclosed_trace: reclosed.map(|t| trace_hex(&t)),
-                    state: if reclosed.is_some() { "reclosed" } else { "open" },
+                    state: if reclosed.is_some() {
+                        "reclosed"
+                    } else {
+                        "open"
+                    },
                     subtree_size,
                 });
             }
         };
         for t in &traces {
-            let fault_here: Vec<&String> =
-                t.occurrences.iter().filter(|o| o.index == index).filter_map(|o| o.fault.as_ref()).collect();
+            let fault_here: Vec<&String> = t
+                .occurrences
+                .iter()
+                .filter(|o| o.index == index)
+                .filter_map(|o| o.fault.as_ref())
+                .collect();
             if !fault_here.is_empty() {
                 if let Some(lf) = last_fault.filter(|_| !absent.is_empty()) {
-                    close(&mut out, fault_traces, &faults, lf, &absent, Some(t.trace_id));
+                    close(
+                        &mut out,
+                        fault_traces,
+                        &faults,
+                        lf,
+                        &absent,
+                        Some(t.trace_id),
+                    );
                     fault_traces = 0;
                     faults.clear();
                 }
@@ -110,7 +133,14 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
             }
             let present = t.indexes.iter().any(|i| i.starts_with(&index));
             if present {
-                close(&mut out, fault_traces, &faults, lf, &absent, Some(t.trace_id));
+                close(
+                    &mut out,
+                    fault_traces,
+                    &faults,
+                    lf,
+                    &absent,
+                    Some(t.trace_id),
+                );
                 last_fault = None;
                 fault_traces = 0;
                 faults.clear();

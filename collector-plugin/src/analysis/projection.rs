@@ -9,7 +9,9 @@
 use super::{NamedIndex, trace_hex};
 use crate::analyzer::Analyzer;
 use dei_propagator::projection::{RecordedRpc, project};
-use dei_propagator::{Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
+use dei_propagator::{
+    Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest,
+};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -58,8 +60,16 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
     let mut projected_set: BTreeSet<Index> = BTreeSet::new();
     let mut collapses: BTreeMap<Index, (BTreeSet<Index>, usize, u64, [u8; 16])> = BTreeMap::new();
     for t in a.traces.ordered() {
-        let mut occ: Vec<usize> = (0..t.occurrences.len()).filter(|&i| t.occurrences[i].signature.is_some()).collect();
-        occ.sort_by_key(|&i| (t.occurrences[i].start_ns(), t.occurrences[i].index.depth(), i));
+        let mut occ: Vec<usize> = (0..t.occurrences.len())
+            .filter(|&i| t.occurrences[i].signature.is_some())
+            .collect();
+        occ.sort_by_key(|&i| {
+            (
+                t.occurrences[i].start_ns(),
+                t.occurrences[i].index.depth(),
+                i,
+            )
+        });
         let mut pos: HashMap<&Index, usize> = HashMap::new();
         let mut rpcs = Vec::with_capacity(occ.len());
         let mut recorded = Vec::with_capacity(occ.len());
@@ -81,7 +91,11 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         rpcs_total += rpcs.len() as u64;
         let projected = project(&rpcs, target);
         let replayed = project(&rpcs, &Instantiation::dei());
-        reproduced += replayed.iter().zip(&recorded).filter(|(a, b)| a == b).count() as u64;
+        reproduced += replayed
+            .iter()
+            .zip(&recorded)
+            .filter(|(a, b)| a == b)
+            .count() as u64;
         let mut groups: HashMap<&Index, BTreeSet<&Index>> = HashMap::new();
         for (p, f) in projected.iter().zip(&recorded) {
             groups.entry(p).or_default().insert(f);
@@ -90,7 +104,9 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         }
         for (p, fulls) in groups {
             if fulls.len() > 1 {
-                let e = collapses.entry(p.clone()).or_insert_with(|| (BTreeSet::new(), 0, 0, t.trace_id));
+                let e = collapses
+                    .entry(p.clone())
+                    .or_insert_with(|| (BTreeSet::new(), 0, 0, t.trace_id));
                 e.0.extend(fulls.iter().map(|f| (*f).clone()));
                 e.1 = e.1.max(fulls.len());
                 e.2 += 1;
@@ -102,13 +118,21 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         .into_iter()
         .map(|(p, (fulls, max, traces, ex))| Collapse {
             projected: p.encode(),
-            full: fulls.iter().take(16).map(|f| NamedIndex::of(a, f)).collect(),
+            full: fulls
+                .iter()
+                .take(16)
+                .map(|f| NamedIndex::of(a, f))
+                .collect(),
             max_in_one_trace: max,
             traces,
             example_trace: trace_hex(&ex),
         })
         .collect();
-    list.sort_by(|a, b| b.max_in_one_trace.cmp(&a.max_in_one_trace).then(b.traces.cmp(&a.traces)));
+    list.sort_by(|a, b| {
+        b.max_in_one_trace
+            .cmp(&a.max_in_one_trace)
+            .then(b.traces.cmp(&a.traces))
+    });
     list.truncate(limit);
     Projection {
         instantiation: target.name.to_string(),

@@ -48,9 +48,14 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
         let mut same_parent: HashMap<(Arc<str>, PayloadDigest, Index), Vec<usize>> = HashMap::new();
         let mut by_call: HashMap<(Arc<str>, PayloadDigest), BTreeSet<Index>> = HashMap::new();
         for (i, o) in t.occurrences.iter().enumerate() {
-            let (Some(sig), Some(p)) = (o.signature.clone(), o.payload) else { continue };
+            let (Some(sig), Some(p)) = (o.signature.clone(), o.payload) else {
+                continue;
+            };
             let parent = o.index.parent().unwrap_or_default();
-            same_parent.entry((sig.clone(), p, parent.clone())).or_default().push(i);
+            same_parent
+                .entry((sig.clone(), p, parent.clone()))
+                .or_default()
+                .push(i);
             by_call.entry((sig, p)).or_default().insert(parent);
         }
         let mut add = |key: Key, calls: u64, callers: Vec<Arc<str>>| {
@@ -72,8 +77,15 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
         };
         for ((sig, p, parent), occ) in same_parent {
             if occ.len() > 1 {
-                let callers = occ.iter().filter_map(|&i| t.occurrences[i].client_service.clone()).collect();
-                add(("same_parent", sig, p, Some(parent)), occ.len() as u64, callers);
+                let callers = occ
+                    .iter()
+                    .filter_map(|&i| t.occurrences[i].client_service.clone())
+                    .collect();
+                add(
+                    ("same_parent", sig, p, Some(parent)),
+                    occ.len() as u64,
+                    callers,
+                );
             }
         }
         for ((sig, p), parents) in by_call {
@@ -94,6 +106,10 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
         }
     }
     let mut out: Vec<Finding> = agg.into_values().collect();
-    out.sort_by(|a, b| b.traces.cmp(&a.traces).then(b.total_calls.cmp(&a.total_calls)));
+    out.sort_by(|a, b| {
+        b.traces
+            .cmp(&a.traces)
+            .then(b.total_calls.cmp(&a.total_calls))
+    });
     out
 }

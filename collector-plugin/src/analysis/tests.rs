@@ -17,10 +17,50 @@ fn shop(a: &mut Analyzer, trace: u8, t0: u64, fault_on_users: bool) -> (Index, I
     let mut b = TraceBuilder::new(trace, t0);
     let root = b.root("frontend");
     let r = Index::root();
-    let users = b.rpc((&r, root), "frontend", "users", "users.Users/GetUser", "u1", 1, 1, 5, fault_on_users.then_some("g14"));
-    let cat = b.rpc((&r, root), "frontend", "catalog", "catalog.Catalog/List", "c", 1, 6, 20, None);
-    b.rpc((&cat.index, cat.server_span), "catalog", "pricing", "pricing.Pricing/Price", "a", 1, 7, 9, None);
-    b.rpc((&cat.index, cat.server_span), "catalog", "pricing", "pricing.Pricing/Price", "b", 1, 10, 12, None);
+    let users = b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/GetUser",
+        "u1",
+        1,
+        1,
+        5,
+        fault_on_users.then_some("g14"),
+    );
+    let cat = b.rpc(
+        (&r, root),
+        "frontend",
+        "catalog",
+        "catalog.Catalog/List",
+        "c",
+        1,
+        6,
+        20,
+        None,
+    );
+    b.rpc(
+        (&cat.index, cat.server_span),
+        "catalog",
+        "pricing",
+        "pricing.Pricing/Price",
+        "a",
+        1,
+        7,
+        9,
+        None,
+    );
+    b.rpc(
+        (&cat.index, cat.server_span),
+        "catalog",
+        "pricing",
+        "pricing.Pricing/Price",
+        "b",
+        1,
+        10,
+        12,
+        None,
+    );
     a.ingest(b.spans, Instant::now());
     (users.index, cat.index)
 }
@@ -47,7 +87,11 @@ fn tree_merges_traces_and_counts_occurrences_once() {
     assert_eq!(catalog.children.len(), 2);
     // the graph saw the pairs, the prefix relation gives the same edges
     let g = crate::graph::render::graph_view(&a);
-    let e = g.edges.iter().find(|e| &*e.client == "catalog" && &*e.server == "pricing").unwrap();
+    let e = g
+        .edges
+        .iter()
+        .find(|e| &*e.client == "catalog" && &*e.server == "pricing")
+        .unwrap();
     assert_eq!((e.requests, e.index_requests), (4, 4));
 }
 
@@ -57,17 +101,63 @@ fn diff_between_windows_and_trace_sets() {
     let (users, _) = shop(&mut a, 1, 1_000_000_000, false);
     let mut b = TraceBuilder::new(2, 5_000_000_000);
     let root = b.root("frontend");
-    b.rpc((&Index::root(), root), "frontend", "users", "users.Users/GetUser", "u1", 1, 1, 5, None);
-    let new = b.rpc((&Index::root(), root), "frontend", "ads", "ads.Ads/Get", "x", 1, 6, 9, None);
+    b.rpc(
+        (&Index::root(), root),
+        "frontend",
+        "users",
+        "users.Users/GetUser",
+        "u1",
+        1,
+        1,
+        5,
+        None,
+    );
+    let new = b.rpc(
+        (&Index::root(), root),
+        "frontend",
+        "ads",
+        "ads.Ads/Get",
+        "x",
+        1,
+        6,
+        9,
+        None,
+    );
     a.ingest(b.spans, Instant::now());
-    let d = views::diff(&a, &views::Selection::Window { from: 0, to: 3_000_000_000 }, &views::Selection::Window { from: 3_000_000_000, to: 10_000_000_000 }, 100);
+    let d = views::diff(
+        &a,
+        &views::Selection::Window {
+            from: 0,
+            to: 3_000_000_000,
+        },
+        &views::Selection::Window {
+            from: 3_000_000_000,
+            to: 10_000_000_000,
+        },
+        100,
+    );
     assert_eq!((d.a.traces, d.b.traces), (1, 1));
-    assert_eq!(d.appeared.iter().map(|n| n.index.clone()).collect::<Vec<_>>(), vec![new.index.encode()]);
+    assert_eq!(
+        d.appeared
+            .iter()
+            .map(|n| n.index.clone())
+            .collect::<Vec<_>>(),
+        vec![new.index.encode()]
+    );
     assert_eq!(d.disappeared.len(), 3); // catalog and its two pricing calls
     assert_eq!(d.common, 1);
-    let d2 = views::diff(&a, &views::Selection::Traces(vec![[2; 16]]), &views::Selection::Traces(vec![[1; 16]]), 100);
+    let d2 = views::diff(
+        &a,
+        &views::Selection::Traces(vec![[2; 16]]),
+        &views::Selection::Traces(vec![[1; 16]]),
+        100,
+    );
     assert_eq!(d2.appeared_total, 3);
-    assert!(d2.disappeared.iter().any(|n| n.signature.as_deref() == Some("ads.Ads/Get")));
+    assert!(
+        d2.disappeared
+            .iter()
+            .any(|n| n.signature.as_deref() == Some("ads.Ads/Get"))
+    );
     let _ = users;
 }
 
@@ -77,26 +167,51 @@ fn preliminary_stream_indexes_are_rewritten_when_the_mapping_arrives() {
     let mut b = TraceBuilder::new(7, 1_000);
     let root = b.root("a");
     let r = Index::root();
-    let (prelim, stream_server, finals) = b.stream((&r, root), "a", "b", "b.B/Echo", &["Hello", "World"]);
+    let (prelim, stream_server, finals) =
+        b.stream((&r, root), "a", "b", "b.B/Echo", &["Hello", "World"]);
     // the callee serves message 2 under prelim+2~ and calls c from there
     let msg2 = prelim.stream_message(2);
-    let nested = b.rpc((&msg2, stream_server), "b", "c", "c.C/Store", "World", 1, 2, 3, None);
+    let nested = b.rpc(
+        (&msg2, stream_server),
+        "b",
+        "c",
+        "c.C/Store",
+        "World",
+        1,
+        2,
+        3,
+        None,
+    );
     // deliver: nested spans first, then the stream's spans (the client span carries the mapping)
     let mut spans = b.spans;
     let nested_spans: Vec<_> = spans.drain(3..).collect();
     a.ingest(nested_spans, Instant::now());
-    assert!(a.tree.get(&nested.index).is_none(), "nested span must wait for its mapping");
+    assert!(
+        a.tree.get(&nested.index).is_none(),
+        "nested span must wait for its mapping"
+    );
     assert_eq!(a.trace(&[7; 16]).unwrap().pending.len(), 2);
     a.ingest(spans, Instant::now());
     let rewritten = nested.index.rewrite_prefix(&msg2, &finals[1]).unwrap();
-    let (_, n) = a.tree.get(&rewritten).expect("rewritten under the final index");
+    let (_, n) = a
+        .tree
+        .get(&rewritten)
+        .expect("rewritten under the final index");
     assert_eq!(n.stats.seen, 1);
     assert_eq!(n.stats.server_services.get("c"), Some(&1));
     assert!(a.tree.get(&finals[0]).is_some());
-    let (_, stream) = a.tree.get(&prelim).expect("the stream itself stays preliminary");
+    let (_, stream) = a
+        .tree
+        .get(&prelim)
+        .expect("the stream itself stays preliminary");
     assert!(stream.stats.preliminary);
     assert_eq!(a.counters().snapshot().preliminary_rewritten, 2);
-    assert!(a.tree.ids().filter_map(|i| a.tree.node(i)).all(|n| n.index == prelim || !n.index.is_preliminary()));
+    assert!(
+        a.tree
+            .ids()
+            .filter_map(|i| a.tree.node(i))
+            .all(|n| n.index == prelim || !n.index.is_preliminary())
+    );
 }
 
 #[test]
@@ -104,7 +219,9 @@ fn unresolved_preliminary_spans_are_kept_at_finish() {
     let mut a = analyzer();
     let mut b = TraceBuilder::new(8, 1_000);
     let root = b.root("a");
-    let prelim = Index::root().child(dei_propagator::Element::new(dei_propagator::ElementDigest([5; 8]), 3).preliminary());
+    let prelim = Index::root().child(
+        dei_propagator::Element::new(dei_propagator::ElementDigest([5; 8]), 3).preliminary(),
+    );
     let nested = b.rpc((&prelim, root), "b", "c", "c.C/Store", "x", 1, 2, 3, None);
     a.ingest(b.spans, Instant::now());
     assert!(a.tree.get(&nested.index).is_none());
@@ -123,7 +240,17 @@ fn circuit_breaker_open_then_reclosed() {
     for (t, at) in [(4u8, 4_000_000_000u64), (5, 5_000_000_000)] {
         let mut b = TraceBuilder::new(t, at);
         let root = b.root("frontend");
-        b.rpc((&Index::root(), root), "frontend", "catalog", "catalog.Catalog/List", "c", 1, 6, 20, None);
+        b.rpc(
+            (&Index::root(), root),
+            "frontend",
+            "catalog",
+            "catalog.Catalog/List",
+            "c",
+            1,
+            6,
+            20,
+            None,
+        );
         a.ingest(b.spans, Instant::now());
     }
     let (users, _) = shop(&mut a, 6, 6_000_000_000, false);
@@ -131,8 +258,14 @@ fn circuit_breaker_open_then_reclosed() {
     assert_eq!(eps.len(), 1, "{eps:?}");
     let e = &eps[0];
     assert_eq!(e.node.index, users.encode());
-    assert_eq!((e.fault_traces, e.absent_traces, e.state), (2, 2, "reclosed"));
-    assert_eq!(e.reclosed_trace.as_deref(), Some(hex::encode([6u8; 16]).as_str()));
+    assert_eq!(
+        (e.fault_traces, e.absent_traces, e.state),
+        (2, 2, "reclosed")
+    );
+    assert_eq!(
+        e.reclosed_trace.as_deref(),
+        Some(hex::encode([6u8; 16]).as_str())
+    );
     assert_eq!(e.faults.iter().collect::<Vec<_>>(), vec!["g14"]);
     let (_, n) = a.tree.get(&users).unwrap();
     assert_eq!(n.stats.faults.get("g14"), Some(&2));
@@ -154,15 +287,64 @@ fn repeated_calls_under_one_parent_and_across_layers() {
     let mut b = TraceBuilder::new(1, 1_000);
     let root = b.root("frontend");
     let r = Index::root();
-    b.rpc((&r, root), "frontend", "users", "users.Users/GetCurrentUser", "tok", 1, 1, 2, None);
-    b.rpc((&r, root), "frontend", "users", "users.Users/GetCurrentUser", "tok", 2, 3, 4, None);
-    let cart = b.rpc((&r, root), "frontend", "cart", "cart.Cart/Get", "tok", 1, 5, 9, None);
-    b.rpc((&cart.index, cart.server_span), "cart", "users", "users.Users/GetCurrentUser", "tok", 1, 6, 7, None);
+    b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/GetCurrentUser",
+        "tok",
+        1,
+        1,
+        2,
+        None,
+    );
+    b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/GetCurrentUser",
+        "tok",
+        2,
+        3,
+        4,
+        None,
+    );
+    let cart = b.rpc(
+        (&r, root),
+        "frontend",
+        "cart",
+        "cart.Cart/Get",
+        "tok",
+        1,
+        5,
+        9,
+        None,
+    );
+    b.rpc(
+        (&cart.index, cart.server_span),
+        "cart",
+        "users",
+        "users.Users/GetCurrentUser",
+        "tok",
+        1,
+        6,
+        7,
+        None,
+    );
     a.ingest(b.spans, Instant::now());
     let f = repeated_call::detect(&a);
-    let same = f.iter().find(|f| f.scope == "same_parent").expect("same parent");
-    assert_eq!((&*same.signature, same.max_calls_in_one_trace), ("users.Users/GetCurrentUser", 2));
-    let across = f.iter().find(|f| f.scope == "across_layers").expect("across layers");
+    let same = f
+        .iter()
+        .find(|f| f.scope == "same_parent")
+        .expect("same parent");
+    assert_eq!(
+        (&*same.signature, same.max_calls_in_one_trace),
+        ("users.Users/GetCurrentUser", 2)
+    );
+    let across = f
+        .iter()
+        .find(|f| f.scope == "across_layers")
+        .expect("across layers");
     assert_eq!(across.max_calls_in_one_trace, 3);
     assert!(across.callers.contains("cart") && across.callers.contains("frontend"));
     assert_eq!(f.len(), 2, "Cart/Get is called once: {f:?}");
@@ -176,13 +358,36 @@ fn chained_calls_with_data_dependency() {
         let mut b = TraceBuilder::new(t, t as u64 * 1_000_000_000);
         let root = b.root("frontend");
         let r = Index::root();
-        b.rpc((&r, root), "frontend", "users", "users.Users/GetUser", session, 1, 1, 3, None);
-        b.rpc((&r, root), "frontend", "users", "users.Users/GetProfile", user, 1, 4, 6, None);
+        b.rpc(
+            (&r, root),
+            "frontend",
+            "users",
+            "users.Users/GetUser",
+            session,
+            1,
+            1,
+            3,
+            None,
+        );
+        b.rpc(
+            (&r, root),
+            "frontend",
+            "users",
+            "users.Users/GetProfile",
+            user,
+            1,
+            4,
+            6,
+            None,
+        );
         a.ingest(b.spans, Instant::now());
     }
     let f = chained_call::detect(&a, &chained_call::Params::default());
     assert_eq!(f.len(), 1, "{f:?}");
-    assert_eq!((&*f[0].first, &*f[0].second, &*f[0].service), ("users.Users/GetUser", "users.Users/GetProfile", "users"));
+    assert_eq!(
+        (&*f[0].first, &*f[0].second, &*f[0].service),
+        ("users.Users/GetUser", "users.Users/GetProfile", "users")
+    );
     assert_eq!((f[0].traces, f[0].confidence), (3, "data_dependent"));
 }
 
@@ -192,8 +397,28 @@ fn concurrent_calls_are_not_chained() {
     let mut b = TraceBuilder::new(1, 1_000);
     let root = b.root("frontend");
     let r = Index::root();
-    b.rpc((&r, root), "frontend", "users", "users.Users/GetUser", "s", 1, 1, 5, None);
-    b.rpc((&r, root), "frontend", "users", "users.Users/GetProfile", "p", 1, 2, 6, None);
+    b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/GetUser",
+        "s",
+        1,
+        1,
+        5,
+        None,
+    );
+    b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/GetProfile",
+        "p",
+        1,
+        2,
+        6,
+        None,
+    );
     a.ingest(b.spans, Instant::now());
     assert!(chained_call::detect(&a, &chained_call::Params::default()).is_empty());
 }
@@ -204,8 +429,28 @@ fn ambiguous_flags_and_collisions() {
     let mut b = TraceBuilder::new(1, 1_000);
     let root = b.root("frontend");
     let r = Index::root();
-    let x = b.rpc((&r, root), "frontend", "users", "users.Users/Get", "same", 1, 1, 5, None);
-    let y = b.rpc((&r, root), "frontend", "users", "users.Users/Get", "same", 1, 1, 5, None);
+    let x = b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/Get",
+        "same",
+        1,
+        1,
+        5,
+        None,
+    );
+    let y = b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/Get",
+        "same",
+        1,
+        1,
+        5,
+        None,
+    );
     assert_eq!(x.index, y.index);
     for s in b.spans.iter_mut().filter(|s| s.dei.index.is_some()) {
         s.dei.ambiguous = true;
@@ -213,7 +458,10 @@ fn ambiguous_flags_and_collisions() {
     a.ingest(b.spans, Instant::now());
     let f = ambiguous::detect(&a);
     assert_eq!(f.len(), 1);
-    assert_eq!((f[0].flagged_by_instrumentation, f[0].collisions_in_trace), (4, 1));
+    assert_eq!(
+        (f[0].flagged_by_instrumentation, f[0].collisions_in_trace),
+        (4, 1)
+    );
 }
 
 #[test]
@@ -224,7 +472,10 @@ fn projection_collapses_payload_distinguished_calls_under_filibuster() {
     // the two Price calls differ only by payload: full DEI tells them apart, Filibuster (no payload)
     // gives them counts 1 and 2 (distinct names, no collapse) ...
     assert_eq!(p.rpcs, 4);
-    assert_eq!(p.reproduced_recorded, 4, "replay under dei reproduces the recorded indexes");
+    assert_eq!(
+        p.reproduced_recorded, 4,
+        "replay under dei reproduces the recorded indexes"
+    );
     assert_eq!(p.collapsed_names, 0);
     // ... while signature-only collapses them into one name
     let s = projection::project_tree(&a, &Instantiation::signature_only(), 10);
@@ -242,4 +493,26 @@ fn report_runs_every_analysis() {
     assert_eq!(r.traces_analyzed, 1);
     assert_eq!(r.projections.len(), 3);
     assert!(serde_json::to_string(&r).is_ok());
+}
+
+#[test]
+fn memory_is_bounded_with_counters() {
+    let mut config = AnalyzerConfig::default();
+    config.traces.max_traces = 5;
+    config.max_nodes = 20;
+    let mut a = Analyzer::new(config, Arc::new(Counters::default()));
+    for t in 0..50u8 {
+        let mut b = TraceBuilder::new(t, t as u64 * 1_000_000_000);
+        let root = b.root("frontend");
+        // every trace calls a distinct payload: a new node each time
+        b.rpc((&Index::root(), root), "frontend", "users", "users.Users/Get", &format!("u{t}"), 1, 1, 2, None);
+        a.ingest(b.spans, Instant::now());
+    }
+    assert!(a.traces.len() <= 5);
+    assert!(a.tree.len() <= 20);
+    let c = a.counters().snapshot();
+    assert_eq!(c.traces_evicted, 45);
+    assert_eq!(c.tree_nodes_evicted as usize, 51 - a.tree.len());
+    // the newest trace's node survives
+    assert!(a.trace(&[49; 16]).is_some());
 }

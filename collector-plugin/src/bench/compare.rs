@@ -45,7 +45,9 @@ pub struct TargetResult {
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn peak_rss_mib(pid: u32) -> f64 {
@@ -87,7 +89,11 @@ async fn measure(
     log: &mut dyn Write,
 ) -> Result<TargetResult, String> {
     let _ = writeln!(log, "== {name}: {cmd:?}");
-    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| format!("{name}: {e}"))?;
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{name}: {e}"))?;
     let guard = Guard(child);
     let pid = guard.0.id();
     if !wait_listening(grpc).await {
@@ -128,7 +134,12 @@ async fn measure(
     let _ = writeln!(
         log,
         "   accepted {:.0} spans/s ({} spans, {} errors), delivered {} spans ({:.0}/s), peak RSS {:.1} MiB",
-        r.load.spans_per_second, r.load.spans, r.load.errors, r.delivered_spans, r.delivered_per_second, r.peak_rss_mib
+        r.load.spans_per_second,
+        r.load.spans,
+        r.load.errors,
+        r.delivered_spans,
+        r.delivered_per_second,
+        r.peak_rss_mib
     );
     Ok(r)
 }
@@ -136,8 +147,14 @@ async fn measure(
 /// Runs the comparison.
 pub async fn run(config: CompareConfig, log: &mut dyn Write) -> Result<Vec<TargetResult>, String> {
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
-    let sink = sink::start(any, any).await.map_err(|e| format!("sink: {e}"))?;
-    let _ = writeln!(log, "sink at grpc {} http {}", sink.grpc_addr, sink.http_addr);
+    let sink = sink::start(any, any)
+        .await
+        .map_err(|e| format!("sink: {e}"))?;
+    let _ = writeln!(
+        log,
+        "sink at grpc {} http {}",
+        sink.grpc_addr, sink.http_addr
+    );
     let mut results = Vec::new();
     let collector = |analyze: bool| -> Result<(Command, SocketAddr), String> {
         let p = |_: ()| free_port().map_err(|e| e.to_string());
@@ -160,13 +177,36 @@ pub async fn run(config: CompareConfig, log: &mut dyn Write) -> Result<Vec<Targe
         Ok((cmd, SocketAddr::from(([127, 0, 0, 1], g))))
     };
     let (cmd, grpc) = collector(true)?;
-    results.push(measure("dei-collector (analysis on)", cmd, grpc, &sink, &config, log).await?);
+    results.push(
+        measure(
+            "dei-collector (analysis on)",
+            cmd,
+            grpc,
+            &sink,
+            &config,
+            log,
+        )
+        .await?,
+    );
     if config.include_forward_only {
         let (cmd, grpc) = collector(false)?;
-        results.push(measure("dei-collector (analysis off)", cmd, grpc, &sink, &config, log).await?);
+        results.push(
+            measure(
+                "dei-collector (analysis off)",
+                cmd,
+                grpc,
+                &sink,
+                &config,
+                log,
+            )
+            .await?,
+        );
     }
     if let Some(rotel) = &config.rotel_bin {
-        let (g, h) = (free_port().map_err(|e| e.to_string())?, free_port().map_err(|e| e.to_string())?);
+        let (g, h) = (
+            free_port().map_err(|e| e.to_string())?,
+            free_port().map_err(|e| e.to_string())?,
+        );
         let mut cmd = Command::new(rotel);
         cmd.args([
             "start",
@@ -183,7 +223,17 @@ pub async fn run(config: CompareConfig, log: &mut dyn Write) -> Result<Vec<Targe
             "--pid-file",
             &format!("/tmp/rotel-bench-{g}.pid"),
         ]);
-        results.push(measure("rotel", cmd, SocketAddr::from(([127, 0, 0, 1], g)), &sink, &config, log).await?);
+        results.push(
+            measure(
+                "rotel",
+                cmd,
+                SocketAddr::from(([127, 0, 0, 1], g)),
+                &sink,
+                &config,
+                log,
+            )
+            .await?,
+        );
     }
     Ok(results)
 }

@@ -8,7 +8,9 @@
 use crate::forward::codec::RawCodec;
 use crate::forward::{Downstream, GRPC_EXPORT_PATH};
 use bytes::Bytes;
-use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
+use dei_propagator::{
+    Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -51,7 +53,11 @@ pub struct LoadResult {
 }
 
 fn kv(key: &str, v: Value) -> KeyValue {
-    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(v) }),
+        ..Default::default()
+    }
 }
 
 fn s(v: &str) -> Value {
@@ -63,12 +69,19 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
     let dei = Instantiation::dei();
     let stack = StackDigest([7; 32]);
     let inv = |sig: &str, payload: &str| {
-        InvocationSignature::new(Signature::from_name(sig), PayloadDigest::of(payload.as_bytes()), stack)
+        InvocationSignature::new(
+            Signature::from_name(sig),
+            PayloadDigest::of(payload.as_bytes()),
+            stack,
+        )
     };
     let mut by_service: HashMap<&'static str, Vec<Span>> = HashMap::new();
     let mut markers = Vec::new();
     for t in 0..traces {
-        let mut trace_id = [0xD1, 0xE1, 0xC0, 0x11, 0xEC, 0x70, 0x12, 0x34, 0, 0, 0xFE, 0xED, 0xFA, 0xCE, 0xBE, 0xEF];
+        let mut trace_id = [
+            0xD1, 0xE1, 0xC0, 0x11, 0xEC, 0x70, 0x12, 0x34, 0, 0, 0xFE, 0xED, 0xFA, 0xCE, 0xBE,
+            0xEF,
+        ];
         trace_id[8..10].copy_from_slice(&(t as u16).to_be_bytes());
         markers.push(trace_id);
         let base = 1_700_000_000_000_000_000u64 + t as u64 * 1_000_000;
@@ -96,18 +109,37 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
                 start_time_unix_nano: start,
                 end_time_unix_nano: end,
                 attributes: attrs,
-                status: Some(Status { code: 1, message: String::new() }),
+                status: Some(Status {
+                    code: 1,
+                    message: String::new(),
+                }),
                 ..Default::default()
             });
         };
-        mk(&mut by_service, "frontend", root, None, "GET /checkout", 2, base, base + 900_000, vec![]);
+        mk(
+            &mut by_service,
+            "frontend",
+            root,
+            None,
+            "GET /checkout",
+            2,
+            base,
+            base + 900_000,
+            vec![],
+        );
         let rpc_attrs = |index: &Index, sig: &str, payload: &str| {
             vec![
                 kv("dei.index", s(&index.encode())),
                 kv("dei.signature", s(sig)),
-                kv("dei.payload.digest", s(&PayloadDigest::of(payload.as_bytes()).to_hex())),
+                kv(
+                    "dei.payload.digest",
+                    s(&PayloadDigest::of(payload.as_bytes()).to_hex()),
+                ),
                 kv("dei.stack.digest", s(&stack.to_hex())),
-                kv("dei.count", Value::IntValue(index.last().map_or(1, |e| e.count) as i64)),
+                kv(
+                    "dei.count",
+                    Value::IntValue(index.last().map_or(1, |e| e.count) as i64),
+                ),
                 kv("dei.depth", Value::IntValue(index.depth() as i64)),
                 kv("dei.instantiation", s("dei")),
                 kv("rpc.system", s("grpc")),
@@ -124,26 +156,95 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
          -> [u8; 8] {
             let c = id();
             let sv = id();
-            mk(by, from, c, Some(parent_span), sig, 3, start, start + 200_000, rpc_attrs(index, sig, payload));
-            mk(by, to, sv, Some(c), sig, 2, start + 20_000, start + 180_000, rpc_attrs(index, sig, payload));
+            mk(
+                by,
+                from,
+                c,
+                Some(parent_span),
+                sig,
+                3,
+                start,
+                start + 200_000,
+                rpc_attrs(index, sig, payload),
+            );
+            mk(
+                by,
+                to,
+                sv,
+                Some(c),
+                sig,
+                2,
+                start + 20_000,
+                start + 180_000,
+                rpc_attrs(index, sig, payload),
+            );
             sv
         };
-        let e_users = Index::root().child(Element::new(inv("users.Users/GetUser", "u42").element_digest(&dei), 1));
-        let e_cat = Index::root().child(Element::new(inv("catalog.Catalog/ListItems", "cart").element_digest(&dei), 1));
-        let users_srv = rpc(&mut by_service, root, &e_users, "frontend", "users", "users.Users/GetUser", "u42", base + 10_000);
-        let cat_srv = rpc(&mut by_service, root, &e_cat, "frontend", "catalog", "catalog.Catalog/ListItems", "cart", base + 300_000);
+        let e_users = Index::root().child(Element::new(
+            inv("users.Users/GetUser", "u42").element_digest(&dei),
+            1,
+        ));
+        let e_cat = Index::root().child(Element::new(
+            inv("catalog.Catalog/ListItems", "cart").element_digest(&dei),
+            1,
+        ));
+        let users_srv = rpc(
+            &mut by_service,
+            root,
+            &e_users,
+            "frontend",
+            "users",
+            "users.Users/GetUser",
+            "u42",
+            base + 10_000,
+        );
+        let cat_srv = rpc(
+            &mut by_service,
+            root,
+            &e_cat,
+            "frontend",
+            "catalog",
+            "catalog.Catalog/ListItems",
+            "cart",
+            base + 300_000,
+        );
         for (k, item) in ["a", "b", "c"].iter().enumerate() {
-            let e = e_cat.child(Element::new(inv("pricing.Pricing/Price", item).element_digest(&dei), 1));
-            rpc(&mut by_service, cat_srv, &e, "catalog", "pricing", "pricing.Pricing/Price", item, base + 320_000 + k as u64 * 10_000);
+            let e = e_cat.child(Element::new(
+                inv("pricing.Pricing/Price", item).element_digest(&dei),
+                1,
+            ));
+            rpc(
+                &mut by_service,
+                cat_srv,
+                &e,
+                "catalog",
+                "pricing",
+                "pricing.Pricing/Price",
+                item,
+                base + 320_000 + k as u64 * 10_000,
+            );
         }
         let db = id();
         let mut attrs = vec![kv("db.system", s("postgresql"))];
         attrs.extend(rpc_attrs(
-            &e_users.child(Element::new(inv("SELECT users", "u42").element_digest(&dei), 1)),
+            &e_users.child(Element::new(
+                inv("SELECT users", "u42").element_digest(&dei),
+                1,
+            )),
             "SELECT users",
             "u42",
         ));
-        mk(&mut by_service, "users", db, Some(users_srv), "SELECT users", 3, base + 40_000, base + 60_000, attrs);
+        mk(
+            &mut by_service,
+            "users",
+            db,
+            Some(users_srv),
+            "SELECT users",
+            3,
+            base + 40_000,
+            base + 60_000,
+            attrs,
+        );
     }
     let mut services: Vec<_> = by_service.into_iter().collect();
     services.sort_by_key(|(k, _)| *k);
@@ -151,8 +252,14 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
         resource_spans: services
             .into_iter()
             .map(|(svc, spans)| ResourceSpans {
-                resource: Some(Resource { attributes: vec![kv("service.name", s(svc))], ..Default::default() }),
-                scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+                resource: Some(Resource {
+                    attributes: vec![kv("service.name", s(svc))],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
                 schema_url: String::new(),
             })
             .collect(),
@@ -176,7 +283,11 @@ pub async fn run(config: LoadConfig) -> Result<LoadResult, String> {
     let template = Arc::new(template);
     let offsets = Arc::new(offsets);
     let counter = Arc::new(AtomicU64::new(1));
-    let (spans, requests, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (spans, requests, errors) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
     let start = Instant::now();
     let deadline = start + config.duration;
     let mut tasks = Vec::new();
@@ -210,7 +321,9 @@ pub async fn run(config: LoadConfig) -> Result<LoadResult, String> {
                             false
                         } else {
                             let path = http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH);
-                            g.unary(tonic::Request::new(body), path, RawCodec).await.is_ok()
+                            g.unary(tonic::Request::new(body), path, RawCodec)
+                                .await
+                                .is_ok()
                         }
                     }
                     (Downstream::Http(url), _) => http
@@ -255,7 +368,12 @@ mod tests {
         let (body, offsets) = template(3);
         assert_eq!(offsets.len(), 3 * SPANS_PER_TRACE);
         let req = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
-        let n: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
+        let n: usize = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
         assert_eq!(n, 3 * SPANS_PER_TRACE);
     }
 }

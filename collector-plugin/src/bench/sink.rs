@@ -28,7 +28,12 @@ impl SinkCounts {
     fn count(&self, body: &[u8]) -> bool {
         match ExportTraceServiceRequest::decode(body) {
             Ok(req) => {
-                let n: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
+                let n: usize = req
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .map(|s| s.spans.len())
+                    .sum();
                 self.spans.fetch_add(n as u64, Ordering::Relaxed);
                 self.requests.fetch_add(1, Ordering::Relaxed);
                 true
@@ -56,7 +61,9 @@ impl tonic::server::UnaryService<Bytes> for Count {
             if ok {
                 Ok(tonic::Response::new(Bytes::new()))
             } else {
-                Err(tonic::Status::invalid_argument("malformed ExportTraceServiceRequest"))
+                Err(tonic::Status::invalid_argument(
+                    "malformed ExportTraceServiceRequest",
+                ))
             }
         })
     }
@@ -84,8 +91,15 @@ where
     }
 }
 
-async fn http_export(State(c): State<Arc<SinkCounts>>, body: Bytes) -> (http::StatusCode, &'static str) {
-    if c.count(&body) { (http::StatusCode::OK, "") } else { (http::StatusCode::BAD_REQUEST, "malformed") }
+async fn http_export(
+    State(c): State<Arc<SinkCounts>>,
+    body: Bytes,
+) -> (http::StatusCode, &'static str) {
+    if c.count(&body) {
+        (http::StatusCode::OK, "")
+    } else {
+        (http::StatusCode::BAD_REQUEST, "malformed")
+    }
 }
 
 async fn http_count(State(c): State<Arc<SinkCounts>>) -> axum::Json<serde_json::Value> {
@@ -127,5 +141,9 @@ pub async fn start(grpc: SocketAddr, http: SocketAddr) -> std::io::Result<Sink> 
     tokio::spawn(async move {
         let _ = axum::serve(hl, app).await;
     });
-    Ok(Sink { grpc_addr, http_addr, counts })
+    Ok(Sink {
+        grpc_addr,
+        http_addr,
+        counts,
+    })
 }

@@ -151,7 +151,9 @@ impl Client {
     async fn send(&mut self, body: Bytes) -> Result<(), SendError> {
         match self {
             Client::Grpc(grpc) => {
-                grpc.ready().await.map_err(|e| SendError::Retryable(format!("connect: {e}")))?;
+                grpc.ready()
+                    .await
+                    .map_err(|e| SendError::Retryable(format!("connect: {e}")))?;
                 let path = http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH);
                 match grpc.unary(tonic::Request::new(body), path, RawCodec).await {
                     Ok(_) => Ok(()),
@@ -159,8 +161,10 @@ impl Client {
                         use tonic::Code::*;
                         let msg = format!("{:?}: {}", status.code(), status.message());
                         match status.code() {
-                            Unavailable | ResourceExhausted | DeadlineExceeded | Aborted | Cancelled | OutOfRange
-                            | DataLoss | Unknown => Err(SendError::Retryable(msg)),
+                            Unavailable | ResourceExhausted | DeadlineExceeded | Aborted
+                            | Cancelled | OutOfRange | DataLoss | Unknown => {
+                                Err(SendError::Retryable(msg))
+                            }
                             _ => Err(SendError::Permanent(msg)),
                         }
                     }
@@ -207,8 +211,12 @@ impl Forwarder {
         });
         let workers = (0..config.workers.max(1))
             .map(|_| {
-                let (queue, counters, mut client, config) =
-                    (queue.clone(), counters.clone(), client.clone(), config.clone());
+                let (queue, counters, mut client, config) = (
+                    queue.clone(),
+                    counters.clone(),
+                    client.clone(),
+                    config.clone(),
+                );
                 tokio::spawn(async move {
                     while let Some(batch) = queue.pop().await {
                         deliver(&queue, &mut client, &config, &counters, batch).await;
@@ -216,7 +224,12 @@ impl Forwarder {
                 })
             })
             .collect();
-        Ok(Forwarder { queue, workers, counters, drain_timeout: config.drain_timeout })
+        Ok(Forwarder {
+            queue,
+            workers,
+            counters,
+            drain_timeout: config.drain_timeout,
+        })
     }
 
     /// Queues a batch; returns false (and counts the spans as dropped) when it does not fit.
@@ -225,7 +238,10 @@ impl Forwarder {
             let mut s = self.queue.lock();
             if s.closed || s.spans + batch.spans > self.queue.capacity {
                 drop(s);
-                Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
+                Counters::add(
+                    &self.counters.forward_spans_dropped_overflow,
+                    batch.spans as u64,
+                );
                 return false;
             }
             s.spans += batch.spans;
@@ -261,7 +277,13 @@ impl Forwarder {
     }
 }
 
-async fn deliver(queue: &Queue, client: &mut Client, config: &ForwardConfig, counters: &Counters, batch: Batch) {
+async fn deliver(
+    queue: &Queue,
+    client: &mut Client,
+    config: &ForwardConfig,
+    counters: &Counters,
+    batch: Batch,
+) {
     let mut backoff = config.initial_backoff;
     loop {
         match client.send(batch.body.clone()).await {
@@ -277,11 +299,11 @@ async fn deliver(queue: &Queue, client: &mut Client, config: &ForwardConfig, cou
             }
             Err(SendError::Retryable(e)) => {
                 let now = Instant::now();
-                if let Some(deadline) = queue.deadline() {
-                    if now + backoff > deadline {
-                        Counters::add(&counters.forward_spans_dropped_shutdown, batch.spans as u64);
-                        return;
-                    }
+                if let Some(deadline) = queue.deadline()
+                    && now + backoff > deadline
+                {
+                    Counters::add(&counters.forward_spans_dropped_shutdown, batch.spans as u64);
+                    return;
                 }
                 tracing::debug!(error = %e, ?backoff, "downstream unavailable; retrying");
                 Counters::add(&counters.forward_retries, 1);

@@ -3,8 +3,9 @@
 use serde::Serialize;
 
 /// The OpenTelemetry Collector servicegraph connector's default latency buckets, in seconds.
-pub const DEFAULT_BUCKETS: [f64; 16] =
-    [0.002, 0.004, 0.006, 0.008, 0.01, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.4, 2.0, 5.0, 10.0, 15.0];
+pub const DEFAULT_BUCKETS: [f64; 16] = [
+    0.002, 0.004, 0.006, 0.008, 0.01, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.4, 2.0, 5.0, 10.0, 15.0,
+];
 
 /// A cumulative-on-export latency histogram over [`DEFAULT_BUCKETS`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -22,8 +23,15 @@ pub struct Histogram {
 impl Histogram {
     /// Records one observation in seconds (negative and NaN values count as 0).
     pub fn observe(&mut self, seconds: f64) {
-        let v = if seconds.is_finite() && seconds > 0.0 { seconds } else { 0.0 };
-        let slot = DEFAULT_BUCKETS.iter().position(|b| v <= *b).unwrap_or(DEFAULT_BUCKETS.len());
+        let v = if seconds.is_finite() && seconds > 0.0 {
+            seconds
+        } else {
+            0.0
+        };
+        let slot = DEFAULT_BUCKETS
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(DEFAULT_BUCKETS.len());
         self.counts[slot] += 1;
         self.sum += v;
         self.count += 1;
@@ -44,7 +52,11 @@ impl Histogram {
 
     /// Mean in seconds, 0 when empty.
     pub fn mean(&self) -> f64 {
-        if self.count == 0 { 0.0 } else { self.sum / self.count as f64 }
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum / self.count as f64
+        }
     }
 
     /// The upper bound of the bucket holding quantile `q` (0..=1), in seconds; the maximum for the overflow

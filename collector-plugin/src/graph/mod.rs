@@ -36,7 +36,11 @@ pub struct GraphConfig {
 
 impl Default for GraphConfig {
     fn default() -> Self {
-        GraphConfig { store_ttl: Duration::from_secs(2), max_store_items: 100_000, max_edges: 10_000 }
+        GraphConfig {
+            store_ttl: Duration::from_secs(2),
+            max_store_items: 100_000,
+            max_edges: 10_000,
+        }
     }
 }
 
@@ -171,7 +175,12 @@ impl ServiceGraph {
                     peer: span.peer.clone(),
                     messaging: k == Kind::Producer,
                 };
-                self.offer((span.trace_id, span.span_id), Half::Client(half), now, counters);
+                self.offer(
+                    (span.trace_id, span.span_id),
+                    Half::Client(half),
+                    now,
+                    counters,
+                );
             }
             k if k.is_callee() => {
                 let half = ServerHalf {
@@ -180,7 +189,9 @@ impl ServiceGraph {
                     failed: span.error,
                 };
                 match span.parent_span_id {
-                    Some(parent) => self.offer((span.trace_id, parent), Half::Server(half), now, counters),
+                    Some(parent) => {
+                        self.offer((span.trace_id, parent), Half::Server(half), now, counters)
+                    }
                     None => {
                         // A root server span: the caller is not instrumented.
                         let key = EdgeKey {
@@ -188,7 +199,8 @@ impl ServiceGraph {
                             server: half.service.clone(),
                             connection_type: ConnectionType::VirtualNode,
                         };
-                        self.virtual_nodes.insert(key.client.clone(), ConnectionType::VirtualNode);
+                        self.virtual_nodes
+                            .insert(key.client.clone(), ConnectionType::VirtualNode);
                         self.record(key, None, Some(half.seconds), half.failed, counters);
                     }
                 }
@@ -217,9 +229,17 @@ impl ServiceGraph {
         }
     }
 
-    fn insert_waiting(&mut self, key: (TraceId, SpanId), half: Half, now: Instant, counters: &Counters) {
+    fn insert_waiting(
+        &mut self,
+        key: (TraceId, SpanId),
+        half: Half,
+        now: Instant,
+        counters: &Counters,
+    ) {
         while self.store.waiting.len() >= self.config.max_store_items.max(1) {
-            let Some((_, old, seq)) = self.store.order.pop_front() else { break };
+            let Some((_, old, seq)) = self.store.order.pop_front() else {
+                break;
+            };
             if let Some((h, s)) = self.store.waiting.remove(&old) {
                 if s == seq {
                     Counters::add(&counters.graph_store_evicted, 1);
@@ -236,9 +256,23 @@ impl ServiceGraph {
     }
 
     fn pair(&mut self, c: ClientHalf, s: ServerHalf, counters: &Counters) {
-        let connection_type = if c.messaging { ConnectionType::MessagingSystem } else { ConnectionType::Direct };
-        let key = EdgeKey { client: c.service, server: s.service, connection_type };
-        self.record(key, Some(c.seconds), Some(s.seconds), c.failed || s.failed, counters);
+        let connection_type = if c.messaging {
+            ConnectionType::MessagingSystem
+        } else {
+            ConnectionType::Direct
+        };
+        let key = EdgeKey {
+            client: c.service,
+            server: s.service,
+            connection_type,
+        };
+        self.record(
+            key,
+            Some(c.seconds),
+            Some(s.seconds),
+            c.failed || s.failed,
+            counters,
+        );
     }
 
     /// Expires halves older than the TTL.
@@ -247,7 +281,9 @@ impl ServiceGraph {
             if now.duration_since(*t) < self.config.store_ttl {
                 break;
             }
-            let Some((_, key, seq)) = self.store.order.pop_front() else { break };
+            let Some((_, key, seq)) = self.store.order.pop_front() else {
+                break;
+            };
             if let Some((h, s)) = self.store.waiting.remove(&key) {
                 if s == seq {
                     self.expired(h, counters);
@@ -278,7 +314,11 @@ impl ServiceGraph {
                     };
                     let server: Arc<str> = Arc::from(peer.as_str());
                     self.virtual_nodes.insert(server.clone(), connection_type);
-                    let key = EdgeKey { client: c.service, server, connection_type };
+                    let key = EdgeKey {
+                        client: c.service,
+                        server,
+                        connection_type,
+                    };
                     self.record(key, Some(c.seconds), None, c.failed, counters);
                 }
                 None => Counters::add(&counters.graph_unpaired_expired, 1),
@@ -287,13 +327,25 @@ impl ServiceGraph {
         }
     }
 
-    fn record(&mut self, key: EdgeKey, client: Option<f64>, server: Option<f64>, failed: bool, counters: &Counters) {
+    fn record(
+        &mut self,
+        key: EdgeKey,
+        client: Option<f64>,
+        server: Option<f64>,
+        failed: bool,
+        counters: &Counters,
+    ) {
         self.seq += 1;
-        if !self.edges.contains_key(&key) && self.edges.len() >= self.config.max_edges.max(1) {
-            if let Some(oldest) = self.edges.iter().min_by_key(|(_, e)| e.last_update).map(|(k, _)| k.clone()) {
-                self.edges.remove(&oldest);
-                Counters::add(&counters.graph_edges_evicted, 1);
-            }
+        if !self.edges.contains_key(&key)
+            && self.edges.len() >= self.config.max_edges.max(1)
+            && let Some(oldest) = self
+                .edges
+                .iter()
+                .min_by_key(|(_, e)| e.last_update)
+                .map(|(k, _)| k.clone())
+        {
+            self.edges.remove(&oldest);
+            Counters::add(&counters.graph_edges_evicted, 1);
         }
         let e = self.edges.entry(key).or_default();
         e.requests += 1;
@@ -335,7 +387,15 @@ mod tests {
     use super::*;
     use crate::span_record::DeiAttributes;
 
-    fn span(trace: u8, id: u8, parent: Option<u8>, service: &str, kind: Kind, ms: u64, error: bool) -> SpanRecord {
+    fn span(
+        trace: u8,
+        id: u8,
+        parent: Option<u8>,
+        service: &str,
+        kind: Kind,
+        ms: u64,
+        error: bool,
+    ) -> SpanRecord {
         SpanRecord {
             trace_id: [trace; 16],
             span_id: [id; 8],
@@ -356,14 +416,37 @@ mod tests {
         let c = Counters::default();
         let mut g = ServiceGraph::new(GraphConfig::default());
         let now = Instant::now();
-        g.observe(&span(1, 1, None, "frontend", Kind::Server, 30, false), now, &c);
-        g.observe(&span(1, 2, Some(1), "frontend", Kind::Client, 20, false), now, &c);
-        g.observe(&span(1, 3, Some(2), "users", Kind::Server, 10, true), now, &c);
+        g.observe(
+            &span(1, 1, None, "frontend", Kind::Server, 30, false),
+            now,
+            &c,
+        );
+        g.observe(
+            &span(1, 2, Some(1), "frontend", Kind::Client, 20, false),
+            now,
+            &c,
+        );
+        g.observe(
+            &span(1, 3, Some(2), "users", Kind::Server, 10, true),
+            now,
+            &c,
+        );
         // server before client
-        g.observe(&span(2, 3, Some(2), "users", Kind::Server, 5, false), now, &c);
-        g.observe(&span(2, 2, Some(1), "frontend", Kind::Client, 7, false), now, &c);
+        g.observe(
+            &span(2, 3, Some(2), "users", Kind::Server, 5, false),
+            now,
+            &c,
+        );
+        g.observe(
+            &span(2, 2, Some(1), "frontend", Kind::Client, 7, false),
+            now,
+            &c,
+        );
         let edges = g.edges();
-        let fe = edges.iter().find(|(k, _)| &*k.client == "frontend" && &*k.server == "users").unwrap();
+        let fe = edges
+            .iter()
+            .find(|(k, _)| &*k.client == "frontend" && &*k.server == "users")
+            .unwrap();
         assert_eq!(fe.0.connection_type, ConnectionType::Direct);
         assert_eq!((fe.1.requests, fe.1.failed), (2, 1));
         assert_eq!(fe.1.client_seconds.count, 2);
@@ -376,12 +459,19 @@ mod tests {
     #[test]
     fn unpaired_client_with_peer_becomes_virtual_node_after_ttl() {
         let c = Counters::default();
-        let mut g = ServiceGraph::new(GraphConfig { store_ttl: Duration::from_millis(10), ..Default::default() });
+        let mut g = ServiceGraph::new(GraphConfig {
+            store_ttl: Duration::from_millis(10),
+            ..Default::default()
+        });
         let now = Instant::now();
         let mut s = span(1, 2, Some(1), "frontend", Kind::Client, 3, false);
         s.peer = Some(("postgresql".into(), PeerSource::DbSystem));
         g.observe(&s, now, &c);
-        g.observe(&span(1, 9, Some(8), "lonely", Kind::Server, 3, false), now, &c);
+        g.observe(
+            &span(1, 9, Some(8), "lonely", Kind::Server, 3, false),
+            now,
+            &c,
+        );
         assert!(g.edges().is_empty());
         g.expire(now + Duration::from_millis(20), &c);
         let edges = g.edges();
@@ -394,7 +484,11 @@ mod tests {
     #[test]
     fn store_and_edges_are_bounded() {
         let c = Counters::default();
-        let mut g = ServiceGraph::new(GraphConfig { max_store_items: 10, max_edges: 3, ..Default::default() });
+        let mut g = ServiceGraph::new(GraphConfig {
+            max_store_items: 10,
+            max_edges: 3,
+            ..Default::default()
+        });
         let now = Instant::now();
         for i in 0..50u8 {
             g.observe(&span(i, 2, Some(1), "a", Kind::Client, 1, false), now, &c);

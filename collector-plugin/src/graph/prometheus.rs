@@ -6,7 +6,9 @@ use crate::graph::histogram::{DEFAULT_BUCKETS, Histogram};
 use std::fmt::Write;
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn hist(out: &mut String, name: &str, labels: &str, h: &Histogram) {
@@ -35,43 +37,89 @@ pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64) -> St
             )
         })
         .collect();
-    out.push_str("# HELP traces_service_graph_request_total Total count of requests between two nodes\n");
+    out.push_str(
+        "# HELP traces_service_graph_request_total Total count of requests between two nodes\n",
+    );
     out.push_str("# TYPE traces_service_graph_request_total counter\n");
     for ((_, e), l) in edges.iter().zip(&labels) {
-        let _ = writeln!(out, "traces_service_graph_request_total{{{l}}} {}", e.requests);
+        let _ = writeln!(
+            out,
+            "traces_service_graph_request_total{{{l}}} {}",
+            e.requests
+        );
     }
     out.push_str("# HELP traces_service_graph_request_failed_total Total count of failed requests between two nodes\n");
     out.push_str("# TYPE traces_service_graph_request_failed_total counter\n");
     for ((_, e), l) in edges.iter().zip(&labels) {
-        let _ = writeln!(out, "traces_service_graph_request_failed_total{{{l}}} {}", e.failed);
+        let _ = writeln!(
+            out,
+            "traces_service_graph_request_failed_total{{{l}}} {}",
+            e.failed
+        );
     }
     out.push_str("# HELP traces_service_graph_request_server_seconds Time for a request between two nodes as seen from the server\n");
     out.push_str("# TYPE traces_service_graph_request_server_seconds histogram\n");
     for ((_, e), l) in edges.iter().zip(&labels) {
-        hist(&mut out, "traces_service_graph_request_server_seconds", l, &e.server_seconds);
+        hist(
+            &mut out,
+            "traces_service_graph_request_server_seconds",
+            l,
+            &e.server_seconds,
+        );
     }
     out.push_str("# HELP traces_service_graph_request_client_seconds Time for a request between two nodes as seen from the client\n");
     out.push_str("# TYPE traces_service_graph_request_client_seconds histogram\n");
     for ((_, e), l) in edges.iter().zip(&labels) {
-        hist(&mut out, "traces_service_graph_request_client_seconds", l, &e.client_seconds);
+        hist(
+            &mut out,
+            "traces_service_graph_request_client_seconds",
+            l,
+            &e.client_seconds,
+        );
     }
-    out.push_str("# HELP traces_service_graph_unpaired_spans_total Spans that expired without their peer\n");
+    out.push_str(
+        "# HELP traces_service_graph_unpaired_spans_total Spans that expired without their peer\n",
+    );
     out.push_str("# TYPE traces_service_graph_unpaired_spans_total counter\n");
-    let _ = writeln!(out, "traces_service_graph_unpaired_spans_total {}", counters.graph_unpaired_expired);
+    let _ = writeln!(
+        out,
+        "traces_service_graph_unpaired_spans_total {}",
+        counters.graph_unpaired_expired
+    );
     out.push_str("# HELP traces_service_graph_dropped_spans_total Spans evicted from the full pairing store\n");
     out.push_str("# TYPE traces_service_graph_dropped_spans_total counter\n");
-    let _ = writeln!(out, "traces_service_graph_dropped_spans_total {}", counters.graph_store_evicted);
+    let _ = writeln!(
+        out,
+        "traces_service_graph_dropped_spans_total {}",
+        counters.graph_store_evicted
+    );
     for (name, value, help) in counters.entries() {
         let _ = writeln!(out, "# HELP dei_collector_{name}_total {help}");
         let _ = writeln!(out, "# TYPE dei_collector_{name}_total counter");
         let _ = writeln!(out, "dei_collector_{name}_total {value}");
     }
     let gauges = [
-        ("dei_tree_nodes", "prefix tree nodes (root included)", a.tree.len() as u64),
-        ("dei_traces_retained", "traces retained for per-trace analyses", a.traces.len() as u64),
+        (
+            "dei_tree_nodes",
+            "prefix tree nodes (root included)",
+            a.tree.len() as u64,
+        ),
+        (
+            "dei_traces_retained",
+            "traces retained for per-trace analyses",
+            a.traces.len() as u64,
+        ),
         ("dei_graph_edges", "service graph edges", edges.len() as u64),
-        ("dei_graph_waiting_spans", "spans waiting for their peer", a.graph.waiting() as u64),
-        ("dei_forward_queue_spans", "spans waiting in the forwarding queue", queue_depth),
+        (
+            "dei_graph_waiting_spans",
+            "spans waiting for their peer",
+            a.graph.waiting() as u64,
+        ),
+        (
+            "dei_forward_queue_spans",
+            "spans waiting in the forwarding queue",
+            queue_depth,
+        ),
     ];
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");

@@ -158,7 +158,13 @@ impl PrefixTree {
         };
         let mut by_index = HashMap::new();
         by_index.insert(Index::root(), ROOT);
-        PrefixTree { nodes: vec![Some(root)], free: Vec::new(), by_index, max_nodes: max_nodes.max(2), clock: 0 }
+        PrefixTree {
+            nodes: vec![Some(root)],
+            free: Vec::new(),
+            by_index,
+            max_nodes: max_nodes.max(2),
+            clock: 0,
+        }
     }
 
     /// Nodes, the root included.
@@ -193,7 +199,9 @@ impl PrefixTree {
         let mut id = ROOT;
         for depth in 1..=index.depth() {
             let element = index.elements()[depth - 1];
-            let existing = self.nodes[id].as_ref().and_then(|n| n.children.get(&element).copied());
+            let existing = self.nodes[id]
+                .as_ref()
+                .and_then(|n| n.children.get(&element).copied());
             id = match existing {
                 Some(child) => child,
                 None => {
@@ -202,7 +210,10 @@ impl PrefixTree {
                         index: child_index.clone(),
                         parent: Some(id),
                         children: HashMap::new(),
-                        stats: NodeStats { preliminary: element.preliminary, ..Default::default() },
+                        stats: NodeStats {
+                            preliminary: element.preliminary,
+                            ..Default::default()
+                        },
                         touched: clock,
                     };
                     let child = match self.free.pop() {
@@ -229,7 +240,9 @@ impl PrefixTree {
 
     fn touch_path(&mut self, mut id: NodeId, clock: u64) {
         loop {
-            let Some(n) = self.nodes[id].as_mut() else { return };
+            let Some(n) = self.nodes[id].as_mut() else {
+                return;
+            };
             n.touched = clock;
             match n.parent {
                 Some(p) => id = p,
@@ -256,7 +269,11 @@ impl PrefixTree {
                 .nodes
                 .iter()
                 .enumerate()
-                .filter_map(|(id, n)| n.as_ref().filter(|n| n.children.is_empty() && id != ROOT).map(|n| (n.touched, id)))
+                .filter_map(|(id, n)| {
+                    n.as_ref()
+                        .filter(|n| n.children.is_empty() && id != ROOT)
+                        .map(|n| (n.touched, id))
+                })
                 .collect();
             if leaves.is_empty() {
                 break;
@@ -273,12 +290,14 @@ impl PrefixTree {
     }
 
     fn remove_leaf(&mut self, id: NodeId) {
-        let Some(node) = self.nodes[id].take() else { return };
+        let Some(node) = self.nodes[id].take() else {
+            return;
+        };
         self.by_index.remove(&node.index);
-        if let (Some(p), Some(e)) = (node.parent, node.index.last()) {
-            if let Some(parent) = self.nodes[p].as_mut() {
-                parent.children.remove(e);
-            }
+        if let (Some(p), Some(e)) = (node.parent, node.index.last())
+            && let Some(parent) = self.nodes[p].as_mut()
+        {
+            parent.children.remove(e);
         }
         self.free.push(id);
     }
@@ -289,12 +308,16 @@ impl PrefixTree {
         if from == to || from.is_root() {
             return;
         }
-        let Some(&src) = self.by_index.get(from) else { return };
+        let Some(&src) = self.by_index.get(from) else {
+            return;
+        };
         // Collect the subtree's (relative path, stats) first, then detach it.
         let mut stack = vec![src];
         let mut moved: Vec<(Index, NodeStats)> = Vec::new();
         while let Some(id) = stack.pop() {
-            let Some(n) = self.nodes[id].as_ref() else { continue };
+            let Some(n) = self.nodes[id].as_ref() else {
+                continue;
+            };
             stack.extend(n.children.values().copied());
             if let Some(new_index) = n.index.rewrite_prefix(from, to) {
                 moved.push((new_index, n.stats.clone()));
@@ -327,9 +350,15 @@ impl PrefixTree {
 
     /// The ids of a node's children, sorted by index.
     pub fn children(&self, id: NodeId) -> Vec<NodeId> {
-        let Some(n) = self.node(id) else { return Vec::new() };
+        let Some(n) = self.node(id) else {
+            return Vec::new();
+        };
         let mut c: Vec<NodeId> = n.children.values().copied().collect();
-        c.sort_by(|a, b| self.node(*a).map(|n| &n.index).cmp(&self.node(*b).map(|n| &n.index)));
+        c.sort_by(|a, b| {
+            self.node(*a)
+                .map(|n| &n.index)
+                .cmp(&self.node(*b).map(|n| &n.index))
+        });
         c
     }
 
@@ -354,7 +383,10 @@ impl PrefixTree {
 
     /// Every live node id.
     pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter().enumerate().filter_map(|(i, n)| n.as_ref().map(|_| i))
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|_| i))
     }
 }
 
@@ -364,7 +396,11 @@ mod tests {
     use dei_propagator::ElementDigest;
 
     fn idx(path: &[(u8, u32)]) -> Index {
-        Index::from_elements(path.iter().map(|(d, c)| Element::new(ElementDigest([*d; 8]), *c)).collect())
+        Index::from_elements(
+            path.iter()
+                .map(|(d, c)| Element::new(ElementDigest([*d; 8]), *c))
+                .collect(),
+        )
     }
 
     #[test]
@@ -401,7 +437,10 @@ mod tests {
     #[test]
     fn move_subtree_merges_stats() {
         let mut t = PrefixTree::new(100);
-        let pre = Index::from_elements(vec![Element::new(ElementDigest([1; 8]), 1), Element::new(ElementDigest([2; 8]), 2).preliminary()]);
+        let pre = Index::from_elements(vec![
+            Element::new(ElementDigest([1; 8]), 1),
+            Element::new(ElementDigest([2; 8]), 2).preliminary(),
+        ]);
         let fin = idx(&[(1, 1), (9, 1)]);
         let child = pre.child(Element::new(ElementDigest([3; 8]), 1));
         let id = t.get_or_insert(&child);
@@ -411,7 +450,9 @@ mod tests {
         t.move_subtree(&pre, &fin);
         assert!(t.get(&pre).is_none());
         assert!(t.get(&child).is_none());
-        let (_, n) = t.get(&fin.child(Element::new(ElementDigest([3; 8]), 1))).unwrap();
+        let (_, n) = t
+            .get(&fin.child(Element::new(ElementDigest([3; 8]), 1)))
+            .unwrap();
         assert_eq!(n.stats.seen, 3);
     }
 }

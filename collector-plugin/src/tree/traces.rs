@@ -112,7 +112,12 @@ impl TraceRecord {
                 o.index = n;
             }
         }
-        self.by_rpc = self.occurrences.iter().enumerate().map(|(i, o)| ((o.rpc, o.index.clone()), i)).collect();
+        self.by_rpc = self
+            .occurrences
+            .iter()
+            .enumerate()
+            .map(|(i, o)| ((o.rpc, o.index.clone()), i))
+            .collect();
         self.indexes = self.occurrences.iter().map(|o| o.index.clone()).collect();
     }
 }
@@ -154,7 +159,12 @@ pub struct TraceStore {
 impl TraceStore {
     /// An empty store.
     pub fn new(config: TraceStoreConfig) -> Self {
-        TraceStore { config, traces: HashMap::new(), order: VecDeque::new(), seq: 0 }
+        TraceStore {
+            config,
+            traces: HashMap::new(),
+            order: VecDeque::new(),
+            seq: 0,
+        }
     }
 
     /// The record of a trace, created if missing.
@@ -233,7 +243,11 @@ impl TraceStore {
 
     /// Traces with pending preliminary spans.
     pub fn with_pending(&mut self) -> Vec<TraceId> {
-        self.traces.values().filter(|t| !t.pending.is_empty()).map(|t| t.trace_id).collect()
+        self.traces
+            .values()
+            .filter(|t| !t.pending.is_empty())
+            .map(|t| t.trace_id)
+            .collect()
     }
 
     /// Mutable access to one trace.

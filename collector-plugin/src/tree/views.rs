@@ -126,7 +126,12 @@ pub struct SubtreeView {
 }
 
 /// The subtree at `id`, at most `max_depth` levels below and `budget` nodes in total.
-pub fn subtree(a: &Analyzer, id: NodeId, max_depth: usize, budget: &mut usize) -> Option<SubtreeView> {
+pub fn subtree(
+    a: &Analyzer,
+    id: NodeId,
+    max_depth: usize,
+    budget: &mut usize,
+) -> Option<SubtreeView> {
     let n = a.tree.node(id)?;
     *budget = budget.checked_sub(1)?;
     let mut children = Vec::new();
@@ -138,7 +143,10 @@ pub fn subtree(a: &Analyzer, id: NodeId, max_depth: usize, budget: &mut usize) -
             }
         }
     }
-    Some(SubtreeView { node: NodeView::of(n), subtree: children })
+    Some(SubtreeView {
+        node: NodeView::of(n),
+        subtree: children,
+    })
 }
 
 /// One RPC of one trace, with its nested RPCs.
@@ -169,7 +177,13 @@ pub struct TraceView {
 /// The tree of one retained trace.
 pub fn trace_view(t: &TraceRecord) -> TraceView {
     let mut order: Vec<usize> = (0..t.occurrences.len()).collect();
-    order.sort_by_key(|&i| (t.occurrences[i].index.depth(), t.occurrences[i].start_ns(), i));
+    order.sort_by_key(|&i| {
+        (
+            t.occurrences[i].index.depth(),
+            t.occurrences[i].start_ns(),
+            i,
+        )
+    });
     let known: BTreeSet<&Index> = t.occurrences.iter().map(|o| &o.index).collect();
     fn build(t: &TraceRecord, me: usize, order: &[usize], depth_guard: usize) -> TraceNode {
         let idx = &t.occurrences[me].index;
@@ -182,12 +196,20 @@ pub fn trace_view(t: &TraceRecord) -> TraceView {
                 }
             }
         }
-        TraceNode { occurrence: t.occurrences[me].clone(), children }
+        TraceNode {
+            occurrence: t.occurrences[me].clone(),
+            children,
+        }
     }
     let tops: Vec<usize> = order
         .iter()
         .copied()
-        .filter(|&i| t.occurrences[i].index.parent().is_none_or(|p| !known.contains(&p)))
+        .filter(|&i| {
+            t.occurrences[i]
+                .index
+                .parent()
+                .is_none_or(|p| !known.contains(&p))
+        })
         .collect();
     TraceView {
         trace_id: trace_hex(&t.trace_id),
@@ -273,12 +295,26 @@ pub fn diff(a: &Analyzer, sa: &Selection, sb: &Selection, limit: usize) -> Diff 
     let appeared: Vec<&Index> = ib.difference(&ia).collect();
     let disappeared: Vec<&Index> = ia.difference(&ib).collect();
     Diff {
-        a: DiffSide { traces: na, indexes: ia.len() },
-        b: DiffSide { traces: nb, indexes: ib.len() },
+        a: DiffSide {
+            traces: na,
+            indexes: ia.len(),
+        },
+        b: DiffSide {
+            traces: nb,
+            indexes: ib.len(),
+        },
         common: ia.intersection(&ib).count(),
         appeared_total: appeared.len(),
         disappeared_total: disappeared.len(),
-        appeared: appeared.iter().take(limit).map(|i| NamedIndex::of(a, i)).collect(),
-        disappeared: disappeared.iter().take(limit).map(|i| NamedIndex::of(a, i)).collect(),
+        appeared: appeared
+            .iter()
+            .take(limit)
+            .map(|i| NamedIndex::of(a, i))
+            .collect(),
+        disappeared: disappeared
+            .iter()
+            .take(limit)
+            .map(|i| NamedIndex::of(a, i))
+            .collect(),
     }
 }

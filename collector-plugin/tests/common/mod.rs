@@ -3,8 +3,12 @@
 //! child process, and small HTTP helpers.
 #![allow(dead_code)]
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -45,7 +49,9 @@ impl TraceService for Store {
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         self.0.lock().unwrap().requests.push(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
     }
 }
 
@@ -61,7 +67,12 @@ impl Downstream {
     pub async fn start() -> Downstream {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let mut d = Downstream { addr, received: Arc::default(), stop: None, task: None };
+        let mut d = Downstream {
+            addr,
+            received: Arc::default(),
+            stop: None,
+            task: None,
+        };
         d.serve(l);
         d
     }
@@ -73,9 +84,12 @@ impl Downstream {
         self.task = Some(tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(svc)
-                .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(l), async {
-                    let _ = rx.await;
-                })
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(l),
+                    async {
+                        let _ = rx.await;
+                    },
+                )
                 .await;
         }));
     }
@@ -131,7 +145,15 @@ pub struct CollectorProcess {
 impl CollectorProcess {
     pub fn start(extra: &[&str]) -> CollectorProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
-            .args(["serve", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--api-listen",
+                "127.0.0.1:0",
+            ])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -148,7 +170,12 @@ impl CollectorProcess {
                 .parse()
                 .unwrap()
         };
-        CollectorProcess { grpc: field("grpc"), http: field("http"), api: field("api"), child }
+        CollectorProcess {
+            grpc: field("grpc"),
+            http: field("http"),
+            api: field("api"),
+            child,
+        }
     }
 
     pub fn get_json(&self, path: &str) -> serde_json::Value {
@@ -173,12 +200,19 @@ pub fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
 pub fn get_text(addr: SocketAddr, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         // de-chunk
         let mut rest = body;
         let mut out = String::new();

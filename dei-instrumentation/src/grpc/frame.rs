@@ -78,6 +78,7 @@ impl MessageDigester {
     }
 
     /// True when no message is partly read.
+    #[cfg(test)]
     pub(crate) fn at_boundary(&self) -> bool {
         self.hasher.is_none() && self.header_filled == 0
     }

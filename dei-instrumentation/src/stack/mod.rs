@@ -208,11 +208,17 @@ impl StackCapturer {
         self.inner.cache.len()
     }
 
-    /// Captures the current stack.
+    /// Captures the current stack, with the innermost marked call site ([`CallSiteExt`]) if any.
     #[inline(never)]
     pub fn capture(&self) -> CapturedStack {
+        self.capture_at(call_site::current())
+    }
+
+    /// Captures the current stack with `call_site` (a `#[track_caller]` location) as innermost frame.
+    #[inline(never)]
+    pub fn capture_at(&self, call_site: Option<&'static std::panic::Location<'static>>) -> CapturedStack {
         let inner = &*self.inner;
-        let call_site = call_site::current().map(|loc| {
+        let call_site = call_site.map(|loc| {
             Frame::new(inner.filter.relative(std::path::Path::new(loc.file())), loc.line(), loc.column())
         });
         let mut frames: Vec<Arc<[AppFrame]>> = Vec::new();
@@ -276,8 +282,12 @@ mod tests {
     fn call_sites_differ_and_repeat() {
         // This crate's own frames are dropped by default; the allow list keeps this file's.
         let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs"));
-        let a1 = site_a(&c);
-        let a2 = site_a(&c);
+        // Two captures from one call site (a loop), and one from another.
+        let mut a = Vec::new();
+        for _ in 0..2 {
+            a.push(site_a(&c));
+        }
+        let (a1, a2) = (&a[0], &a[1]);
         let b = site_b(&c);
         assert_eq!(a1.digest(), a2.digest(), "{}\n--\n{}", a1.readable(), a2.readable());
         assert_ne!(a1.digest(), b.digest());

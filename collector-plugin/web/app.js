@@ -1,0 +1,263 @@
+// dei-collector web view: service graph, DEI prefix tree, traces, analyses, search executions, diff.
+// Plain DOM; the tree loads children on demand and renders long child lists in pages, so trees with many
+// thousands of nodes stay responsive. The graph is laid out by Cytoscape.js.
+"use strict";
+
+const API = "/api/v1";
+const PAGE = 200;
+
+async function getJSON(path) {
+  const r = await fetch(API + path);
+  if (!r.ok) throw new Error(`${path}: ${r.status}`);
+  return r.json();
+}
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
+  return e;
+}
+
+function badge(text, cls = "") { return el("span", { class: "badge " + cls }, text); }
+
+function sumValues(obj) { return Object.values(obj || {}).reduce((a, b) => a + b, 0); }
+
+// ---- tabs -------------------------------------------------------------------------------------------
+const loaded = {};
+function showTab(name) {
+  document.querySelectorAll("#tabs button").forEach(b => b.classList.toggle("active", b.dataset.tab === name));
+  document.querySelectorAll(".tab").forEach(s => s.classList.toggle("active", s.id === "tab-" + name));
+  if (!loaded[name]) { loaded[name] = true; loaders[name]().catch(e => console.error(e)); }
+  history.replaceState(null, "", "#" + name);
+}
+document.querySelectorAll("#tabs button").forEach(b => b.addEventListener("click", () => showTab(b.dataset.tab)));
+
+// ---- service graph ----------------------------------------------------------------------------------
+async function loadGraph() {
+  const g = await getJSON("/graph");
+  const elements = [];
+  for (const n of g.nodes) elements.push({ data: { id: n.id, label: n.id, virtual: n.is_virtual ? 1 : 0 } });
+  g.edges.forEach((e, i) => elements.push({
+    data: { id: "e" + i, source: e.client, target: e.server, failed: e.failed,
+            label: `${e.requests} req` + (e.failed ? ` / ${e.failed} failed` : "") },
+  }));
+  const cy = cytoscape({
+    container: document.getElementById("graph-canvas"),
+    elements,
+    style: [
+      { selector: "node", style: { label: "data(label)", "background-color": "#5aa9ff", color: "#1d2330",
+        "text-valign": "bottom", "text-margin-y": 4, "font-size": 12 } },
+      { selector: "node[virtual = 1]", style: { "background-color": "#c2c8d3", shape: "round-rectangle" } },
+      { selector: "edge", style: { label: "data(label)", "curve-style": "bezier", "target-arrow-shape": "triangle",
+        width: 2, "line-color": "#9aa5b8", "target-arrow-color": "#9aa5b8", "font-size": 10,
+        "text-background-color": "#fff", "text-background-opacity": 0.8 } },
+      { selector: "edge[failed > 0]", style: { "line-color": "#e0574a", "target-arrow-color": "#e0574a" } },
+    ],
+    layout: { name: "breadthfirst", directed: true, padding: 20, spacingFactor: 1.2 },
+  });
+  window.deiGraph = cy;
+  const table = document.getElementById("graph-edges");
+  table.replaceChildren(el("tr", {}, el("th", {}, "client"), el("th", {}, "server"), el("th", {}, "requests"),
+    el("th", {}, "failed"), el("th", {}, "via")));
+  for (const e of g.edges) {
+    table.append(el("tr", { class: e.failed ? "failed" : "" }, el("td", {}, e.client), el("td", {}, e.server),
+      el("td", {}, e.requests), el("td", {}, e.failed), el("td", {}, e.connection_type || "")));
+  }
+}
+
+// ---- prefix tree ------------------------------------------------------------------------------------
+function nodeRow(n, onSelect) {
+  const li = el("li", { role: "treeitem", "data-index": n.index });
+  const toggle = el("span", { class: "toggle" }, n.children > 0 ? "▸" : " ");
+  const faults = sumValues(n.faults);
+  const row = el("div", { class: "row" }, toggle,
+    el("span", { class: "sig" }, n.signature || "(unknown)"), " ",
+    el("span", { class: "el" }, n.element || ""),
+    badge(`${n.seen}× in ${n.traces} traces`),
+    n.errors ? badge(`${n.errors} errors`, "err") : null,
+    faults ? badge(`${faults} faults`, "fault") : null,
+    n.ambiguous_flagged ? badge("ambiguous", "amb") : null,
+    n.children ? badge(`${n.children} children`) : null);
+  let childList = null;
+  row.addEventListener("click", async ev => {
+    ev.stopPropagation();
+    onSelect(n, row);
+    if (n.children === 0) return;
+    if (childList) { childList.hidden = !childList.hidden; toggle.textContent = childList.hidden ? "▸" : "▾"; return; }
+    toggle.textContent = "▾";
+    childList = el("ul", { role: "group" });
+    li.append(childList);
+    const kids = await getJSON("/tree/children?index=" + encodeURIComponent(n.index));
+    renderPaged(childList, kids, k => nodeRow(k, onSelect));
+  });
+  li.append(row);
+  return li;
+}
+
+function renderPaged(ul, items, make) {
+  let shown = 0;
+  const more = el("li", { class: "more" });
+  const step = () => {
+    const frag = document.createDocumentFragment();
+    for (const it of items.slice(shown, shown + PAGE)) frag.append(make(it));
+    shown = Math.min(items.length, shown + PAGE);
+    more.before(frag);
+    more.textContent = shown < items.length ? `show ${Math.min(PAGE, items.length - shown)} more of ${items.length - shown}` : "";
+    if (shown >= items.length) more.remove();
+  };
+  ul.append(more);
+  more.addEventListener("click", step);
+  step();
+}
+
+let selectedRow = null;
+async function selectNode(n, row) {
+  if (selectedRow) selectedRow.classList.remove("selected");
+  selectedRow = row; row.classList.add("selected");
+  const box = document.getElementById("node-detail");
+  const d = await getJSON("/tree/node?index=" + encodeURIComponent(n.index));
+  const parts = [
+    el("h2", {}, d.signature || "(unknown)"),
+    el("p", {}, "index ", el("code", { id: "detail-index" }, d.index)),
+    el("p", {}, `depth ${d.depth} · seen ${d.seen}× in ${d.traces} traces · ${d.errors} errors`),
+    el("p", {}, "services: ", Object.keys(d.client_services || {}).join(", ") || "?", " → ",
+       Object.keys(d.server_services || {}).join(", ") || Object.keys(d.peers || {}).join(", ") || "?"),
+  ];
+  if (d.client_latency && d.client_latency.count) parts.push(el("p", {}, `client latency mean ${(d.client_latency.mean_s * 1000).toFixed(2)} ms, max ${(d.client_latency.max_s * 1000).toFixed(2)} ms`));
+  if (Object.keys(d.faults || {}).length) parts.push(el("p", {}, "injected faults: " + Object.entries(d.faults).map(([f, c]) => `${f}×${c}`).join(", ")));
+  parts.push(el("h2", {}, "Stack"));
+  const frames = el("ol", { id: "detail-stack", class: "mono" });
+  for (const f of d.stack || []) frames.append(el("li", {}, f));
+  parts.push((d.stack || []).length ? frames : el("p", { class: "hint" }, "no stack recorded"));
+  parts.push(el("h2", {}, "Traces"));
+  const traces = el("ul", { id: "detail-traces", class: "mono" });
+  try {
+    const t = await getJSON("/tree/node/traces?index=" + encodeURIComponent(n.index));
+    for (const id of t.traces) traces.append(el("li", {}, el("a", { href: "#traces", onclick: () => openTrace(id) }, id)));
+    if (!t.traces.length) traces.append(el("li", { class: "hint" }, "no retained trace"));
+  } catch (e) { traces.append(el("li", { class: "hint" }, "traces unavailable")); }
+  parts.push(traces);
+  box.replaceChildren(...parts);
+}
+
+async function loadTree() {
+  const root = await getJSON("/tree/children?index=1");
+  const ul = el("ul", { role: "group" });
+  document.getElementById("tree").replaceChildren(ul);
+  renderPaged(ul, root, n => nodeRow(n, selectNode));
+}
+
+// ---- traces -----------------------------------------------------------------------------------------
+async function loadTraces() {
+  const t = await getJSON("/traces?limit=500");
+  const table = el("table", { class: "grid" }, el("tr", {}, el("th", {}, "trace"), el("th", {}, "RPCs"), el("th", {}, "faults")));
+  for (const tr of t.traces) {
+    table.append(el("tr", { class: tr.faults ? "failed" : "" },
+      el("td", { class: "mono" }, el("a", { href: "#traces", onclick: () => openTrace(tr.trace_id) }, tr.trace_id.slice(0, 16) + "…")),
+      el("td", {}, tr.rpcs), el("td", {}, tr.faults)));
+  }
+  document.getElementById("trace-list").replaceChildren(el("p", {}, `${t.retained} traces retained`), table);
+}
+
+function traceNode(n) {
+  const li = el("li", {}, el("div", { class: "row" },
+    el("span", { class: "sig" }, n.signature || "?"), " ", el("span", { class: "el" }, n.index),
+    " ", el("span", {}, `${n.client_service || "?"} → ${n.server_service || "?"}`),
+    n.fault ? badge("fault " + n.fault, "fault") : null, n.error ? badge("error", "err") : null,
+    n.ambiguous ? badge("ambiguous", "amb") : null));
+  if (n.children && n.children.length) li.append(el("ul", {}, ...n.children.map(traceNode)));
+  return li;
+}
+
+async function openTrace(id) {
+  showTab("traces");
+  const t = await getJSON("/traces/" + id);
+  document.getElementById("trace-tree").replaceChildren(el("p", { class: "mono" }, `trace ${t.trace_id} · ${t.rpcs} RPCs`),
+    el("ul", { id: "trace-tree-root" }, ...t.tree.map(traceNode)));
+}
+
+// ---- analyses ---------------------------------------------------------------------------------------
+function table(rows) {
+  if (!Array.isArray(rows) || rows.length === 0) return el("p", { class: "hint" }, "none found");
+  const cols = [...new Set(rows.flatMap(r => Object.keys(r)))];
+  const t = el("table", { class: "grid" }, el("tr", {}, ...cols.map(c => el("th", {}, c))));
+  for (const r of rows) t.append(el("tr", {}, ...cols.map(c => el("td", { class: "mono" }, fmt(r[c])))));
+  return t;
+}
+function fmt(v) {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
+async function loadAnalyses() {
+  const a = await getJSON("/analyses");
+  const box = document.getElementById("analyses");
+  const sections = [["Circuit breakers", a.circuit_breakers], ["Repeated calls", a.repeated_calls],
+    ["Chained calls", a.chained_calls], ["Ambiguous indexes", a.ambiguous]];
+  const out = [el("p", {}, `${a.traces_analyzed} traces analyzed`)];
+  for (const [title, v] of sections) {
+    out.push(el("h2", {}, title));
+    out.push(table(Array.isArray(v) ? v : (v && (v.findings || v.items)) || (v ? [v] : [])));
+  }
+  out.push(el("h2", {}, "Projection to other instantiations"));
+  for (const p of a.projections || []) {
+    const { collapsed, ...summary } = p;
+    out.push(table([summary]));
+    if (Array.isArray(collapsed)) out.push(table(collapsed));
+  }
+  box.replaceChildren(...out);
+}
+
+// ---- search executions ------------------------------------------------------------------------------
+function failed(e) { return e.outcome === "fail" || e.outcome === "failed" || e.passed === false; }
+async function loadSearch() {
+  const box = document.getElementById("search");
+  let r;
+  try { r = await getJSON("/search"); } catch (e) { box.replaceChildren(el("p", { class: "hint" }, "no search report")); return; }
+  const reports = Array.isArray(r) ? r : [r];
+  const out = [];
+  for (const rep of reports) {
+    const execs = [...(rep.executions || [])].sort((a, b) => failed(b) - failed(a));
+    out.push(el("h2", {}, `${rep.test || rep.name || "functional test"}: ${execs.length} executions, ${execs.filter(failed).length} failing`));
+    const t = el("table", { class: "grid", id: "executions" }, el("tr", {}, el("th", {}, "#"), el("th", {}, "outcome"), el("th", {}, "plan"), el("th", {}, "injected")));
+    for (const e of execs) {
+      t.append(el("tr", { class: failed(e) ? "failed" : "" }, el("td", {}, e.id ?? e.number ?? ""),
+        el("td", {}, e.outcome ?? (e.passed ? "pass" : "fail")), el("td", { class: "mono" }, fmt(e.plan)),
+        el("td", { class: "mono" }, fmt(e.effective ?? e.injected))));
+    }
+    out.push(t);
+  }
+  box.replaceChildren(...out);
+}
+
+// ---- diff -------------------------------------------------------------------------------------------
+async function runDiff(ev) {
+  if (ev) ev.preventDefault();
+  const f = new FormData(document.getElementById("diff-form"));
+  const now = Date.now() * 1e6;
+  const ago = k => Math.max(0, Math.round(now - Number(f.get(k)) * 1e9));
+  const q = `a_from=${ago("a_from")}&a_to=${ago("a_to")}&b_from=${ago("b_from")}&b_to=${ago("b_to")}`;
+  const d = await getJSON("/diff?" + q);
+  document.getElementById("diff-result").replaceChildren(
+    el("p", {}, `A: ${d.a.traces} traces, ${d.a.indexes} indexes · B: ${d.b.traces} traces, ${d.b.indexes} indexes · common ${d.common}`),
+    el("h2", {}, `Appeared in B (${d.appeared_total})`), table(d.appeared),
+    el("h2", {}, `Disappeared from A (${d.disappeared_total})`), table(d.disappeared));
+}
+document.getElementById("diff-form").addEventListener("submit", runDiff);
+
+const loaders = { graph: loadGraph, tree: loadTree, traces: loadTraces, analyses: loadAnalyses, search: loadSearch, diff: runDiff };
+
+async function loadStats() {
+  try {
+    const s = await getJSON("/stats");
+    document.getElementById("stats").textContent = `${s.tree_nodes} tree nodes · ${s.traces_retained} traces · ${s.graph_edges} edges`;
+  } catch (e) { /* collector still starting */ }
+}
+loadStats();
+showTab((location.hash || "#graph").slice(1) in loaders ? location.hash.slice(1) || "graph" : "graph");

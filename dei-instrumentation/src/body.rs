@@ -1,0 +1,257 @@
+//! Body wrappers: they pass every frame on untouched and observe it on the way.
+//!
+//! - [`DeiResponseBody`] keeps an RPC's span and issued index alive until the response ends, records the
+//!   outcome (gRPC status from trailers, `dei.ambiguous`) and, on servers, polls the inner body inside the
+//!   request's `Context`, so that a streamed response produced lazily still issues indexes in the request's
+//!   scope.
+//! - [`InboundBody`] digests what a server receives (the first gRPC message, or `query?body` up to a cap for
+//!   HTTP) without buffering it, and records `dei.payload.digest` once the digest is complete.
+
+use crate::grpc::frame::MessageDigester;
+use crate::span;
+use bytes::Bytes;
+use dei_propagator::{IssuedIndex, PayloadHasher};
+use http_body::{Body, Frame, SizeHint};
+use opentelemetry::Context;
+use pin_project_lite::pin_project;
+use std::pin::Pin;
+use std::task::{Poll, ready};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// What ends with an RPC: its span handle and, on clients, its issued index.
+pub(crate) struct CallGuard {
+    pub(crate) span: tracing::Span,
+    pub(crate) issued: Option<IssuedIndex>,
+    pub(crate) grpc: bool,
+}
+
+impl CallGuard {
+    fn record_trailers(&self, trailers: &http::HeaderMap) {
+        if self.grpc
+            && let Some(status) = tonic::Status::from_header_map(trailers)
+        {
+            record_grpc_status(&self.span, status.code());
+        }
+    }
+}
+
+/// Records `rpc.grpc.status_code` and the span status.
+pub(crate) fn record_grpc_status(span: &tracing::Span, code: tonic::Code) {
+    span.set_attribute("rpc.grpc.status_code", code as i64);
+    if code != tonic::Code::Ok {
+        span.set_status(opentelemetry::trace::Status::error(format!("{code:?}")));
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        if let Some(issued) = &self.issued {
+            span_ambiguous(&self.span, issued);
+        }
+    }
+}
+
+fn span_ambiguous(span: &tracing::Span, issued: &IssuedIndex) {
+    span.set_attribute(span::AMBIGUOUS, issued.is_ambiguous());
+}
+
+pin_project! {
+    /// A response body that ends the RPC's instrumentation when it ends (see the [module docs](self)).
+    pub struct DeiResponseBody<B> {
+        #[pin]
+        inner: Option<B>,
+        guard: Option<CallGuard>,
+        cx: Option<Context>,
+    }
+}
+
+impl<B> DeiResponseBody<B> {
+    pub(crate) fn new(inner: B, guard: CallGuard, cx: Option<Context>) -> Self {
+        DeiResponseBody {
+            inner: Some(inner),
+            guard: Some(guard),
+            cx,
+        }
+    }
+
+    /// An empty body (a fault response).
+    pub(crate) fn empty(guard: CallGuard) -> Self {
+        DeiResponseBody {
+            inner: None,
+            guard: Some(guard),
+            cx: None,
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for DeiResponseBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeiResponseBody").finish_non_exhaustive()
+    }
+}
+
+impl<B> Body for DeiResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let Some(inner) = this.inner.as_pin_mut() else {
+            this.guard.take();
+            return Poll::Ready(None);
+        };
+        let polled = {
+            let _attached = this.cx.as_ref().map(|c| c.clone().attach());
+            ready!(inner.poll_frame(cx))
+        };
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    if let Some(g) = this.guard.take() {
+                        g.record_trailers(trailers);
+                    }
+                }
+            }
+            Some(Err(_)) => {
+                if let Some(g) = this.guard.take() {
+                    g.span.set_status(opentelemetry::trace::Status::error("response body error"));
+                }
+            }
+            None => {
+                this.guard.take();
+            }
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+/// How an [`InboundBody`] digests.
+pub(crate) enum InboundDigest {
+    /// The first gRPC message.
+    Grpc(MessageDigester),
+    /// `query?body`, the body up to `remaining` more bytes.
+    Http { hasher: PayloadHasher, remaining: usize },
+    /// Done (or nothing to digest).
+    Done,
+}
+
+impl InboundDigest {
+    /// `query` + `?` fed, the body to come, at most `cap` bytes of it.
+    pub(crate) fn http(query: &str, cap: usize) -> Self {
+        let mut hasher = PayloadHasher::new();
+        hasher.update(query.as_bytes());
+        hasher.update(b"?");
+        InboundDigest::Http { hasher, remaining: cap }
+    }
+}
+
+pin_project! {
+    /// A request body that digests what passes through it (see the [module docs](self)).
+    pub struct InboundBody<B> {
+        #[pin]
+        inner: B,
+        digest: InboundDigest,
+        span: tracing::Span,
+        keep_raw: bool,
+        raw: Vec<u8>,
+    }
+}
+
+impl<B: Body> InboundBody<B> {
+    pub(crate) fn new(inner: B, digest: InboundDigest, span: tracing::Span, keep_raw: bool) -> Self {
+        let mut body = InboundBody {
+            inner,
+            digest,
+            span,
+            keep_raw,
+            raw: Vec::new(),
+        };
+        if body.inner.is_end_stream() {
+            finish(&mut body.digest, &body.span, &body.raw, body.keep_raw);
+        }
+        body
+    }
+}
+
+const RAW_CAP: usize = 1024;
+
+fn finish(digest: &mut InboundDigest, span: &tracing::Span, raw: &[u8], keep_raw: bool) {
+    if let InboundDigest::Http { hasher, .. } = std::mem::replace(digest, InboundDigest::Done) {
+        span::record_payload(span, &hasher.finish(), keep_raw.then_some(raw));
+    }
+}
+
+impl<B> Body for InboundBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let polled = ready!(this.inner.poll_frame(cx));
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    if *this.keep_raw && this.raw.len() < RAW_CAP {
+                        let room = (RAW_CAP - this.raw.len()).min(data.len());
+                        this.raw.extend_from_slice(&data[..room]);
+                    }
+                    match this.digest {
+                        InboundDigest::Grpc(d) => {
+                            let mut first = None;
+                            d.feed(data, |m| {
+                                if first.is_none() {
+                                    first = Some(m);
+                                }
+                            });
+                            if let Some(m) = first {
+                                let raw = m.prefix.as_deref().or((*this.keep_raw).then_some(&this.raw[..]));
+                                span::record_payload(this.span, &m.digest, raw.filter(|_| *this.keep_raw));
+                                *this.digest = InboundDigest::Done;
+                            }
+                        }
+                        InboundDigest::Http { hasher, remaining } => {
+                            let take = (*remaining).min(data.len());
+                            hasher.update(&data[..take]);
+                            *remaining -= take;
+                            if *remaining == 0 {
+                                finish(this.digest, this.span, this.raw, *this.keep_raw);
+                            }
+                        }
+                        InboundDigest::Done => {}
+                    }
+                }
+            }
+            None => finish(this.digest, this.span, this.raw, *this.keep_raw),
+            Some(Err(_)) => *this.digest = InboundDigest::Done,
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

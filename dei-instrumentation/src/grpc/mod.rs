@@ -1,0 +1,16 @@
+//! tonic integration: a client layer, a server layer, and stream helpers.
+//!
+//! - [`DeiClientLayer`](client::DeiClientLayer) over a `Channel`: signature from the path, payload digest of
+//!   the encoded request message, filtered call stack, next index from the scope in the current `Context`,
+//!   `dei` + `traceparent` + `baggage` injected through the global propagator, fault plan checked before
+//!   sending.
+//! - [`DeiServerLayer`](server::DeiServerLayer) for `Server::builder().layer(..)`: extracts, opens the scope,
+//!   runs the handler in it.
+//! - [`stream`]: preliminary and final indexes of streams (paper §4.2).
+//! - [`methods`]: which methods stream, and why the layer has to be told.
+
+pub mod client;
+pub(crate) mod frame;
+pub mod methods;
+pub mod server;
+pub mod stream;

@@ -1,0 +1,132 @@
+//! The tonic server layer: every request is served in its own scope, whose prefix is the incoming index.
+//!
+//! ```no_run
+//! # mod pb { tonic::include_proto!("deitest"); }
+//! # async fn run(svc: pb::leaf_server::LeafServer<impl pb::leaf_server::Leaf>) -> Result<(), Box<dyn std::error::Error>> {
+//! use dei_instrumentation::{DeiConfig, DeiServerLayer};
+//! tonic::transport::Server::builder()
+//!     .layer(DeiServerLayer::new(DeiConfig::default()))
+//!     .add_service(svc)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The handler future runs inside the server span (entered on every poll, after `set_parent`) and inside the
+//! request's `Context` (`with_context`), so every RPC it issues — and every RPC issued from tasks started with
+//! [`dei_propagator::spawn`] and friends — takes its index from the request's scope. The response body is
+//! polled in the same context, so lazily produced response streams are covered too. Streaming handlers wrap
+//! their request stream in [`crate::grpc::stream::DeiStreaming`].
+
+use super::frame::MessageDigester;
+use super::methods::MethodKind;
+use crate::body::{CallGuard, DeiResponseBody, InboundBody, InboundDigest};
+use crate::config::DeiConfig;
+use crate::incoming;
+use crate::span;
+use bytes::Bytes;
+use dei_propagator::{PayloadDigest, Signature};
+use futures::future::BoxFuture;
+use opentelemetry::context::FutureExt as _;
+use std::task::Poll;
+use tonic::body::Body;
+use tower_layer::Layer;
+use tower_service::Service;
+use tracing::Instrument;
+
+/// A tower layer for `tonic::transport::Server::builder().layer(..)`.
+#[derive(Clone, Debug, Default)]
+pub struct DeiServerLayer {
+    config: DeiConfig,
+}
+
+impl DeiServerLayer {
+    /// A layer with this configuration.
+    pub fn new(config: DeiConfig) -> Self {
+        DeiServerLayer { config }
+    }
+}
+
+impl<S> Layer<S> for DeiServerLayer {
+    type Service = DeiServerService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        DeiServerService {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service made by [`DeiServerLayer`].
+#[derive(Clone, Debug)]
+pub struct DeiServerService<S> {
+    inner: S,
+    config: DeiConfig,
+}
+
+impl<S, B> Service<http::Request<Body>> for DeiServerService<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+{
+    type Response = http::Response<DeiResponseBody<B>>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let path = request.uri().path().to_string();
+        let signature = Signature::grpc_path(&path);
+        let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
+        let span = tracing::info_span!(
+            target: "dei",
+            "grpc.server",
+            otel.name = %signature,
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.service = %service,
+            rpc.method = %method,
+        );
+        let kind = self.config.method_kind(&path);
+        let single_request = kind == Some(MethodKind::ServerStreaming);
+        let call = incoming::open(&self.config, request.headers(), &signature, &span, single_request);
+        let (mut parts, body) = request.into_parts();
+        let digest = if call.index.is_preliminary() {
+            // A stream: its preliminary index has the empty payload.
+            span::record_payload(&span, &PayloadDigest::empty(), None);
+            InboundDigest::Done
+        } else {
+            InboundDigest::Grpc(MessageDigester::new(0))
+        };
+        let body = Body::new(InboundBody::new(body, digest, span.clone(), self.config.record_payloads()));
+        let cx = call.context.clone();
+        parts.extensions.insert(call);
+        let request = http::Request::from_parts(parts, body);
+        let future = {
+            let _entered = span.enter();
+            let _attached = cx.clone().attach();
+            self.inner.call(request)
+        };
+        let guard = CallGuard {
+            span: span.clone(),
+            issued: None,
+            grpc: true,
+        };
+        let body_cx = cx.clone();
+        Box::pin(
+            async move {
+                let response = future.await?;
+                if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+                    crate::body::record_grpc_status(&guard.span, status.code());
+                }
+                Ok(response.map(|b| DeiResponseBody::new(b, guard, Some(body_cx))))
+            }
+            .instrument(span)
+            .with_context(cx),
+        )
+    }
+}

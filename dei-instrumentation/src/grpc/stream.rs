@@ -1,0 +1,229 @@
+//! Streams (paper §4.2): preliminary indexes, final indexes per message, implicit counting at the callee.
+//!
+//! A streaming call's headers leave before its messages exist, so the call is sent with a *preliminary*
+//! index: the stream's creation site, an empty payload, and the `~` flag. The client layer then issues each
+//! message's *final* index — the message's payload and its send site — as the message goes out, and records
+//! the mapping as a `dei.stream.message` span event (see [`crate::span`]). The callee counts messages
+//! implicitly: it serves the k-th message of a stream opened with `…r|x~` under `…r|(x+k)~`
+//! ([`Index::stream_message`]).
+//!
+//! - Caller: send through [`channel`] to record each message's send site (any other stream works too; its
+//!   messages then get the creation site).
+//! - Callee: wrap the incoming `tonic::Streaming` in [`DeiStreaming`] and serve each [`StreamMessage`] inside
+//!   its context ([`StreamMessage::in_scope`]).
+
+use super::client::SendSites;
+use crate::config::DeiConfig;
+use crate::stack::{CapturedStack, StackCapturer};
+use dei_propagator::{DeiContextExt, Index, Instantiation, RequestScope};
+use futures::Stream;
+use opentelemetry::Context;
+use opentelemetry::context::FutureExt as _;
+use std::future::Future;
+use std::panic::Location;
+use std::pin::Pin;
+use std::task::Poll;
+use tokio::sync::mpsc;
+
+/// The sending half of [`channel`]: each [`send`](StreamSender::send) records its call site and stack.
+#[derive(Debug)]
+pub struct StreamSender<T> {
+    tx: mpsc::Sender<(T, CapturedStack)>,
+    capturer: StackCapturer,
+}
+
+impl<T> Clone for StreamSender<T> {
+    fn clone(&self) -> Self {
+        StreamSender {
+            tx: self.tx.clone(),
+            capturer: self.capturer.clone(),
+        }
+    }
+}
+
+/// The stream was closed: the call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the stream is closed")]
+pub struct StreamClosed;
+
+impl<T: Send + 'static> StreamSender<T> {
+    /// Sends a message, recording the caller's location and stack as its send site.
+    #[track_caller]
+    pub fn send(&self, message: T) -> impl Future<Output = Result<(), StreamClosed>> + Send + 'static {
+        let site = self.capturer.capture_at(Some(Location::caller()));
+        let tx = self.tx.clone();
+        async move { tx.send((message, site)).await.map_err(|_| StreamClosed) }
+    }
+}
+
+/// The messages of a [`channel`], as the request stream of a streaming call.
+#[derive(Debug)]
+pub struct OutboundMessages<T> {
+    rx: mpsc::Receiver<(T, CapturedStack)>,
+    sites: SendSites,
+}
+
+impl<T> Stream for OutboundMessages<T> {
+    type Item = T;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Option<T>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some((message, site))) => {
+                // tonic encodes messages in the order the stream yields them: the sites queue stays in step
+                // with the frames the client layer sees.
+                self.sites.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(site);
+                Poll::Ready(Some(message))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A request stream whose messages carry their send sites to the client layer.
+///
+/// ```no_run
+/// # mod pb { tonic::include_proto!("deitest"); }
+/// # async fn run(mut client: pb::leaf_client::LeafClient<tonic::transport::Channel>) -> Result<(), Box<dyn std::error::Error>> {
+/// let config = dei_instrumentation::DeiConfig::default();
+/// let (tx, request) = dei_instrumentation::grpc::stream::channel::<pb::Msg>(&config, 16);
+/// let response = tokio::spawn(async move { client.collect(request).await });
+/// tx.send(pb::Msg { text: "Hello".into(), ..Default::default() }).await?;
+/// tx.send(pb::Msg { text: "World".into(), ..Default::default() }).await?;
+/// drop(tx);
+/// let reply = response.await??;
+/// # Ok(()) }
+/// ```
+#[track_caller]
+pub fn channel<T>(config: &DeiConfig, buffer: usize) -> (StreamSender<T>, tonic::Request<OutboundMessages<T>>) {
+    let (tx, rx) = mpsc::channel(buffer.max(1));
+    let sites = SendSites::default();
+    let mut request = tonic::Request::new(OutboundMessages {
+        rx,
+        sites: sites.clone(),
+    });
+    request.extensions_mut().insert(sites);
+    (
+        StreamSender {
+            tx,
+            capturer: config.stack_capturer().clone(),
+        },
+        request,
+    )
+}
+
+/// What a server layer knew about the request being served, put in the request's extensions.
+#[derive(Clone, Debug)]
+pub struct IncomingCall {
+    /// The incoming index (the root when none came).
+    pub index: Index,
+    /// The instantiation of the server's scopes.
+    pub instantiation: Instantiation,
+    /// The scope the handler runs in.
+    pub scope: RequestScope,
+    /// The request's context (trace, baggage, scope, fault plan).
+    pub context: Context,
+}
+
+/// One message of an incoming stream, with the context to serve it in.
+#[derive(Debug)]
+pub struct StreamMessage<T> {
+    /// The message.
+    pub message: T,
+    /// Its 1-based position k.
+    pub k: u32,
+    /// The prefix it is served under: `…r|(x+k)~` for a stream opened with `…r|x~`.
+    pub index: Index,
+    /// The context to serve it in: the request's, with a scope whose prefix is [`StreamMessage::index`].
+    pub context: Context,
+}
+
+impl<T> StreamMessage<T> {
+    /// The scope RPCs issued for this message take their indexes from.
+    pub fn scope(&self) -> Option<&RequestScope> {
+        self.context.dei_scope()
+    }
+
+    /// Runs `future` in this message's context.
+    pub fn in_scope<F: Future>(&self, future: F) -> opentelemetry::context::WithContext<F> {
+        future.with_context(self.context.clone())
+    }
+}
+
+/// An incoming stream whose messages are counted implicitly (see the [module docs](self)).
+///
+/// Each message of a stream that arrived with a preliminary index gets its own scope, `…r|(x+k)~`. A stream
+/// that arrived without one (a caller without DEI, or a root call) serves every message in the handler's
+/// scope, which is deterministic when messages are served in order.
+#[derive(Debug)]
+pub struct DeiStreaming<T> {
+    inner: tonic::Streaming<T>,
+    call: Option<IncomingCall>,
+    k: u32,
+}
+
+impl<T> DeiStreaming<T> {
+    /// Wraps the stream of a request served behind [`crate::DeiServerLayer`].
+    pub fn new(request: tonic::Request<tonic::Streaming<T>>) -> Self {
+        let call = request.extensions().get::<IncomingCall>().cloned();
+        DeiStreaming {
+            inner: request.into_inner(),
+            call,
+            k: 0,
+        }
+    }
+
+    /// What the server layer knew about the call.
+    pub fn incoming(&self) -> Option<&IncomingCall> {
+        self.call.as_ref()
+    }
+
+    fn wrap(&mut self, message: T) -> StreamMessage<T> {
+        self.k = self.k.saturating_add(1);
+        let k = self.k;
+        match &self.call {
+            Some(call) if call.index.is_preliminary() => {
+                let index = call.index.stream_message(k);
+                let scope = RequestScope::enter(index.clone(), call.instantiation.clone());
+                let context = call.context.with_dei_scope(scope).with_dei_index(index.clone());
+                StreamMessage {
+                    message,
+                    k,
+                    index,
+                    context,
+                }
+            }
+            Some(call) => StreamMessage {
+                message,
+                k,
+                index: call.scope.prefix().clone(),
+                context: call.context.clone(),
+            },
+            None => StreamMessage {
+                message,
+                k,
+                index: Index::root(),
+                context: Context::current(),
+            },
+        }
+    }
+
+    /// The next message, or `None` at the end of the stream.
+    pub async fn message(&mut self) -> Result<Option<StreamMessage<T>>, tonic::Status> {
+        match self.inner.message().await? {
+            Some(m) => Ok(Some(self.wrap(m))),
+            None => Ok(None),
+        }
+    }
+}
+
+impl<T> Stream for DeiStreaming<T> {
+    type Item = Result<StreamMessage<T>, tonic::Status>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Option<Self::Item>> {
+        match Pin::new(&mut self.inner).poll_next(cx) {
+            Poll::Ready(Some(Ok(m))) => Poll::Ready(Some(Ok(self.wrap(m)))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

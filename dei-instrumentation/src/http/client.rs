@@ -1,0 +1,129 @@
+//! The reqwest client middleware (reqwest-middleware).
+//!
+//! ```
+//! use dei_instrumentation::{DeiConfig, DeiReqwestMiddleware};
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//!     .with(DeiReqwestMiddleware::new(DeiConfig::default()))
+//!     .build();
+//! # let _ = client;
+//! ```
+//!
+//! The signature is `METHOD authority/path`; the payload is `query` + `?` + the body, at most
+//! [`payload_digest_cap`](crate::DeiConfig::payload_digest_cap) bytes of it. A streaming request body cannot
+//! be read without consuming it, so it counts as empty. Faults: see [`crate::fault`]. The index counts as in
+//! flight until the response head arrives.
+
+use crate::config::DeiConfig;
+use crate::fault::{self, Action, InjectedConnectionError};
+use crate::outgoing::{self, Call};
+use dei_propagator::{Fault, PayloadHasher, Signature};
+use http::Extensions;
+use opentelemetry::Context;
+use reqwest_middleware::{Middleware, Next};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// reqwest-middleware middleware doing for HTTP calls what [`crate::DeiClientLayer`] does for gRPC.
+#[derive(Clone, Debug, Default)]
+pub struct DeiReqwestMiddleware {
+    config: DeiConfig,
+}
+
+impl DeiReqwestMiddleware {
+    /// A middleware with this configuration.
+    pub fn new(config: DeiConfig) -> Self {
+        DeiReqwestMiddleware { config }
+    }
+}
+
+fn fault_response(fault: Fault) -> reqwest::Response {
+    let status = match fault {
+        Fault::Http(s) => s,
+        Fault::Grpc(code) => fault::http_status_for_grpc(code),
+        Fault::Connection | Fault::Latency(_) => 503,
+    };
+    let mut response = http::Response::new(Vec::<u8>::new());
+    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    reqwest::Response::from(response)
+}
+
+#[async_trait::async_trait]
+impl Middleware for DeiReqwestMiddleware {
+    async fn handle(
+        &self,
+        mut request: reqwest::Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        // This runs on the first poll of the caller's `send().await`: the stack and Context are the caller's.
+        let stack = self.config.stack_capturer().capture();
+        let cx = Context::current();
+        let url = request.url();
+        let authority = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            _ => String::new(),
+        };
+        let method = request.method().as_str().to_string();
+        let signature = Signature::http(&method, &format!("{authority}{}", url.path()));
+        let mut hasher = PayloadHasher::new();
+        hasher.update(url.query().unwrap_or("").as_bytes());
+        hasher.update(b"?");
+        let body = request.body().and_then(|b| b.as_bytes()).unwrap_or(&[]);
+        let body = &body[..body.len().min(self.config.payload_digest_cap())];
+        hasher.update(body);
+        let span = tracing::info_span!(
+            target: "dei",
+            "http.client",
+            otel.name = %signature,
+            otel.kind = "client",
+            http.request.method = %method,
+            url.full = %url,
+            server.address = url.host_str().unwrap_or(""),
+            http.response.status_code = tracing::field::Empty,
+        );
+        let out = outgoing::begin(
+            &self.config,
+            &cx,
+            &span,
+            Call {
+                signature,
+                payload: hasher.finish(),
+                raw_payload: Some(body),
+                stack: &stack,
+                preliminary: false,
+            },
+        );
+        match out.action {
+            Action::Fail(Fault::Connection) => {
+                span.set_status(opentelemetry::trace::Status::error("injected connection error"));
+                span.set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+                return Err(reqwest_middleware::Error::middleware(InjectedConnectionError {
+                    index: out.issued.index().encode(),
+                }));
+            }
+            Action::Fail(f) => {
+                let response = fault_response(f);
+                span.record("http.response.status_code", response.status().as_u16());
+                span.set_status(opentelemetry::trace::Status::error("injected fault"));
+                span.set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+                return Ok(response);
+            }
+            Action::Delay(d) => tokio::time::sleep(d).await,
+            Action::Send => {}
+        }
+        outgoing::inject(&out.inject_cx, request.headers_mut());
+        let result = next.run(request, extensions).instrument(span.clone()).await;
+        match &result {
+            Ok(response) => {
+                span.record("http.response.status_code", response.status().as_u16());
+                if response.status().is_server_error() {
+                    span.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
+                }
+            }
+            Err(e) => span.set_status(opentelemetry::trace::Status::error(e.to_string())),
+        }
+        span.set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+        result
+    }
+}

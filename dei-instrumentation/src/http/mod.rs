@@ -1,0 +1,8 @@
+//! HTTP integration: axum server middleware and reqwest client middleware.
+//!
+//! Signatures: `METHOD /route/{template}` on the server (axum's `MatchedPath`), `METHOD authority/path` on the
+//! client. Payload: `query` + `?` + body, at most [`payload_digest_cap`](crate::DeiConfig::payload_digest_cap)
+//! bytes of the body; the body always passes on untouched.
+
+pub mod client;
+pub mod server;

@@ -1,0 +1,123 @@
+//! The axum server middleware.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use dei_instrumentation::{DeiConfig, DeiHttpServerLayer};
+//! let app: Router = Router::new()
+//!     .route("/bookings/{user}", get(|| async { "[]" }))
+//!     .layer(DeiHttpServerLayer::new(DeiConfig::default()));
+//! ```
+//!
+//! The signature is the method and the matched route template (`GET /bookings/{user}`); without a
+//! `MatchedPath` (a request that matched no route) the raw path is used. The payload digest covers the query,
+//! `?`, and the body up to the cap, computed as the handler reads the body: nothing is buffered.
+
+use crate::body::{CallGuard, DeiResponseBody, InboundBody, InboundDigest};
+use crate::config::DeiConfig;
+use crate::incoming;
+use axum::body::Body;
+use axum::extract::MatchedPath;
+use dei_propagator::Signature;
+use futures::future::BoxFuture;
+use opentelemetry::context::FutureExt as _;
+use std::task::Poll;
+use tower_layer::Layer;
+use tower_service::Service;
+use tracing::Instrument;
+
+/// A tower layer for axum routers (`Router::layer` or `Router::route_layer`).
+#[derive(Clone, Debug, Default)]
+pub struct DeiHttpServerLayer {
+    config: DeiConfig,
+}
+
+impl DeiHttpServerLayer {
+    /// A layer with this configuration.
+    pub fn new(config: DeiConfig) -> Self {
+        DeiHttpServerLayer { config }
+    }
+}
+
+impl<S> Layer<S> for DeiHttpServerLayer {
+    type Service = DeiHttpServerService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        DeiHttpServerService {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service made by [`DeiHttpServerLayer`].
+#[derive(Clone, Debug)]
+pub struct DeiHttpServerService<S> {
+    inner: S,
+    config: DeiConfig,
+}
+
+impl<S> Service<http::Request<Body>> for DeiHttpServerService<S>
+where
+    S: Service<http::Request<Body>, Response = axum::response::Response> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<DeiResponseBody<Body>>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let route = request
+            .extensions()
+            .get::<MatchedPath>()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| request.uri().path().to_string());
+        let method = request.method().as_str().to_string();
+        let signature = Signature::http(&method, &route);
+        let span = tracing::info_span!(
+            target: "dei",
+            "http.server",
+            otel.name = %signature,
+            otel.kind = "server",
+            http.request.method = %method,
+            http.route = %route,
+            url.path = request.uri().path(),
+            http.response.status_code = tracing::field::Empty,
+        );
+        let call = incoming::open(&self.config, request.headers(), &signature, &span, false);
+        let query = request.uri().query().unwrap_or("").to_string();
+        let (mut parts, body) = request.into_parts();
+        let digest = InboundDigest::http(&query, self.config.payload_digest_cap());
+        let body = Body::new(InboundBody::new(body, digest, span.clone(), self.config.record_payloads()));
+        let cx = call.context.clone();
+        parts.extensions.insert(call);
+        let request = http::Request::from_parts(parts, body);
+        let future = {
+            let _entered = span.enter();
+            let _attached = cx.clone().attach();
+            self.inner.call(request)
+        };
+        let guard = CallGuard {
+            span: span.clone(),
+            issued: None,
+            grpc: false,
+        };
+        let body_cx = cx.clone();
+        let status_span = span.clone();
+        Box::pin(
+            async move {
+                let response = future.await?;
+                status_span.record("http.response.status_code", response.status().as_u16());
+                if response.status().is_server_error() {
+                    use tracing_opentelemetry::OpenTelemetrySpanExt;
+                    status_span.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
+                }
+                Ok(response.map(|b| DeiResponseBody::new(b, guard, Some(body_cx))))
+            }
+            .instrument(span)
+            .with_context(cx),
+        )
+    }
+}

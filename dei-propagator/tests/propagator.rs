@@ -1,0 +1,258 @@
+//! The propagator with the standard ones: composition, carriers, baggage relays, bad input.
+
+use dei_propagator::rejection::{self, Source};
+use dei_propagator::{
+    Carriers, DeiContextExt, DeiPropagator, Element, ElementDigest, Fault, FaultPlan, INDEX_KEY, Index, Limits,
+    WireError,
+};
+use opentelemetry::baggage::{Baggage, BaggageExt, BaggageMetadata};
+use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+use std::collections::HashMap;
+
+type Headers = HashMap<String, String>;
+
+fn index(depth: u8) -> Index {
+    Index::from_elements((1..=depth).map(|i| Element::new(ElementDigest([i; 8]), u32::from(i))).collect())
+}
+
+fn span_context() -> SpanContext {
+    SpanContext::new(
+        TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").expect("trace id"),
+        SpanId::from_hex("00f067aa0ba902b7").expect("span id"),
+        TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    )
+}
+
+/// A context as a client has it when sending: a span, user baggage (with a property) and the outgoing index.
+fn sending_context(index: &Index) -> Context {
+    let baggage: Baggage = [KeyValue::new("user", "alice")].into_iter().collect();
+    let mut baggage = baggage;
+    baggage.insert_with_metadata("tenant", "t-1", BaggageMetadata::from("ttl=60"));
+    Context::new()
+        .with_remote_span_context(span_context())
+        .with_baggage(baggage)
+        .with_dei_index(index.clone())
+}
+
+fn dei_last() -> TextMapCompositePropagator {
+    TextMapCompositePropagator::new(vec![
+        Box::new(TraceContextPropagator::new()),
+        Box::new(BaggagePropagator::new()),
+        Box::new(DeiPropagator::new()),
+    ])
+}
+
+fn dei_first() -> TextMapCompositePropagator {
+    TextMapCompositePropagator::new(vec![
+        Box::new(DeiPropagator::new()),
+        Box::new(BaggagePropagator::new()),
+        Box::new(TraceContextPropagator::new()),
+    ])
+}
+
+fn inject(p: &dyn TextMapPropagator, cx: &Context) -> Headers {
+    let mut headers = Headers::new();
+    p.inject_context(cx, &mut headers);
+    headers
+}
+
+fn assert_everything_arrived(cx: &Context, index: &Index) {
+    assert_eq!(cx.span().span_context().trace_id(), span_context().trace_id(), "trace context");
+    assert_eq!(cx.baggage().get("user").map(|v| v.as_str()), Some("alice"), "user baggage");
+    assert_eq!(
+        cx.baggage().get_with_metadata("tenant").map(|(v, m)| (v.as_str(), m.as_str())),
+        Some(("t-1", "ttl=60")),
+        "baggage properties"
+    );
+    assert_eq!(cx.dei_index(), Some(index), "the index");
+}
+
+#[test]
+fn composes_with_trace_context_and_baggage_in_both_orders() {
+    let index = index(8);
+    let cx = sending_context(&index);
+    for (name, sender) in [("dei last", dei_last()), ("dei first", dei_first())] {
+        let headers = inject(&sender, &cx);
+        assert!(headers.contains_key("traceparent"), "{name}");
+        assert_eq!(headers.get(INDEX_KEY), Some(&index.encode()), "{name}");
+        for (receiver_name, receiver) in [("dei last", dei_last()), ("dei first", dei_first())] {
+            let received = receiver.extract(&headers);
+            assert_everything_arrived(&received, &index);
+            let _ = receiver_name;
+        }
+    }
+    // The baggage copy: written by the propagator that runs last. With DeiPropagator last (the order of
+    // `composite_propagator`), the baggage holds the index too; with it first, BaggagePropagator overwrites
+    // the `baggage` header with the context's baggage alone, and only the header carries the index.
+    let last = inject(&dei_last(), &cx);
+    assert!(last["baggage"].split(',').any(|e| e == format!("dei={}", index.encode())));
+    let first = inject(&dei_first(), &cx);
+    assert!(!first["baggage"].contains("dei="));
+    let composite = dei_last();
+    let fields: Vec<&str> = composite.fields().collect();
+    for f in ["traceparent", "baggage", "dei", "dei-faults"] {
+        assert!(fields.contains(&f), "{f} in {fields:?}");
+    }
+}
+
+#[test]
+fn the_crates_composite_is_dei_last() {
+    let index = index(3);
+    let headers = inject(&dei_propagator::composite_propagator(), &sending_context(&index));
+    assert!(headers["baggage"].contains(&format!("dei={}", index.encode())));
+    assert_everything_arrived(&dei_propagator::composite_propagator().extract(&headers), &index);
+}
+
+#[test]
+fn the_header_is_preferred_over_baggage() {
+    let (a, b) = (index(2), index(3));
+    let headers: Headers = [
+        ("dei".to_string(), a.encode()),
+        ("baggage".to_string(), format!("k=v,dei={}", b.encode())),
+    ]
+    .into();
+    assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&a));
+    assert_eq!(dei_last().extract(&headers).dei_index(), Some(&a));
+    assert_eq!(dei_first().extract(&headers).dei_index(), Some(&a));
+    // a rejected header falls back to the baggage entry
+    let before = rejection::rejected_total(Source::Header);
+    let headers: Headers = [
+        ("dei".to_string(), "1.garbage".to_string()),
+        ("baggage".to_string(), format!("dei={}", b.encode())),
+    ]
+    .into();
+    assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&b));
+    assert!(rejection::rejected_total(Source::Header) > before);
+}
+
+#[test]
+fn a_relay_that_runs_only_the_baggage_propagator_passes_the_index_on() {
+    let index = index(5);
+    let plan = FaultPlan::new(vec![(index.child(Element::new(ElementDigest([9; 8]), 1)), Fault::UNAVAILABLE)]);
+    let sent = inject(&dei_last(), &sending_context(&index).with_fault_plan(plan.clone()));
+    // The relay: a service in any language with only the standard W3C baggage propagator.
+    let relay_cx = BaggagePropagator::new().extract(&sent);
+    let relayed = inject(&BaggagePropagator::new(), &relay_cx);
+    assert!(!relayed.contains_key("dei"), "the relay does not know the dei header");
+    let received = DeiPropagator::new().extract(&relayed);
+    assert_eq!(received.dei_index(), Some(&index), "taken from the baggage entry");
+    assert_eq!(received.fault_plan(), Some(&plan));
+    assert_eq!(dei_first().extract(&relayed).dei_index(), Some(&index));
+}
+
+#[test]
+fn carriers_are_configurable() {
+    let index = index(4);
+    let only = |header, baggage| {
+        DeiPropagator::with_config(Carriers { header, baggage }, Limits::default(), Default::default())
+    };
+    let cx = Context::new().with_dei_index(index.clone());
+    let header_only = inject(&only(true, false), &cx);
+    assert_eq!(header_only.keys().collect::<Vec<_>>(), vec!["dei"]);
+    assert!(!only(true, false).fields().any(|f| f == "baggage"));
+    let baggage_only = inject(&only(false, true), &cx);
+    assert_eq!(baggage_only.keys().collect::<Vec<_>>(), vec!["baggage"]);
+    assert_eq!(baggage_only["baggage"], format!("dei={}", index.encode()));
+    assert!(inject(&only(false, false), &cx).is_empty());
+    for headers in [header_only, baggage_only] {
+        assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&index));
+    }
+    // nothing to send, nothing written
+    assert!(inject(&DeiPropagator::new(), &Context::new()).is_empty());
+}
+
+#[test]
+fn bad_values_are_rejected_with_typed_errors_counted_and_treated_as_absent() {
+    let limits = Limits::default();
+    let too_long = format!("1{}", ".AAAAAAAAAAA4294967295".repeat(80));
+    assert!(matches!(Index::decode(&too_long), Err(WireError::TooLong { max, .. }) if max == limits.max_len));
+    let too_deep = format!("1{}", ".AAAAAAAAAAA1".repeat(limits.max_depth + 1));
+    assert!(too_deep.len() <= limits.max_len);
+    assert_eq!(Index::decode(&too_deep), Err(WireError::TooDeep { max: limits.max_depth }));
+    assert_eq!(Index::decode("7.AAAAAAAAAAA1"), Err(WireError::UnsupportedVersion("7".into())));
+    assert_eq!(Index::decode("1.AAAAAAAAAAA0"), Err(WireError::BadCount { element: 0 }));
+    assert_eq!(Index::decode("1.AAAAAAAAAAA1.AAAA"), Err(WireError::BadDigest { element: 1 }));
+
+    let bad_values = [
+        String::new(),
+        "garbage".to_string(),
+        "1.AAAAAAAAAAA1,dei=2".to_string(),
+        too_long.clone(),
+        too_deep.clone(),
+        "x".repeat(1 << 20),
+        "1.".repeat(5000),
+        "1.AAAAAAAAAAA1\u{0}".to_string(),
+        "1.ÀÀÀÀÀÀÀÀÀÀÀ1".to_string(),
+    ];
+    let trace_id = span_context().trace_id();
+    for value in &bad_values {
+        for (key, source) in [("dei", Source::Header), ("baggage", Source::Baggage)] {
+            let before = rejection::rejected_total(source);
+            let carried = if key == "baggage" { format!("user=bob,dei={value}") } else { value.clone() };
+            let mut headers: Headers = [(key.to_string(), carried)].into();
+            inject(&TraceContextPropagator::new(), &Context::new().with_remote_span_context(span_context()))
+                .into_iter()
+                .for_each(|(k, v)| {
+                    headers.insert(k, v);
+                });
+            let cx = dei_last().extract(&headers);
+            assert!(cx.dei_index().is_none(), "{key}={value:.40}: treated as absent");
+            assert_eq!(cx.span().span_context().trace_id(), trace_id, "the request goes on");
+            // the baggage propagator drops a header over 8192 bytes before we see it; anything else is counted
+            let reached_us = !(key == "baggage" && value.len() > 8000) && !(key == "baggage" && value.contains(','));
+            if reached_us && !value.is_empty() {
+                assert!(rejection::rejected_total(source) > before, "{key}={value:.40}: counted");
+            }
+        }
+    }
+    // fault plans: typed errors, counted, absent
+    let before = rejection::rejected_total(Source::FaultPlan);
+    let headers: Headers = [("dei-faults".to_string(), "1*1.AAAAAAAAAAA1:g99".to_string())].into();
+    assert!(DeiPropagator::new().extract(&headers).fault_plan().is_none());
+    assert!(rejection::rejected_total(Source::FaultPlan) > before);
+    let snapshot = rejection::snapshot();
+    assert!(snapshot.iter().all(|(_, n)| *n > 0), "{snapshot:?}");
+}
+
+#[test]
+fn limits_are_configurable() {
+    let index = index(6);
+    let strict = DeiPropagator::with_config(Carriers::default(), Limits::for_depth(5), Default::default());
+    let headers = inject(&DeiPropagator::new(), &Context::new().with_dei_index(index.clone()));
+    assert!(strict.extract(&headers).dei_index().is_none(), "deeper than 5");
+    assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&index));
+    assert_eq!(Limits::for_depth(5).max_len, 1 + 5 * 23);
+}
+
+#[test]
+fn baggage_pitfalls() {
+    let index = index(3);
+    // other entries and their properties survive; a stale incoming `dei` entry is replaced, not duplicated
+    let mut baggage: Baggage = [KeyValue::new("dei", "1.AAAAAAAAAAA9"), KeyValue::new("a", "1")].into_iter().collect();
+    baggage.insert_with_metadata("b", "x y", BaggageMetadata::from("p=1"));
+    let cx = Context::new().with_baggage(baggage).with_dei_index(index.clone());
+    let headers = inject(&DeiPropagator::new(), &cx);
+    let entries: Vec<&str> = headers["baggage"].split(',').collect();
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    assert!(entries.contains(&"a=1") && entries.contains(&"b=x%20y;p=1"), "{entries:?}");
+    assert!(entries.contains(&format!("dei={}", index.encode()).as_str()));
+    // our values never contain `=`, `,`, `;`, `%` or spaces, so a baggage parser cannot cut them
+    let ours = headers["dei"].clone();
+    assert!(!ours.contains(['=', ',', ';', '%', ' ', '"']));
+    let extracted = BaggagePropagator::new().extract(&headers);
+    assert_eq!(extracted.baggage().get("dei").map(|v| v.as_str()), Some(ours.as_str()));
+
+    // a full baggage (64 entries) silently refuses our entry: counted, and the header still carries it
+    let full: Baggage = (0..64).map(|i| KeyValue::new(format!("k{i}"), "v")).collect();
+    assert_eq!(full.len(), 64);
+    let before = rejection::baggage_full_total();
+    let headers = inject(&DeiPropagator::new(), &Context::new().with_baggage(full).with_dei_index(index.clone()));
+    assert!(rejection::baggage_full_total() > before);
+    assert!(!headers["baggage"].contains("dei="));
+    assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&index));
+}

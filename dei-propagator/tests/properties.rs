@@ -1,0 +1,283 @@
+//! Property tests of the model, the wire format and fault plans.
+
+use dei_propagator::projection::{RecordedRpc, project};
+use dei_propagator::{
+    CallStack, DeiContextExt, DeiPropagator, Element, ElementDigest, Fault, FaultPlan, Frame, Index, Instantiation,
+    InvocationSignature, Limits, PayloadDigest, RequestScope, Signature,
+};
+use opentelemetry::Context;
+use opentelemetry::propagation::TextMapPropagator;
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+/// A random program: each node is an RPC (signature, payload and call site drawn from small sets, so that
+/// repeats are common) and its children are the RPCs its callee issues while serving it.
+#[derive(Clone, Debug)]
+struct Node {
+    signature: u8,
+    payload: u8,
+    site: u8,
+    children: Vec<Node>,
+}
+
+fn program() -> impl Strategy<Value = Vec<Node>> {
+    let leaf = (0u8..3, 0u8..3, 0u8..3).prop_map(|(signature, payload, site)| Node {
+        signature,
+        payload,
+        site,
+        children: vec![],
+    });
+    let node = leaf.prop_recursive(4, 64, 6, |inner| {
+        (0u8..3, 0u8..3, 0u8..3, prop::collection::vec(inner, 0..6)).prop_map(|(signature, payload, site, children)| {
+            Node {
+                signature,
+                payload,
+                site,
+                children,
+            }
+        })
+    });
+    prop::collection::vec(node, 1..8)
+}
+
+/// The invocation signature of `node`; `sibling` is mixed into the payload when `distinct_payloads` is set, so
+/// that RPCs issued in the same scope never share a payload.
+fn invocation(node: &Node, sibling: usize, distinct_payloads: bool) -> InvocationSignature {
+    let payload = if distinct_payloads {
+        format!("p{}-{sibling}", node.payload)
+    } else {
+        format!("p{}", node.payload)
+    };
+    let stack = CallStack::new(vec![Frame::new("src/service.rs", 10 + u32::from(node.site), 5)]);
+    InvocationSignature::new(
+        Signature::new(&format!("svc{}", node.signature), "call", ""),
+        PayloadDigest::of(payload.as_bytes()),
+        stack.digest(),
+    )
+}
+
+/// One RPC of an execution: its position path in the program, its parent's position in the list, its
+/// invocation signature and the index it got.
+struct Issued {
+    id: Vec<usize>,
+    parent: Option<usize>,
+    invocation: InvocationSignature,
+    index: Index,
+}
+
+/// Runs the program depth-first, every callee opening a scope under its incoming index.
+fn run_sequential(program: &[Node], inst: &Instantiation, distinct: bool) -> Vec<Issued> {
+    fn serve(
+        scope: &RequestScope,
+        nodes: &[Node],
+        id: &[usize],
+        parent: Option<usize>,
+        inst: &Instantiation,
+        distinct: bool,
+        out: &mut Vec<Issued>,
+    ) {
+        for (i, node) in nodes.iter().enumerate() {
+            let invocation = invocation(node, i, distinct);
+            let index = scope.issue(&invocation).index().clone();
+            let mut child_id = id.to_vec();
+            child_id.push(i);
+            out.push(Issued {
+                id: child_id.clone(),
+                parent,
+                invocation,
+                index: index.clone(),
+            });
+            let me = out.len() - 1;
+            let callee = RequestScope::enter(index, inst.clone());
+            serve(&callee, &node.children, &child_id, Some(me), inst, distinct, out);
+        }
+    }
+    let mut out = Vec::new();
+    serve(&RequestScope::root(inst.clone()), program, &[], None, inst, distinct, &mut out);
+    out
+}
+
+/// Runs the program under a random schedule: any issued RPC's callee may run next, and RPCs issued in the
+/// same scope interleave in any order.
+fn run_scheduled(program: &[Node], inst: &Instantiation, seed: u64) -> BTreeMap<Vec<usize>, Index> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut ready: Vec<(RequestScope, Vec<usize>, usize, &Node)> = program
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (RequestScope::root(inst.clone()), vec![i], i, n))
+        .collect();
+    // every root task shares one scope: the functional test's
+    let root = RequestScope::root(inst.clone());
+    for task in &mut ready {
+        task.0 = root.clone();
+    }
+    let mut out = BTreeMap::new();
+    while !ready.is_empty() {
+        let (scope, id, sibling, node) = ready.swap_remove(rng.random_range(0..ready.len()));
+        let index = scope.issue(&invocation(node, sibling, true)).index().clone();
+        let callee = RequestScope::enter(index.clone(), inst.clone());
+        for (i, child) in node.children.iter().enumerate() {
+            let mut child_id = id.clone();
+            child_id.push(i);
+            ready.push((callee.clone(), child_id, i, child));
+        }
+        out.insert(id, index);
+    }
+    out
+}
+
+fn arb_index(max_depth: usize) -> impl Strategy<Value = Index> {
+    prop::collection::vec((any::<[u8; 8]>(), 1u32..=u32::MAX, any::<bool>()), 0..=max_depth).prop_map(|els| {
+        Index::from_elements(
+            els.into_iter()
+                .map(|(d, c, p)| {
+                    let e = Element::new(ElementDigest(d), c);
+                    if p { e.preliminary() } else { e }
+                })
+                .collect(),
+        )
+    })
+}
+
+fn arb_fault() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        (0u8..=16).prop_map(Fault::Grpc),
+        (100u16..=599).prop_map(Fault::Http),
+        Just(Fault::Connection),
+        (0u64..=999_999).prop_map(|ms| Fault::Latency(Duration::from_millis(ms))),
+    ]
+}
+
+/// The alphabet of wire values: safe in headers and inside baggage values.
+fn wire_safe(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.~*:".contains(&b))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn indexes_are_unique_within_one_execution(program in program()) {
+        for inst in [Instantiation::dei(), Instantiation::filibuster()] {
+            let run = run_sequential(&program, &inst, false);
+            let distinct: HashSet<&Index> = run.iter().map(|r| &r.index).collect();
+            prop_assert_eq!(distinct.len(), run.len(), "{}", inst);
+        }
+    }
+
+    #[test]
+    fn a_childs_index_has_its_parents_as_prefix(program in program()) {
+        let run = run_sequential(&program, &Instantiation::dei(), false);
+        for rpc in &run {
+            let parent_index = rpc.parent.map_or_else(Index::root, |p| run[p].index.clone());
+            prop_assert!(rpc.index.starts_with(&parent_index));
+            prop_assert_eq!(rpc.index.parent(), Some(parent_index));
+            prop_assert_eq!(rpc.index.depth(), rpc.id.len());
+        }
+    }
+
+    #[test]
+    fn names_do_not_depend_on_the_schedule_when_payloads_differ(program in program(), seed in any::<u64>()) {
+        let inst = Instantiation::dei();
+        let sequential: BTreeMap<Vec<usize>, Index> =
+            run_sequential(&program, &inst, true).into_iter().map(|r| (r.id, r.index)).collect();
+        prop_assert_eq!(run_scheduled(&program, &inst, seed), sequential);
+    }
+
+    #[test]
+    fn projection_to_the_full_instantiation_is_the_identity_and_to_a_preset_is_running_under_it(program in program()) {
+        let recorded = run_sequential(&program, &Instantiation::dei(), false);
+        let rpcs: Vec<RecordedRpc> = recorded
+            .iter()
+            .map(|r| RecordedRpc { parent: r.parent, invocation: r.invocation.clone() })
+            .collect();
+        let indexes: Vec<Index> = recorded.iter().map(|r| r.index.clone()).collect();
+        prop_assert_eq!(project(&rpcs, &Instantiation::dei()), indexes);
+        for preset in Instantiation::presets() {
+            let direct: Vec<Index> = run_sequential(&program, &preset, false).into_iter().map(|r| r.index).collect();
+            prop_assert_eq!(project(&rpcs, &preset), direct, "{}", preset);
+        }
+    }
+
+    #[test]
+    fn encode_decode_round_trip(index in arb_index(64)) {
+        let text = index.encode();
+        prop_assert!(wire_safe(&text) && !text.contains('*') && !text.contains(':'), "{}", text);
+        prop_assert_eq!(Index::decode(&text), Ok(index.clone()));
+        let per_hop = (text.len() - 1) as f64 / index.depth().max(1) as f64;
+        prop_assert!(index.depth() == 0 || per_hop <= 23.0);
+    }
+
+    #[test]
+    fn decode_never_panics_and_accepts_only_canonical_text(text in ".{0,80}") {
+        if let Ok(index) = Index::decode(&text) {
+            prop_assert_eq!(index.encode(), text);
+        }
+    }
+
+    #[test]
+    fn decode_near_valid_text_accepts_only_canonical_text(text in "1(\\.[A-Za-z0-9_~=.-]{10,16}){0,4}") {
+        if let Ok(index) = Index::decode(&text) {
+            prop_assert_eq!(index.encode(), text);
+        }
+    }
+
+    #[test]
+    fn decode_never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..200), max_len in 0usize..300, max_depth in 0usize..8) {
+        let text = String::from_utf8_lossy(&bytes);
+        let limits = Limits { max_len, max_depth };
+        if let Ok(index) = Index::decode_with(&text, &limits) {
+            prop_assert_eq!(index.encode(), text.as_ref());
+            prop_assert!(index.depth() <= max_depth && text.len() <= max_len);
+        }
+    }
+
+    #[test]
+    fn fault_plan_round_trip(entries in prop::collection::vec((arb_index(6), arb_fault()), 0..8)) {
+        let plan = FaultPlan::try_new(entries).expect("valid faults");
+        let text = plan.encode();
+        prop_assert!(wire_safe(&text), "{}", text);
+        prop_assert_eq!(FaultPlan::decode(&text), Ok(plan));
+    }
+
+    #[test]
+    fn fault_plan_decode_never_panics_and_is_canonical(text in "(1|.{0,3})(\\*[0-9A-Za-z._~:-]{0,30}){0,4}|.{0,60}") {
+        if let Ok(plan) = FaultPlan::decode(&text) {
+            prop_assert_eq!(plan.encode(), text);
+        }
+    }
+
+    #[test]
+    fn propagator_round_trip_through_either_carrier(index in arb_index(20), plan in prop::collection::vec((arb_index(3), arb_fault()), 1..4)) {
+        let plan = FaultPlan::try_new(plan).expect("valid");
+        let cx = Context::new().with_dei_index(index.clone()).with_fault_plan(plan.clone());
+        for carriers in [
+            dei_propagator::Carriers { header: true, baggage: false },
+            dei_propagator::Carriers { header: false, baggage: true },
+            dei_propagator::Carriers::default(),
+        ] {
+            let propagator = DeiPropagator::with_config(carriers, Limits::default(), Default::default());
+            let mut headers: HashMap<String, String> = HashMap::new();
+            propagator.inject_context(&cx, &mut headers);
+            prop_assert!(headers.values().all(|v| !v.contains('%')), "nothing of ours needs percent-encoding");
+            let out = DeiPropagator::new().extract(&headers);
+            prop_assert_eq!(out.dei_index(), Some(&index));
+            prop_assert_eq!(out.fault_plan(), Some(&plan));
+        }
+    }
+}
+
+#[test]
+fn invalid_faults_are_refused_by_try_new_and_latency_is_clamped() {
+    let root = Index::root();
+    assert!(FaultPlan::try_new(vec![(root.clone(), Fault::Grpc(17))]).is_err());
+    assert!(FaultPlan::try_new(vec![(root.clone(), Fault::Http(99))]).is_err());
+    assert!(FaultPlan::try_new(vec![(root.clone(), Fault::Latency(Duration::from_micros(1500)))]).is_err());
+    let long = FaultPlan::new(vec![(root.clone(), Fault::Latency(Duration::from_secs(5000)))]);
+    assert_eq!(long.encode(), "1*1:l999999", "an over-long latency is written as the longest one");
+    assert!(FaultPlan::decode(&long.encode()).is_ok());
+    assert!(FaultPlan::decode("1*1:g04").is_err() && FaultPlan::decode("1*1:l007").is_err(), "no leading zeros");
+}

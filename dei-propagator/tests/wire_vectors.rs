@@ -1,0 +1,194 @@
+//! The test vectors of docs/wire-format.md, checked from the page itself: every table row is parsed and
+//! recomputed, so the spec and the code cannot drift apart.
+
+use dei_propagator::{
+    Element, ElementDigest, Fault, FaultPlan, Instantiation, InvocationSignature, PathMode, PayloadDigest, Signature,
+    StackDigest,
+};
+use dei_propagator::{Index, WireError};
+use sha2::{Digest, Sha256};
+
+const SPEC: &str = include_str!("../../docs/wire-format.md");
+
+/// The rows of the table under the `### title` heading, as cells with backticks removed, `*(…)*` cells
+/// turned to the empty string and `\n` turned into newlines.
+fn table(title: &str) -> Vec<Vec<String>> {
+    let heading = format!("### {title}\n");
+    let start = SPEC.find(&heading).unwrap_or_else(|| panic!("no section {title}")) + heading.len();
+    let section = &SPEC[start..];
+    let section = &section[..section.find("\n#").unwrap_or(section.len())];
+    let rows: Vec<Vec<String>> = section
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .skip(2) // header and separator
+        .map(|line| {
+            line.trim_matches('|')
+                .split(" | ")
+                .map(|cell| {
+                    let cell = cell.trim();
+                    if cell.starts_with("*(") { String::new() } else { cell.replace('`', "").replace("\\n", "\n") }
+                })
+                .collect()
+        })
+        .collect();
+    assert!(rows.len() >= 4, "table {title} has rows");
+    rows
+}
+
+fn hex8(text: &str) -> [u8; 8] {
+    let mut out = [0u8; 8];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex");
+    }
+    out
+}
+
+fn instantiation(components: &str) -> Instantiation {
+    let bits: u8 = components[..1].parse().expect("components digit");
+    Instantiation {
+        name: "vector".into(),
+        payload: bits & 1 == 1,
+        stack: bits & 2 == 2,
+        count: true,
+        path: PathMode::Path,
+    }
+}
+
+#[test]
+fn component_digests() {
+    for row in table("Component digests") {
+        let [kind, bytes, hex] = &row[..] else { panic!("{row:?}") };
+        let computed = match kind.as_str() {
+            "signature" => Signature::from_name(bytes.clone()).digest(),
+            "payload" => PayloadDigest::of(bytes.as_bytes()).0,
+            "stack" => {
+                // the stack text is frames `file:line:column\n`: rebuild the frames and hash through the model
+                let frames = bytes
+                    .lines()
+                    .map(|f| {
+                        let mut parts = f.rsplitn(3, ':');
+                        let column = parts.next().and_then(|c| c.parse().ok()).expect("column");
+                        let line = parts.next().and_then(|c| c.parse().ok()).expect("line");
+                        dei_propagator::Frame::new(parts.next().expect("file"), line, column)
+                    })
+                    .collect();
+                let digest = dei_propagator::CallStack::new(frames).digest();
+                assert_eq!(digest.0, <[u8; 32]>::from(Sha256::digest(bytes.as_bytes())));
+                digest.0
+            }
+            other => panic!("unknown component {other}"),
+        };
+        let expected: Vec<u8> = (0..32).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex")).collect();
+        assert_eq!(computed.to_vec(), expected, "{kind} {bytes:?}");
+    }
+}
+
+#[test]
+fn element_digests() {
+    for row in table("Element digests") {
+        let [signature, payload, stack, components, hex, wire] = &row[..] else { panic!("{row:?}") };
+        let invocation = InvocationSignature::new(
+            Signature::from_name(signature.clone()),
+            PayloadDigest::of(payload.as_bytes()),
+            StackDigest(Sha256::digest(stack.as_bytes()).into()),
+        );
+        let digest = invocation.element_digest(&instantiation(components));
+        assert_eq!(digest, ElementDigest(hex8(hex)), "{row:?}");
+        assert_eq!(&digest.to_string(), wire, "{row:?}");
+    }
+    // the presets map onto the components byte as the page says
+    assert_eq!(Instantiation::dei().components_byte(), 3);
+    assert_eq!(Instantiation::filibuster().components_byte(), 2);
+    assert_eq!(Instantiation::three_mile_beach().components_byte(), 0);
+    assert_eq!(Instantiation::signature_only().components_byte(), 0);
+}
+
+#[test]
+fn index_values() {
+    for row in table("Index values") {
+        let [elements, wire, bytes] = &row[..] else { panic!("{row:?}") };
+        let elements: Vec<Element> = elements
+            .split(", ")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let (hex, count) = e.split_once('#').expect("digest#count");
+                let (count, preliminary) = match count.strip_suffix('~') {
+                    Some(c) => (c, true),
+                    None => (count, false),
+                };
+                let element = Element::new(ElementDigest(hex8(hex)), count.parse().expect("count"));
+                if preliminary { element.preliminary() } else { element }
+            })
+            .collect();
+        let index = Index::from_elements(elements);
+        assert_eq!(&index.encode(), wire);
+        assert_eq!(Index::decode(wire), Ok(index));
+        assert_eq!(wire.len(), bytes.parse::<usize>().expect("bytes"));
+    }
+}
+
+#[test]
+fn rejected_index_values() {
+    for row in table("Rejected index values") {
+        let [value, why] = &row[..] else { panic!("{row:?}") };
+        let value = match value.split_once(" then 65 times ") {
+            Some((head, element)) => format!("{head}{}", element.repeat(65)),
+            None => value.clone(),
+        };
+        let error = Index::decode(&value).expect_err(&value);
+        let kind = why.split(':').next().expect("kind");
+        let expected = match kind {
+            "empty" => "empty",
+            "version" => "version",
+            "digest" => "digest",
+            "count" => "count",
+            "too deep (default limit 64)" => "too_deep",
+            other => panic!("unknown reason {other}"),
+        };
+        assert_eq!(error.kind(), expected, "{value:?}: {error}");
+    }
+    assert!(matches!(Index::decode(&"1.chSN83lZIds1".repeat(200)), Err(WireError::TooLong { .. })));
+}
+
+#[test]
+fn fault_plans() {
+    for row in table("Fault plans") {
+        let [value, entries] = &row[..] else { panic!("{row:?}") };
+        match entries.strip_prefix("rejected") {
+            Some(_) => assert!(FaultPlan::decode(value).is_err(), "{value}"),
+            None => {
+                let plan = FaultPlan::decode(value).expect(value);
+                assert_eq!(&plan.encode(), value);
+                let described: Vec<String> = plan
+                    .entries()
+                    .iter()
+                    .map(|(index, fault)| {
+                        let what = match fault {
+                            Fault::Grpc(c) => format!("gRPC {c} {}", fault.grpc_code_name().unwrap_or("?")),
+                            Fault::Http(s) => format!("HTTP {s}"),
+                            Fault::Connection => "connection error".to_string(),
+                            Fault::Latency(d) => format!("{} ms latency", d.as_millis()),
+                        };
+                        format!("{index} {what}")
+                    })
+                    .collect();
+                assert_eq!(&described.join("; "), entries);
+            }
+        }
+    }
+}
+
+/// Encoded bytes per hop, for BENCHMARKS-propagator.md: printed with `--nocapture`.
+#[test]
+fn encoded_bytes_per_hop() {
+    let typical = |depth: u32, count: u32| {
+        Index::from_elements((0..depth).map(|i| Element::new(ElementDigest([i as u8; 8]), count)).collect())
+    };
+    for (depth, count) in [(1, 1), (8, 1), (8, 9), (8, 12), (64, 1)] {
+        let text = typical(depth, count).encode();
+        let per_hop = (text.len() - 1) as f64 / f64::from(depth);
+        println!("depth {depth:2}, counts {count:2}: {:4} bytes, {per_hop:.2} bytes per hop", text.len());
+        assert!(per_hop <= 16.0, "at most 16 bytes per hop on average");
+    }
+    assert_eq!(typical(8, 1).encode().len(), 1 + 8 * 13);
+}

@@ -1,0 +1,182 @@
+//! The fault catalog: which faults each RPC is tested for, keyed by signature pattern (paper §2, "static
+//! analysis").
+//!
+//! Rules are tried in order; the first whose pattern matches the RPC's signature gives its faults. Without a
+//! matching rule, the protocol's defaults apply, as in Filibuster: gRPC `UNAVAILABLE` and
+//! `DEADLINE_EXCEEDED`, HTTP 500, 502 and 503, and a connection error for both.
+
+use dei_propagator::Fault;
+use serde::{Deserialize, Serialize};
+
+/// A signature pattern: `*` matches any run of characters (including none); everything else matches itself.
+///
+/// ```
+/// use dei_sfit::catalog::Pattern;
+/// assert!(Pattern::new("cinema.Movies/*").matches("cinema.Movies/Get"));
+/// assert!(Pattern::new("GET */bookings/*").matches("GET 127.0.0.1:80/bookings/7"));
+/// assert!(!Pattern::new("cinema.Movies/*").matches("cinema.Users/Get"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Pattern(String);
+
+impl Pattern {
+    /// A pattern from its text.
+    pub fn new(text: impl Into<String>) -> Self {
+        Pattern(text.into())
+    }
+
+    /// True when the whole of `signature` matches.
+    pub fn matches(&self, signature: &str) -> bool {
+        glob_match(self.0.as_bytes(), signature.as_bytes())
+    }
+}
+
+/// Iterative wildcard match with single-star backtracking: linear in practice, never exponential.
+fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, t));
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == text[t] {
+            p += 1;
+            t += 1;
+        } else if let Some((sp, st)) = star {
+            p = sp + 1;
+            t = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// The protocol of an RPC, told from its signature's form (`METHOD route` is HTTP, `pkg.Service/Method` gRPC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// gRPC.
+    Grpc,
+    /// HTTP.
+    Http,
+}
+
+impl Protocol {
+    /// The protocol of a `dei.signature`.
+    ///
+    /// ```
+    /// use dei_sfit::catalog::Protocol;
+    /// assert_eq!(Protocol::of("GET /users/{id}"), Protocol::Http);
+    /// assert_eq!(Protocol::of("cinema.Users/Get"), Protocol::Grpc);
+    /// ```
+    pub fn of(signature: &str) -> Protocol {
+        const METHODS: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT"];
+        match signature.split_once(' ') {
+            Some((m, _)) if METHODS.contains(&m) => Protocol::Http,
+            _ => Protocol::Grpc,
+        }
+    }
+
+    /// Filibuster's default faults for the protocol.
+    pub fn default_faults(self) -> Vec<Fault> {
+        match self {
+            Protocol::Grpc => vec![Fault::UNAVAILABLE, Fault::DEADLINE_EXCEEDED, Fault::Connection],
+            Protocol::Http => vec![Fault::Http(500), Fault::Http(502), Fault::Http(503), Fault::Connection],
+        }
+    }
+}
+
+/// One catalog rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    /// Which signatures it applies to.
+    pub pattern: Pattern,
+    /// The faults to test them for (empty: never fail them).
+    pub faults: Vec<Fault>,
+}
+
+/// Which faults each RPC is tested for.
+///
+/// ```
+/// use dei_propagator::Fault;
+/// use dei_sfit::FaultCatalog;
+/// let catalog = FaultCatalog::protocol_defaults().with_rule("cinema.Movies/*", vec![Fault::Connection]);
+/// assert_eq!(catalog.faults_for("cinema.Movies/Get"), vec![Fault::Connection]);
+/// assert_eq!(catalog.faults_for("cinema.Users/Get").len(), 3);
+/// assert_eq!(catalog.faults_for("GET /users").len(), 4);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCatalog {
+    /// Rules, tried in order.
+    pub rules: Vec<Rule>,
+    /// Fall back to the protocol defaults when no rule matches (otherwise: no faults).
+    pub protocol_defaults: bool,
+}
+
+impl FaultCatalog {
+    /// The protocol defaults and no rules.
+    pub fn protocol_defaults() -> Self {
+        FaultCatalog { rules: Vec::new(), protocol_defaults: true }
+    }
+
+    /// One fault for every RPC (the paper's §5.1 setting: "a single connection error exception per RPC").
+    pub fn single(fault: Fault) -> Self {
+        FaultCatalog { rules: vec![Rule { pattern: Pattern::new("*"), faults: vec![fault] }], protocol_defaults: false }
+    }
+
+    /// This catalog with one more rule, tried after the existing ones.
+    pub fn with_rule(mut self, pattern: &str, faults: Vec<Fault>) -> Self {
+        self.rules.push(Rule { pattern: Pattern::new(pattern), faults });
+        self
+    }
+
+    /// The faults for an RPC with this signature.
+    pub fn faults_for(&self, signature: &str) -> Vec<Fault> {
+        match self.rules.iter().find(|r| r.pattern.matches(signature)) {
+            Some(rule) => rule.faults.clone(),
+            None if self.protocol_defaults => Protocol::of(signature).default_faults(),
+            None => Vec::new(),
+        }
+    }
+}
+
+impl Default for FaultCatalog {
+    fn default() -> Self {
+        FaultCatalog::protocol_defaults()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_vectors() {
+        for (p, t, m) in [
+            ("*", "", true),
+            ("*", "abc", true),
+            ("a*c", "abbbc", true),
+            ("a*c", "abcd", false),
+            ("*b*", "abc", true),
+            ("a**", "a", true),
+            ("", "", true),
+            ("", "a", false),
+            ("abc", "abc", true),
+            ("a*b*c", "aXbYbZc", true),
+            ("a*b*c", "acb", false),
+        ] {
+            assert_eq!(Pattern::new(p).matches(t), m, "{p} vs {t}");
+        }
+    }
+
+    #[test]
+    fn first_rule_wins_and_empty_rule_exempts() {
+        let c = FaultCatalog::protocol_defaults()
+            .with_rule("health.*", vec![])
+            .with_rule("*", vec![Fault::INTERNAL]);
+        assert!(c.faults_for("health.Check/Get").is_empty());
+        assert_eq!(c.faults_for("x.Y/Z"), vec![Fault::INTERNAL]);
+    }
+}

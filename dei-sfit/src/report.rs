@@ -1,0 +1,190 @@
+//! Reports: per functional test, every execution with its plan, effective faults and outcome; printed in the
+//! terminal and saved as JSON, from which a failing execution can be replayed.
+
+use crate::observation::ObservedRpc;
+use crate::search::{SearchError, SearchOptions};
+use crate::test::PlannedFault;
+use dei_propagator::{Fault, Index};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::Path;
+
+/// A functional test's verdict in one execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum TestOutcome {
+    /// It passed.
+    Pass,
+    /// It failed.
+    Fail {
+        /// Why.
+        message: String,
+    },
+}
+
+impl TestOutcome {
+    /// True for [`TestOutcome::Pass`].
+    pub fn passed(&self) -> bool {
+        matches!(self, TestOutcome::Pass)
+    }
+}
+
+/// One execution of a functional test.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    /// 1-based position in the search (1 is the fault-free run).
+    pub number: usize,
+    /// The planned faults.
+    pub plan: Vec<PlannedFault>,
+    /// The plan in `dei-faults` wire form: enough to replay the execution.
+    pub plan_wire: String,
+    /// The faults actually injected, by index under the search's instantiation.
+    pub effective: Vec<PlannedFault>,
+    /// The faults actually injected, by reference index (full DEI), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_reference: Option<Vec<(Index, Fault)>>,
+    /// Planned faults that were never injected.
+    pub unreached: Vec<PlannedFault>,
+    /// Planned indexes that were injected on more than one RPC.
+    pub multiply_injected: Vec<Index>,
+    /// The test's verdict.
+    pub outcome: TestOutcome,
+    /// The earlier execution with the same effective fault set, if any.
+    pub redundant_with: Option<usize>,
+    /// The execution whose observations scheduled this one.
+    pub scheduled_by: Option<usize>,
+    /// The RPCs observed.
+    pub rpcs: Vec<ObservedRpc>,
+    /// Time spent in the test itself, microseconds.
+    pub test_us: u64,
+    /// Time the search spent around it (span collection, rewriting, scheduling), microseconds.
+    pub overhead_us: u64,
+}
+
+impl ExecutionRecord {
+    /// The effective fault set by reference index, as a set.
+    pub fn reference_set(&self) -> Option<BTreeSet<(Index, Fault)>> {
+        self.effective_reference.as_ref().map(|v| v.iter().cloned().collect())
+    }
+}
+
+/// A plan that service-encapsulation reduction skipped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedPlan {
+    /// The plan.
+    pub plan: String,
+    /// Why it is redundant.
+    pub witness: String,
+}
+
+/// The result of searching one functional test.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    /// The functional test.
+    pub test: String,
+    /// The options it ran with (including the instantiation).
+    pub options: SearchOptions,
+    /// Every execution, in order.
+    pub executions: Vec<ExecutionRecord>,
+    /// Plans skipped by dynamic reduction.
+    pub skipped: Vec<SkippedPlan>,
+    /// True when the execution limit stopped the search.
+    pub truncated: bool,
+    /// Plans still queued when it stopped.
+    pub pending: usize,
+}
+
+impl Report {
+    /// A report of these executions.
+    pub fn new(
+        test: &str,
+        options: SearchOptions,
+        executions: Vec<ExecutionRecord>,
+        skipped: Vec<SkippedPlan>,
+        truncated: bool,
+        pending: usize,
+    ) -> Self {
+        Report { test: test.to_string(), options, executions, skipped, truncated, pending }
+    }
+
+    /// The failing executions.
+    pub fn failing(&self) -> Vec<&ExecutionRecord> {
+        self.executions.iter().filter(|e| !e.outcome.passed()).collect()
+    }
+
+    /// The executions whose effective fault set repeats an earlier one.
+    pub fn redundant(&self) -> Vec<&ExecutionRecord> {
+        self.executions.iter().filter(|e| e.redundant_with.is_some()).collect()
+    }
+
+    /// The distinct effective fault sets by reference index (what was really failed, judged at full
+    /// granularity).
+    pub fn reference_sets(&self) -> BTreeSet<BTreeSet<(Index, Fault)>> {
+        self.executions.iter().filter_map(|e| e.reference_set()).collect()
+    }
+
+    /// The JSON form.
+    pub fn to_json(&self) -> Result<String, SearchError> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    /// Writes the JSON form to `path`.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), SearchError> {
+        std::fs::write(path, self.to_json()?)?;
+        Ok(())
+    }
+
+    /// Reads a report written by [`save`](Report::save).
+    pub fn load(path: impl AsRef<Path>) -> Result<Report, SearchError> {
+        Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
+    }
+}
+
+fn short(p: &PlannedFault) -> String {
+    let sig = if p.signature.is_empty() { "?" } else { p.signature.as_str() };
+    format!("{sig}@{}:{}", p.index, p.fault)
+}
+
+impl fmt::Display for Report {
+    /// The terminal form: a summary, then one line per execution.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let failing = self.failing().len();
+        writeln!(
+            f,
+            "sfit report: {} [{}]: {} executions, {} failing, {} redundant, {} skipped by reduction{}",
+            self.test,
+            self.options.instantiation.name,
+            self.executions.len(),
+            failing,
+            self.redundant().len(),
+            self.skipped.len(),
+            if self.truncated { format!(", STOPPED at the limit with {} pending", self.pending) } else { String::new() }
+        )?;
+        for e in &self.executions {
+            let eff: Vec<String> = e.effective.iter().map(short).collect();
+            write!(
+                f,
+                "  #{:<4} {:<4} rpcs {:<3} faults [{}]",
+                e.number,
+                if e.outcome.passed() { "pass" } else { "FAIL" },
+                e.rpcs.len(),
+                eff.join(", ")
+            )?;
+            if !e.unreached.is_empty() {
+                write!(f, " unreached [{}]", e.unreached.iter().map(short).collect::<Vec<_>>().join(", "))?;
+            }
+            if !e.multiply_injected.is_empty() {
+                write!(f, " hit-several {:?}", e.multiply_injected.iter().map(|i| i.to_string()).collect::<Vec<_>>())?;
+            }
+            if let Some(r) = e.redundant_with {
+                write!(f, " REDUNDANT with #{r}")?;
+            }
+            if let TestOutcome::Fail { message } = &e.outcome {
+                write!(f, " -- {message}")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}

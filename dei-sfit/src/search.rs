@@ -1,0 +1,491 @@
+//! The exhaustive search (paper §2, "dynamic analysis" and "dynamic reduction").
+//!
+//! 1. Run the functional test without faults.
+//! 2. For each execution, and each RPC it observed without a fault, schedule a new plan: the faults this
+//!    execution injected *before that RPC completed* (excluding the RPC's own descendants), plus one fault on
+//!    the RPC, once per fault type the catalog gives its signature. Faults that were injected only after the
+//!    RPC completed are left out, since failing the RPC may change whether they are reached: every scheduled
+//!    plan is therefore reachable, and its effective fault set is the plan itself.
+//! 3. Never plan a fault on an RPC whose index is a prefix of (an ancestor of) another planned fault.
+//! 4. Skip plans already scheduled; report any execution whose effective fault set (the faults actually
+//!    injected) repeats an earlier one — with deterministic, fine-grained indexes there are none.
+//!
+//! Options: depth-first or breadth-first order, a maximum number of executions, single-fault mode, and
+//! service-encapsulation reduction (§2): a plan with faults both inside and outside the subtree of some RPC
+//! `p` is skipped when an earlier execution showed what `p` returns under exactly the inside faults and
+//! another already ran the outside faults with `p` returning that.
+
+use crate::catalog::FaultCatalog;
+use crate::observation::{FaultSet, Observation, ObservedRpc, Outcome, describe_set};
+use crate::report::{ExecutionRecord, Report, SkippedPlan, TestOutcome};
+use crate::source::{SourceError, SpanSource};
+use crate::test::{FunctionalTest, PlannedFault, TestRun};
+use dei_propagator::{FaultPlan, Index, Instantiation, PathMode};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The order in which scheduled plans run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Newest plan first (Filibuster's order).
+    DepthFirst,
+    /// Oldest plan first: all single faults before any pair.
+    BreadthFirst,
+}
+
+/// Dynamic reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reduction {
+    /// Run every reachable plan.
+    None,
+    /// Service encapsulation (§2): an RPC's callers see its callees' failures only as its own outcome.
+    /// Outcomes compare by status (the paper's assumption) or also by response digest when recorded.
+    ServiceEncapsulation {
+        /// Also compare response digests of successful outcomes.
+        compare_responses: bool,
+    },
+}
+
+/// How progress is shown while the search runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Progress {
+    /// Nothing.
+    Silent,
+    /// One line per execution on stderr.
+    Stderr,
+}
+
+/// Search options.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SearchOptions {
+    /// Which components make up indexes in this search.
+    pub instantiation: Instantiation,
+    /// The instantiation reference indexes are computed under (to judge coarser ones); `None` skips them.
+    pub reference: Option<Instantiation>,
+    /// Which faults each RPC is tested for.
+    pub catalog: FaultCatalog,
+    /// Plan order.
+    pub strategy: Strategy,
+    /// Stop after this many executions.
+    pub max_executions: Option<usize>,
+    /// Plans of one fault only.
+    pub single_fault: bool,
+    /// Dynamic reduction.
+    pub reduction: Reduction,
+    /// Never plan a fault on an ancestor (index prefix) of a planned fault. On by default; off reproduces
+    /// Filibuster's scheduling, which runs such plans (their descendant's fault cannot be reached).
+    pub prune_ancestors: bool,
+    /// Fail an execution whose test runs longer than this.
+    pub timeout: Option<Duration>,
+    /// Progress display.
+    pub progress: Progress,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions {
+            instantiation: Instantiation::dei(),
+            reference: Some(Instantiation::dei()),
+            catalog: FaultCatalog::default(),
+            strategy: Strategy::DepthFirst,
+            max_executions: None,
+            single_fault: false,
+            reduction: Reduction::None,
+            prune_ancestors: true,
+            timeout: Some(Duration::from_secs(60)),
+            progress: Progress::Silent,
+        }
+    }
+}
+
+/// Why a search could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// The span source failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A report's execution does not exist or its plan does not decode.
+    #[error("cannot replay: {0}")]
+    Replay(String),
+    /// A report file could not be read or written.
+    #[error("report file: {0}")]
+    Io(#[from] std::io::Error),
+    /// A report file is not valid JSON.
+    #[error("report JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// The search engine: options and a span source.
+///
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// use dei_sfit::model::Caller;
+/// use dei_sfit::{Recorder, Search, SearchOptions, FaultCatalog, test_fn};
+/// use dei_propagator::Fault;
+///
+/// // Fig. 1 of the paper as a simulated program: A calls B's echo twice, with a fallback each time.
+/// let rec = Recorder::new();
+/// let r = rec.clone();
+/// let test = test_fn("fig1", move |run| {
+///     let a = Caller::root(&run, &r);
+///     async move {
+///         let hello = a.call("B/echo", "Hello", &[3, 10], |_| async { Ok("Hello") }).await.unwrap_or("Hello");
+///         let world = a.call("B/echo", "World", &[4, 10], |_| async { Ok("World") }).await.unwrap_or("World");
+///         if format!("{hello} {world}") == "Hello World" { Ok(()) } else { Err("wrong".into()) }
+///     }
+/// });
+/// let options = SearchOptions { catalog: FaultCatalog::single(Fault::Connection), ..SearchOptions::default() };
+/// let report = Search::new(options, rec).run(&test).await.unwrap();
+/// assert_eq!(report.executions.len(), 4); // {}, {hello}, {world}, {hello, world}
+/// assert!(report.redundant().is_empty());
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Search {
+    options: SearchOptions,
+    source: Arc<dyn SpanSource>,
+}
+
+/// What the search learned about one RPC across executions.
+#[derive(Default)]
+struct Knowledge {
+    /// index → parent index, first seen.
+    parents: HashMap<Index, Option<Index>>,
+    /// index → signature.
+    signatures: HashMap<Index, String>,
+    /// (RPC, faults injected in its subtree) → the RPC's outcome.
+    subtree_outcomes: HashMap<(Index, FaultSet), Outcome>,
+    /// effective fault set → execution position.
+    by_effective: HashMap<FaultSet, usize>,
+}
+
+impl Search {
+    /// A search with these options reading spans from `source`.
+    pub fn new(options: SearchOptions, source: impl SpanSource + 'static) -> Self {
+        Search { options, source: Arc::new(source) }
+    }
+
+    /// A search over a shared source.
+    pub fn with_shared_source(options: SearchOptions, source: Arc<dyn SpanSource>) -> Self {
+        Search { options, source }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SearchOptions {
+        &self.options
+    }
+
+    /// Runs `test` once under `planned` and records what happened. `number` only labels the execution.
+    pub async fn execute(
+        &self,
+        test: &dyn FunctionalTest,
+        number: usize,
+        planned: Vec<PlannedFault>,
+    ) -> Result<ExecutionRecord, SearchError> {
+        let started = Instant::now();
+        self.source.begin().await?;
+        let run = TestRun::new(number, planned.clone(), self.options.instantiation.clone(), self.source.clone());
+        let test_started = Instant::now();
+        let fut = test.run(run);
+        let handle = tokio::spawn(fut);
+        let verdict = match self.options.timeout {
+            Some(t) => match tokio::time::timeout(t, handle).await {
+                Ok(joined) => joined,
+                Err(_) => Ok(Err(format!("timed out after {t:?}"))),
+            },
+            None => handle.await,
+        };
+        let outcome = match verdict {
+            Ok(Ok(())) => TestOutcome::Pass,
+            Ok(Err(message)) => TestOutcome::Fail { message },
+            Err(join) => TestOutcome::Fail { message: format!("test panicked: {join}") },
+        };
+        let test_time = test_started.elapsed();
+        let mut obs = self.source.collect().await?;
+        obs.finalize();
+        if let Some(reference) = &self.options.reference {
+            obs.compute_reference(reference);
+        }
+        let effective = obs.effective();
+        let plan_set: FaultSet = planned.iter().map(|p| (p.index.clone(), p.fault)).collect();
+        let unreached: Vec<PlannedFault> =
+            planned.iter().filter(|p| !effective.contains(&(p.index.clone(), p.fault))).cloned().collect();
+        let mut hits: HashMap<&Index, usize> = HashMap::new();
+        for r in obs.rpcs.iter().filter(|r| r.fault.is_some()) {
+            *hits.entry(&r.index).or_default() += 1;
+        }
+        let mut multiply_injected: Vec<Index> =
+            hits.into_iter().filter(|(_, n)| *n > 1).map(|(i, _)| i.clone()).collect();
+        multiply_injected.sort();
+        let sig = |i: &Index| obs.rpcs.iter().find(|r| &r.index == i).map(|r| r.signature.clone()).unwrap_or_default();
+        let to_planned = |set: &FaultSet| -> Vec<PlannedFault> {
+            set.iter().map(|(i, f)| PlannedFault { index: i.clone(), fault: *f, signature: sig(i) }).collect()
+        };
+        let effective_reference = obs.effective_reference().map(|s| s.into_iter().collect());
+        let total = started.elapsed();
+        Ok(ExecutionRecord {
+            number,
+            plan_wire: FaultPlan::new(plan_set.iter().cloned().collect()).encode(),
+            plan: planned,
+            effective: to_planned(&effective),
+            effective_reference,
+            unreached,
+            multiply_injected,
+            outcome,
+            redundant_with: None,
+            scheduled_by: None,
+            rpcs: obs.rpcs,
+            test_us: test_time.as_micros() as u64,
+            overhead_us: total.saturating_sub(test_time).as_micros() as u64,
+        })
+    }
+
+    /// Runs the search for `test` until the fault space is exhausted or the execution limit is reached.
+    pub async fn run(&self, test: &dyn FunctionalTest) -> Result<Report, SearchError> {
+        let opts = &self.options;
+        let mut queue: VecDeque<(FaultSet, Option<usize>)> = VecDeque::new();
+        let mut scheduled: HashSet<FaultSet> = HashSet::new();
+        let mut executions: Vec<ExecutionRecord> = Vec::new();
+        let mut skipped: Vec<SkippedPlan> = Vec::new();
+        let mut know = Knowledge::default();
+        queue.push_back((FaultSet::new(), None));
+        scheduled.insert(FaultSet::new());
+        let mut truncated = false;
+        while let Some((plan, from)) = match opts.strategy {
+            Strategy::DepthFirst => queue.pop_back(),
+            Strategy::BreadthFirst => queue.pop_front(),
+        } {
+            if opts.max_executions.is_some_and(|m| executions.len() >= m) {
+                truncated = true;
+                queue.push_back((plan, from));
+                break;
+            }
+            let planned: Vec<PlannedFault> = plan
+                .iter()
+                .map(|(i, f)| PlannedFault {
+                    index: i.clone(),
+                    fault: *f,
+                    signature: know.signatures.get(i).cloned().unwrap_or_default(),
+                })
+                .collect();
+            let number = executions.len() + 1;
+            let mut record = self.execute(test, number, planned).await?;
+            let sched_started = Instant::now();
+            record.scheduled_by = from;
+            let effective: FaultSet = record.effective.iter().map(|p| (p.index.clone(), p.fault)).collect();
+            if let Some(&first) = know.by_effective.get(&effective) {
+                record.redundant_with = Some(executions[first].number);
+            }
+            let obs = Observation { rpcs: record.rpcs.clone(), streams: Vec::new() };
+            self.learn(&mut know, &obs, &effective, executions.len());
+            for new_plan in self.extensions(&obs, &know) {
+                if !scheduled.insert(new_plan.clone()) {
+                    continue;
+                }
+                if let Reduction::ServiceEncapsulation { compare_responses } = opts.reduction {
+                    if let Some(witness) = self.encapsulated(&new_plan, &know, &executions, &record, compare_responses)
+                    {
+                        skipped.push(SkippedPlan { plan: describe_set(&new_plan), witness });
+                        continue;
+                    }
+                }
+                queue.push_back((new_plan, Some(number)));
+            }
+            record.overhead_us += sched_started.elapsed().as_micros() as u64;
+            if opts.progress == Progress::Stderr {
+                eprintln!(
+                    "sfit [{}] #{:<4} {:<5} plan {} -> {}{} (queued {})",
+                    test.name(),
+                    number,
+                    if record.outcome.passed() { "pass" } else { "FAIL" },
+                    describe_set(&plan),
+                    describe_set(&effective),
+                    record.redundant_with.map(|r| format!(" REDUNDANT with #{r}")).unwrap_or_default(),
+                    queue.len()
+                );
+            }
+            executions.push(record);
+        }
+        Ok(Report::new(test.name(), opts.clone(), executions, skipped, truncated, queue.len()))
+    }
+
+    fn learn(&self, know: &mut Knowledge, obs: &Observation, effective: &FaultSet, position: usize) {
+        know.by_effective.entry(effective.clone()).or_insert(position);
+        for (i, r) in obs.rpcs.iter().enumerate() {
+            let parent = r.parent.and_then(|p| obs.rpcs.get(p)).map(|p| p.index.clone());
+            know.parents.entry(r.index.clone()).or_insert(parent);
+            know.signatures.entry(r.index.clone()).or_insert_with(|| r.signature.clone());
+            if matches!(r.outcome, Outcome::Unknown) || r.fault.is_some() {
+                continue;
+            }
+            let sub: FaultSet = obs
+                .rpcs
+                .iter()
+                .enumerate()
+                .filter(|(j, q)| q.fault.is_some() && obs.is_descendant(*j, i))
+                .filter_map(|(_, q)| q.fault.map(|f| (q.index.clone(), f)))
+                .collect();
+            know.subtree_outcomes.entry((r.index.clone(), sub)).or_insert_with(|| r.outcome.clone());
+        }
+    }
+
+    /// The plans that extend one execution by one fault.
+    fn extensions(&self, obs: &Observation, know: &Knowledge) -> Vec<FaultSet> {
+        let opts = &self.options;
+        let path_mode = opts.instantiation.path == PathMode::Path;
+        let mut out = Vec::new();
+        for (i, r) in obs.rpcs.iter().enumerate() {
+            if r.fault.is_some() || r.rewritten || r.index.is_root() {
+                continue;
+            }
+            let before: FaultSet = obs
+                .rpcs
+                .iter()
+                .enumerate()
+                .filter(|(j, q)| q.fault.is_some() && q.start < r.end && !obs.is_descendant(*j, i))
+                .filter_map(|(_, q)| q.fault.map(|f| (q.index.clone(), f)))
+                .collect();
+            if opts.single_fault && !before.is_empty() {
+                continue;
+            }
+            if opts.prune_ancestors && before.iter().any(|(q, _)| self.is_ancestor(&r.index, q, know, path_mode)) {
+                continue;
+            }
+            for fault in opts.catalog.faults_for(&r.signature) {
+                let mut plan = before.clone();
+                plan.insert((r.index.clone(), fault));
+                out.push(plan);
+            }
+        }
+        out
+    }
+
+    /// True when `a` is a proper ancestor of `b`: a proper prefix under path indexes, or a recorded parent.
+    fn is_ancestor(&self, a: &Index, b: &Index, know: &Knowledge, path_mode: bool) -> bool {
+        if a == b {
+            return false;
+        }
+        if path_mode && b.starts_with(a) {
+            return true;
+        }
+        let mut cur = know.parents.get(b).cloned().flatten();
+        let mut steps = 0;
+        while let Some(p) = cur {
+            if &p == a {
+                return true;
+            }
+            steps += 1;
+            if steps > know.parents.len() {
+                return false;
+            }
+            cur = know.parents.get(&p).cloned().flatten();
+        }
+        false
+    }
+
+    fn ancestors(&self, index: &Index, know: &Knowledge) -> Vec<Index> {
+        let mut out = Vec::new();
+        let mut cur = know.parents.get(index).cloned().flatten();
+        while let Some(p) = cur {
+            if out.contains(&p) || out.len() > know.parents.len() {
+                break;
+            }
+            out.push(p.clone());
+            cur = know.parents.get(&p).cloned().flatten();
+        }
+        out
+    }
+
+    /// Service encapsulation: `Some(witness)` when `plan` is redundant.
+    fn encapsulated(
+        &self,
+        plan: &FaultSet,
+        know: &Knowledge,
+        executions: &[ExecutionRecord],
+        current: &ExecutionRecord,
+        compare_responses: bool,
+    ) -> Option<String> {
+        let same = |a: &Outcome, b: &Outcome| match (a, b) {
+            (Outcome::Ok { response: x }, Outcome::Ok { response: y }) => !compare_responses || x == y,
+            _ => a == b,
+        };
+        let record_at = |pos: usize| -> &ExecutionRecord { executions.get(pos).unwrap_or(current) };
+        let mut candidates: Vec<Index> = plan.iter().flat_map(|(i, _)| self.ancestors(i, know)).collect();
+        candidates.sort();
+        candidates.dedup();
+        for p in candidates {
+            if plan.iter().any(|(i, _)| i == &p) {
+                continue;
+            }
+            let inside: FaultSet =
+                plan.iter().filter(|(i, _)| self.ancestors(i, know).contains(&p)).cloned().collect();
+            if inside.len() == plan.len() || inside.is_empty() {
+                continue;
+            }
+            let Some(o) = know.subtree_outcomes.get(&(p.clone(), inside.clone())) else { continue };
+            let outside: FaultSet = plan.difference(&inside).cloned().collect();
+            let mut alternatives: Vec<FaultSet> = vec![outside.clone()];
+            for f in self.options.catalog.faults_for(know.signatures.get(&p).map(String::as_str).unwrap_or("")) {
+                let mut alt = outside.clone();
+                alt.insert((p.clone(), f));
+                alternatives.push(alt);
+            }
+            for alt in alternatives {
+                let Some(&pos) = know.by_effective.get(&alt) else { continue };
+                let rec = record_at(pos);
+                if rec.rpcs.iter().any(|r| r.index == p && same(&r.outcome, o)) {
+                    return Some(format!(
+                        "{} returns {o} under {}; execution #{} ran {} with it returning that",
+                        p,
+                        describe_set(&inside),
+                        rec.number,
+                        describe_set(&alt)
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// Reruns execution `number` of a saved report, with the plan and instantiation recorded there.
+    pub async fn replay(
+        test: &dyn FunctionalTest,
+        report: &Report,
+        number: usize,
+        source: Arc<dyn SpanSource>,
+    ) -> Result<ExecutionRecord, SearchError> {
+        let exec = report
+            .executions
+            .iter()
+            .find(|e| e.number == number)
+            .ok_or_else(|| SearchError::Replay(format!("no execution #{number} in the report")))?;
+        let plan = FaultPlan::decode(&exec.plan_wire).map_err(|e| SearchError::Replay(e.to_string()))?;
+        let planned = plan
+            .entries()
+            .iter()
+            .map(|(i, f)| PlannedFault {
+                index: i.clone(),
+                fault: *f,
+                signature: exec.plan.iter().find(|p| &p.index == i).map(|p| p.signature.clone()).unwrap_or_default(),
+            })
+            .collect();
+        let options = SearchOptions { progress: Progress::Silent, ..report.options.clone() };
+        Search::with_shared_source(options, source).execute(test, number, planned).await
+    }
+}
+
+/// A convenience for tests: the set of (index, fault) of a list of planned faults.
+pub fn fault_set(faults: &[PlannedFault]) -> FaultSet {
+    faults.iter().map(|p| (p.index.clone(), p.fault)).collect()
+}
+
+/// A convenience: the RPCs of a record with a given signature, in start order.
+pub fn rpcs_with_signature<'a>(record: &'a ExecutionRecord, signature: &str) -> Vec<&'a ObservedRpc> {
+    record.rpcs.iter().filter(|r| r.signature == signature).collect()
+}

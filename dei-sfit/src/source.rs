@@ -1,0 +1,278 @@
+//! Span sources: where the search learns which RPCs an execution issued.
+//!
+//! - [`InMemorySpans`] reads the OpenTelemetry SDK's in-memory exporter, for services that run in the test's
+//!   own process (the corpus under `examples/`).
+//! - [`Recorder`] is filled directly by simulated programs ([`crate::model`]).
+//!
+//! A source for `dei-collector`'s HTTP API, for services in other processes, implements the same trait.
+
+use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
+use dei_propagator::{Fault, Index, InvocationSignature, PayloadDigest, Signature, StackDigest};
+use futures::future::BoxFuture;
+use opentelemetry::trace::{SpanId, SpanKind, Status};
+use opentelemetry::{Key, KeyValue, Value};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Span attribute and event names written by `dei-instrumentation`.
+pub mod attr {
+    /// The RPC's index (wire form).
+    pub const INDEX: &str = "dei.index";
+    /// The readable RPC signature.
+    pub const SIGNATURE: &str = "dei.signature";
+    /// SHA-256 of the payload, hex.
+    pub const PAYLOAD_DIGEST: &str = "dei.payload.digest";
+    /// SHA-256 of the call stack, hex.
+    pub const STACK_DIGEST: &str = "dei.stack.digest";
+    /// The injected fault, wire form (`g14`, `h503`, `c`, `l250`).
+    pub const FAULT: &str = "dei.fault";
+    /// True for a stream's preliminary index.
+    pub const PRELIMINARY: &str = "dei.preliminary";
+    /// The span event that maps one stream message's preliminary index to its final index.
+    pub const STREAM_MESSAGE_EVENT: &str = "dei.stream.message";
+    /// On [`STREAM_MESSAGE_EVENT`]: the preliminary index the callee served the message under.
+    pub const PRELIMINARY_INDEX: &str = "dei.preliminary_index";
+    /// The gRPC status code of a client call (OpenTelemetry semantic convention).
+    pub const GRPC_STATUS: &str = "rpc.grpc.status_code";
+    /// The HTTP status of a client call (OpenTelemetry semantic convention).
+    pub const HTTP_STATUS: &str = "http.response.status_code";
+}
+
+/// Why a source could not deliver an execution's spans.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The exporter or collector failed.
+    #[error("span source failed: {0}")]
+    Backend(String),
+}
+
+/// Where the search reads each execution's RPCs from.
+pub trait SpanSource: Send + Sync {
+    /// Forget everything seen so far: an execution is about to start.
+    fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>>;
+    /// Everything seen since [`begin`](SpanSource::begin): the RPCs that completed so far and their streams.
+    fn collect(&self) -> BoxFuture<'_, Result<Observation, SourceError>>;
+}
+
+/// A monotonic nanosecond clock shared by every [`Recorder`] in the process.
+fn next_tick() -> u64 {
+    static CLOCK: AtomicU64 = AtomicU64::new(1);
+    CLOCK.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A source filled directly by simulated programs: each RPC is recorded when it starts and finished when it
+/// ends. Cloning shares it.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    inner: Arc<Mutex<Observation>>,
+}
+
+impl Recorder {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Recorder::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Observation> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records an RPC that starts now; returns its position for [`finish`](Recorder::finish).
+    pub fn start(&self, index: Index, invocation: InvocationSignature, parent: Option<usize>) -> usize {
+        let mut obs = self.lock();
+        obs.rpcs.push(ObservedRpc {
+            index,
+            signature: invocation.signature.name().to_string(),
+            invocation: Some(invocation),
+            parent,
+            fault: None,
+            outcome: Outcome::Unknown,
+            start: next_tick(),
+            end: u64::MAX,
+            rewritten: false,
+            reference: None,
+        });
+        obs.rpcs.len() - 1
+    }
+
+    /// Records how the RPC at `position` ended.
+    pub fn finish(&self, position: usize, fault: Option<Fault>, outcome: Outcome) {
+        let mut obs = self.lock();
+        if let Some(rpc) = obs.rpcs.get_mut(position) {
+            rpc.fault = fault;
+            rpc.outcome = outcome;
+            rpc.end = next_tick();
+        }
+    }
+
+    /// Records a stream message's preliminary-to-final mapping.
+    pub fn map_stream(&self, preliminary: Index, final_index: Index) {
+        self.lock().streams.push(StreamMapping { preliminary, final_index });
+    }
+}
+
+impl SpanSource for Recorder {
+    fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+        *self.lock() = Observation::default();
+        Box::pin(async { Ok(()) })
+    }
+
+    fn collect(&self) -> BoxFuture<'_, Result<Observation, SourceError>> {
+        let obs = self.lock().clone();
+        Box::pin(async move { Ok(obs) })
+    }
+}
+
+/// Reads the spans of services running in this process from the SDK's [`InMemorySpanExporter`].
+///
+/// Use it with a simple (synchronous) span processor so that a span is exported when it ends; then an
+/// execution's spans are complete when the functional test returns.
+#[derive(Clone, Debug)]
+pub struct InMemorySpans {
+    exporter: InMemorySpanExporter,
+    provider: Option<SdkTracerProvider>,
+}
+
+impl InMemorySpans {
+    /// A source reading `exporter`.
+    pub fn new(exporter: InMemorySpanExporter) -> Self {
+        InMemorySpans { exporter, provider: None }
+    }
+
+    /// Also flush `provider` before reading (needed with a batch processor).
+    pub fn with_provider(mut self, provider: SdkTracerProvider) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// The exporter.
+    pub fn exporter(&self) -> &InMemorySpanExporter {
+        &self.exporter
+    }
+}
+
+impl SpanSource for InMemorySpans {
+    fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+        if let Some(p) = &self.provider {
+            let _ = p.force_flush();
+        }
+        self.exporter.reset();
+        Box::pin(async { Ok(()) })
+    }
+
+    fn collect(&self) -> BoxFuture<'_, Result<Observation, SourceError>> {
+        if let Some(p) = &self.provider {
+            let _ = p.force_flush();
+        }
+        let spans = self.exporter.get_finished_spans().map_err(|e| SourceError::Backend(e.to_string()));
+        Box::pin(async move { Ok(observation_from_spans(&spans?)) })
+    }
+}
+
+fn attr<'a>(attributes: &'a [KeyValue], key: &'static str) -> Option<&'a Value> {
+    let key = Key::from_static_str(key);
+    attributes.iter().find(|kv| kv.key == key).map(|kv| &kv.value)
+}
+
+fn attr_str(attributes: &[KeyValue], key: &'static str) -> Option<String> {
+    attr(attributes, key).map(|v| v.as_str().into_owned())
+}
+
+fn attr_i64(attributes: &[KeyValue], key: &'static str) -> Option<i64> {
+    match attr(attributes, key)? {
+        Value::I64(i) => Some(*i),
+        Value::String(s) => s.as_str().parse().ok(),
+        _ => None,
+    }
+}
+
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+fn outcome_of(span: &SpanData, fault: Option<Fault>) -> Outcome {
+    if let Some(f) = fault {
+        return Outcome::of_fault(f);
+    }
+    if let Some(code) = attr_i64(&span.attributes, attr::GRPC_STATUS).filter(|c| *c != 0) {
+        return Outcome::Err { code: format!("g{code}") };
+    }
+    if let Some(code) = attr_i64(&span.attributes, attr::HTTP_STATUS).filter(|c| *c >= 400) {
+        return Outcome::Err { code: format!("h{code}") };
+    }
+    match &span.status {
+        Status::Error { description } => Outcome::Err { code: format!("error: {description}") },
+        _ => Outcome::ok(),
+    }
+}
+
+/// Builds an execution's observation from exported spans: every client span with `dei.index` is an RPC; its
+/// parent is the nearest ancestor span that is one; `dei.stream.message` events give stream mappings.
+/// Spans with malformed DEI attributes are skipped (they cannot be targeted).
+pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
+    let by_id: HashMap<SpanId, &SpanData> = spans.iter().map(|s| (s.span_context.span_id(), s)).collect();
+    let is_rpc = |s: &SpanData| {
+        s.span_kind == SpanKind::Client
+            && attr_str(&s.attributes, attr::INDEX).is_some_and(|i| Index::decode(&i).is_ok())
+    };
+    let rpc_spans: Vec<&SpanData> = spans.iter().filter(|s| is_rpc(s)).collect();
+    let position: HashMap<SpanId, usize> =
+        rpc_spans.iter().enumerate().map(|(i, s)| (s.span_context.span_id(), i)).collect();
+    let mut obs = Observation::default();
+    for span in &rpc_spans {
+        let a = &span.attributes;
+        let Some(index) = attr_str(a, attr::INDEX).and_then(|i| Index::decode(&i).ok()) else { continue };
+        let signature = attr_str(a, attr::SIGNATURE).unwrap_or_default();
+        let invocation = match (
+            attr_str(a, attr::PAYLOAD_DIGEST).and_then(|d| PayloadDigest::from_hex(&d).ok()),
+            attr_str(a, attr::STACK_DIGEST).and_then(|d| StackDigest::from_hex(&d).ok()),
+        ) {
+            (Some(p), Some(s)) => Some(InvocationSignature::new(Signature::from_name(signature.clone()), p, s)),
+            _ => None,
+        };
+        let fault = attr_str(a, attr::FAULT).and_then(|f| f.parse::<Fault>().ok());
+        // nearest ancestor span that is an RPC; bounded walk in case of a malformed cycle
+        let mut parent = None;
+        let mut cur = span.parent_span_id;
+        for _ in 0..spans.len() {
+            if cur == SpanId::INVALID {
+                break;
+            }
+            if let Some(&p) = position.get(&cur) {
+                parent = Some(p);
+                break;
+            }
+            match by_id.get(&cur) {
+                Some(s) => cur = s.parent_span_id,
+                None => break,
+            }
+        }
+        for event in &span.events.events {
+            if event.name != attr::STREAM_MESSAGE_EVENT {
+                continue;
+            }
+            let pre = attr_str(&event.attributes, attr::PRELIMINARY_INDEX).and_then(|i| Index::decode(&i).ok());
+            let fin = attr_str(&event.attributes, attr::INDEX).and_then(|i| Index::decode(&i).ok());
+            if let (Some(preliminary), Some(final_index)) = (pre, fin) {
+                obs.streams.push(StreamMapping { preliminary, final_index });
+            }
+        }
+        obs.rpcs.push(ObservedRpc {
+            index,
+            signature,
+            invocation,
+            parent,
+            fault,
+            outcome: outcome_of(span, fault),
+            start: nanos(span.start_time),
+            end: nanos(span.end_time),
+            rewritten: false,
+            reference: None,
+        });
+    }
+    // `parent` positions refer to `rpc_spans`; spans skipped above never happen (is_rpc checked decoding)
+    obs
+}

@@ -1,0 +1,148 @@
+//! Functional tests: what the search reruns under each fault plan.
+
+use crate::catalog::Pattern;
+use crate::observation::ObservedRpc;
+use crate::source::{SourceError, SpanSource};
+use dei_propagator::{DeiContextExt, Fault, FaultPlan, Index, Instantiation, RequestScope};
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::sync::Arc;
+
+/// A functional test's verdict: `Ok(())` passes, `Err(message)` fails.
+pub type Verdict = Result<(), String>;
+
+/// One planned fault, with the signature of the RPC it targets (for reports and conditional assertions).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PlannedFault {
+    /// The target's index.
+    pub index: Index,
+    /// The fault.
+    pub fault: Fault,
+    /// The target's signature, when known.
+    #[serde(default)]
+    pub signature: String,
+}
+
+/// The handle a functional test gets for one execution: the fault plan, the context to run under, and the
+/// faults injected so far (for conditional assertions).
+#[derive(Clone)]
+pub struct TestRun {
+    inner: Arc<RunInner>,
+}
+
+struct RunInner {
+    number: usize,
+    planned: Vec<PlannedFault>,
+    plan: FaultPlan,
+    instantiation: Instantiation,
+    source: Arc<dyn SpanSource>,
+}
+
+impl TestRun {
+    /// A handle for execution `number` of `planned` under `instantiation`, observed through `source`.
+    pub fn new(
+        number: usize,
+        planned: Vec<PlannedFault>,
+        instantiation: Instantiation,
+        source: Arc<dyn SpanSource>,
+    ) -> Self {
+        let plan = FaultPlan::new(planned.iter().map(|p| (p.index.clone(), p.fault)).collect());
+        TestRun { inner: Arc::new(RunInner { number, planned, plan, instantiation, source }) }
+    }
+
+    /// The execution's number in its search (1 is the fault-free run).
+    pub fn number(&self) -> usize {
+        self.inner.number
+    }
+
+    /// The fault plan.
+    pub fn plan(&self) -> &FaultPlan {
+        &self.inner.plan
+    }
+
+    /// The planned faults with their targets' signatures.
+    pub fn planned(&self) -> &[PlannedFault] {
+        &self.inner.planned
+    }
+
+    /// The instantiation indexes are computed under.
+    pub fn instantiation(&self) -> &Instantiation {
+        &self.inner.instantiation
+    }
+
+    /// The context to issue the test's requests under: the current context with a root [`RequestScope`]
+    /// under the instantiation and the fault plan. Attach it (or use `FutureExt::with_context`) around the
+    /// client calls the test makes.
+    pub fn context(&self) -> opentelemetry::Context {
+        opentelemetry::Context::current()
+            .with_dei_scope(RequestScope::root(self.inner.instantiation.clone()))
+            .with_fault_plan(self.inner.plan.clone())
+    }
+
+    /// True when the plan targets an RPC whose signature matches `pattern` (`*` wildcards).
+    pub fn planned_on(&self, pattern: &str) -> bool {
+        let p = Pattern::new(pattern);
+        self.inner.planned.iter().any(|f| p.matches(&f.signature))
+    }
+
+    /// The RPCs that had a fault injected so far in this execution.
+    pub async fn injected(&self) -> Result<Vec<ObservedRpc>, SourceError> {
+        let obs = self.inner.source.collect().await?;
+        Ok(obs.rpcs.into_iter().filter(|r| r.fault.is_some()).collect())
+    }
+
+    /// True when a fault was injected so far on an RPC whose signature matches `pattern`.
+    pub async fn injected_on(&self, pattern: &str) -> bool {
+        let p = Pattern::new(pattern);
+        self.injected().await.is_ok_and(|rpcs| rpcs.iter().any(|r| p.matches(&r.signature)))
+    }
+
+    /// True when any fault was injected so far.
+    pub async fn any_injected(&self) -> bool {
+        self.injected().await.is_ok_and(|rpcs| !rpcs.is_empty())
+    }
+}
+
+/// A functional test: drives the system under one execution's plan and passes or fails.
+pub trait FunctionalTest: Send + Sync {
+    /// The test's name, used in reports.
+    fn name(&self) -> &str;
+    /// Runs the test once.
+    fn run(&self, run: TestRun) -> BoxFuture<'static, Verdict>;
+}
+
+/// A functional test made from an async closure.
+pub struct FnTest<F> {
+    name: String,
+    f: F,
+}
+
+/// Makes a functional test from a name and an async closure taking the [`TestRun`].
+///
+/// ```
+/// let test = dei_sfit::test_fn("always passes", |_run| async { Ok(()) });
+/// # use dei_sfit::FunctionalTest;
+/// assert_eq!(test.name(), "always passes");
+/// ```
+pub fn test_fn<F, Fut>(name: impl Into<String>, f: F) -> FnTest<F>
+where
+    F: Fn(TestRun) -> Fut + Send + Sync,
+    Fut: Future<Output = Verdict> + Send + 'static,
+{
+    FnTest { name: name.into(), f }
+}
+
+impl<F, Fut> FunctionalTest for FnTest<F>
+where
+    F: Fn(TestRun) -> Fut + Send + Sync,
+    Fut: Future<Output = Verdict> + Send + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn run(&self, run: TestRun) -> BoxFuture<'static, Verdict> {
+        Box::pin((self.f)(run))
+    }
+}
