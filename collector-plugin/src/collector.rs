@@ -68,7 +68,7 @@ pub struct Collector {
     config: IngestConfig,
     counters: Arc<Counters>,
     analyzer: Mutex<Analyzer>,
-    forwarder: Mutex<Option<Forwarder>>,
+    forwarder: Option<Forwarder>,
     log: RateLimitedLog,
 }
 
@@ -84,7 +84,7 @@ impl Collector {
             config,
             analyzer: Mutex::new(Analyzer::new(analyzer, counters.clone())),
             counters,
-            forwarder: Mutex::new(forwarder),
+            forwarder,
             log: RateLimitedLog::new(Duration::from_secs(5)),
         }
     }
@@ -106,11 +106,7 @@ impl Collector {
 
     /// Spans waiting in the forwarding queue.
     pub fn queued_spans(&self) -> usize {
-        self.forwarder
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or(0, |f| f.queued_spans())
+        self.forwarder.as_ref().map_or(0, |f| f.queued_spans())
     }
 
     /// Counts and logs a rejection, and hands it back.
@@ -121,28 +117,28 @@ impl Collector {
     }
 
     /// Accepts a protobuf body (already decompressed); it is forwarded byte for byte.
-    pub fn accept_protobuf(&self, body: Bytes) -> Result<Accepted, Rejection> {
+    pub async fn accept_protobuf(&self, body: Bytes) -> Result<Accepted, Rejection> {
         if body.len() > self.config.max_body_bytes {
             return Err(self.reject(Rejection::TooLarge {
                 limit: self.config.max_body_bytes,
             }));
         }
         let req = otlp::decode_protobuf(&body).map_err(|r| self.reject(r))?;
-        self.accept(req, Some(body))
+        self.accept(req, Some(body)).await
     }
 
     /// Accepts an OTLP/JSON body (already decompressed); it is forwarded re-encoded as protobuf.
-    pub fn accept_json(&self, body: &[u8]) -> Result<Accepted, Rejection> {
+    pub async fn accept_json(&self, body: &[u8]) -> Result<Accepted, Rejection> {
         if body.len() > self.config.max_body_bytes {
             return Err(self.reject(Rejection::TooLarge {
                 limit: self.config.max_body_bytes,
             }));
         }
         let req = otlp::decode_json(body).map_err(|r| self.reject(r))?;
-        self.accept(req, None)
+        self.accept(req, None).await
     }
 
-    fn accept(
+    async fn accept(
         &self,
         req: ExportTraceServiceRequest,
         raw: Option<Bytes>,
@@ -167,18 +163,13 @@ impl Collector {
         }
         Counters::add(&self.counters.requests_accepted, 1);
         Counters::add(&self.counters.spans_received, spans as u64);
-        if let Some(f) = self
-            .forwarder
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            let body = raw.unwrap_or_else(|| otlp::encode_protobuf(&req));
-            f.enqueue(Batch { body, spans });
-        }
+        let forward = self.forwarder.as_ref().map(|_| raw.unwrap_or_else(|| otlp::encode_protobuf(&req)));
         drop(req);
         if self.config.analyze {
             self.analyzer().ingest(records, Instant::now());
+        }
+        if let (Some(f), Some(body)) = (self.forwarder.as_ref(), forward) {
+            f.enqueue(Batch { body, spans }).await;
         }
         Ok(Accepted {
             spans,
@@ -194,12 +185,7 @@ impl Collector {
 
     /// Drains the forwarding queue (until its deadline).
     pub async fn shutdown(&self) {
-        let f = self
-            .forwarder
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(f) = f {
+        if let Some(f) = &self.forwarder {
             f.shutdown().await;
         }
     }

@@ -123,7 +123,7 @@ pub struct SpanRecord {
     pub parent_span_id: Option<SpanId>,
     /// The resource's `service.name` (`unknown_service` when missing).
     pub service: Arc<str>,
-    /// The span name.
+    /// The span name, kept only for spans with a `dei.index` and no `dei.signature` (the fallback signature).
     pub name: String,
     /// The span kind.
     pub kind: Kind,
@@ -245,7 +245,8 @@ fn extract_span(
         span_id,
         parent_span_id: parent_span_id.filter(|p| p.iter().any(|b| *b != 0)),
         service: service.clone(),
-        name: span.name.clone(),
+        // only needed as a fallback signature
+        name: if dei.index.is_some() && dei.signature.is_none() { span.name.clone() } else { String::new() },
         kind: Kind::from_otlp(span.kind),
         start_ns: span.start_time_unix_nano,
         end_ns: span.end_time_unix_nano,

@@ -56,6 +56,7 @@ async fn collector(downstream: &Downstream, capacity: usize) -> server::Running 
     f.max_backoff = Duration::from_millis(200);
     f.request_timeout = Duration::from_secs(2);
     f.drain_timeout = Duration::from_secs(20);
+    f.enqueue_wait = Duration::from_millis(20);
     config.forward = Some(f);
     server::start(config).await.unwrap()
 }

@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 const SPANS_PER_RUN: usize = 50;
 
 async fn run_once(sys: &System, text: &str, plan: Option<FaultPlan>) -> (String, Vec<SpanData>) {
+    let t0 = std::time::Instant::now();
     let mut front = sys.front_client().await;
+    eprintln!("TIMING connect {:?}", t0.elapsed());
     let (reply, trace) = in_root(
         &sys.config,
         |cx| match plan {
@@ -25,8 +27,12 @@ async fn run_once(sys: &System, text: &str, plan: Option<FaultPlan>) -> (String,
         async move { front.run(msg(text)).await },
     )
     .await;
+    eprintln!("TIMING run {:?}", t0.elapsed());
     let reply = reply.expect("A.Run").into_inner().text;
-    (reply, spans_of(trace, SPANS_PER_RUN + 1).await)
+    let t = std::time::Instant::now();
+    let spans = spans_of(trace, SPANS_PER_RUN + 1).await;
+    eprintln!("TIMING spans {:?}", t.elapsed());
+    (reply, spans)
 }
 
 fn index_of(span: &SpanData) -> Option<Index> {

@@ -41,8 +41,11 @@ impl Default for Carriers {
 /// and logged ([`crate::rejection`]) and treated as absent. When the header is rejected or missing the baggage
 /// entry is tried.
 ///
-/// The propagator writes the `baggage` header itself (the context's baggage plus its entries), so place it
-/// *after* [`BaggagePropagator`] in a composite, or use [`composite_propagator`] which does.
+/// Extraction reads the carrier alone (the `dei` header, else the carrier's `baggage` header), so it gives the
+/// same result wherever it stands in a [`TextMapCompositePropagator`]. Injection writes the whole `baggage`
+/// header (the context's baggage, properties included, plus our entries), and in a composite the last writer
+/// of `baggage` wins: place it *after* [`BaggagePropagator`], as [`composite_propagator`] does, for the
+/// baggage copy to reach the wire. Placed before it, only the `dei` header carries the index.
 ///
 /// ```
 /// use dei_propagator::{DeiContextExt, DeiPropagator, Index};

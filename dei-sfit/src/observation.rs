@@ -78,9 +78,16 @@ pub struct ObservedRpc {
     /// plan cannot target it by the rewritten one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rewritten: bool,
+    /// The instrumentation can fail this RPC by its index (false for stream messages seen only as events).
+    #[serde(default = "default_true", skip_serializing_if = "Clone::clone")]
+    pub injectable: bool,
     /// The same RPC's index under the reference instantiation (the full DEI), for judging coarser ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<Index>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// One stream message's preliminary index and its final index (paper §4.2).

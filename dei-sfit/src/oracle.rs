@@ -78,7 +78,7 @@ impl Oracle {
                         result.reference.insert(r);
                     }
                     for rpc in &record.rpcs {
-                        if rpc.rewritten || rpc.index.is_root() {
+                        if rpc.rewritten || !rpc.injectable || rpc.index.is_root() {
                             continue;
                         }
                         result.indexes.insert(rpc.index.clone());

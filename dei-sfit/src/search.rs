@@ -341,7 +341,7 @@ impl Search {
         let path_mode = opts.instantiation.path == PathMode::Path;
         let mut out = Vec::new();
         for (i, r) in obs.rpcs.iter().enumerate() {
-            if r.fault.is_some() || r.rewritten || r.index.is_root() {
+            if r.fault.is_some() || r.rewritten || !r.injectable || r.index.is_root() {
                 continue;
             }
             let before: FaultSet = obs

@@ -33,8 +33,11 @@ pub mod attr {
     pub const PRELIMINARY: &str = "dei.preliminary";
     /// The span event that maps one stream message's preliminary index to its final index.
     pub const STREAM_MESSAGE_EVENT: &str = "dei.stream.message";
-    /// On [`STREAM_MESSAGE_EVENT`]: the preliminary index the callee served the message under.
+    /// On [`STREAM_MESSAGE_EVENT`]: the stream's preliminary index.
     pub const PRELIMINARY_INDEX: &str = "dei.preliminary_index";
+    /// On [`STREAM_MESSAGE_EVENT`]: the message's 1-based position k; the callee served it under the
+    /// preliminary index counted up by k.
+    pub const MESSAGE: &str = "dei.message";
     /// The gRPC status code of a client call (OpenTelemetry semantic convention).
     pub const GRPC_STATUS: &str = "rpc.grpc.status_code";
     /// The HTTP status of a client call (OpenTelemetry semantic convention).
@@ -93,6 +96,7 @@ impl Recorder {
             start: next_tick(),
             end: u64::MAX,
             rewritten: false,
+            injectable: true,
             reference: None,
         });
         obs.rpcs.len() - 1
@@ -222,6 +226,7 @@ pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
     let position: HashMap<SpanId, usize> =
         rpc_spans.iter().enumerate().map(|(i, s)| (s.span_context.span_id(), i)).collect();
     let mut obs = Observation::default();
+    let mut messages: Vec<ObservedRpc> = Vec::new();
     for span in &rpc_spans {
         let a = &span.attributes;
         let Some(index) = attr_str(a, attr::INDEX).and_then(|i| Index::decode(&i).ok()) else { continue };
@@ -250,14 +255,34 @@ pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
                 None => break,
             }
         }
+        let position_here = obs.rpcs.len();
         for event in &span.events.events {
             if event.name != attr::STREAM_MESSAGE_EVENT {
                 continue;
             }
             let pre = attr_str(&event.attributes, attr::PRELIMINARY_INDEX).and_then(|i| Index::decode(&i).ok());
             let fin = attr_str(&event.attributes, attr::INDEX).and_then(|i| Index::decode(&i).ok());
-            if let (Some(preliminary), Some(final_index)) = (pre, fin) {
-                obs.streams.push(StreamMapping { preliminary, final_index });
+            let k = attr_i64(&event.attributes, attr::MESSAGE).and_then(|k| u32::try_from(k).ok());
+            if let (Some(pre), Some(final_index)) = (pre, fin) {
+                let preliminary = match k {
+                    Some(k) if pre.is_preliminary() => pre.stream_message(k),
+                    _ => pre,
+                };
+                obs.streams.push(StreamMapping { preliminary, final_index: final_index.clone() });
+                // the message itself, as an RPC issued under the stream (it cannot be failed on its own)
+                messages.push(ObservedRpc {
+                    index: final_index,
+                    signature: signature.clone(),
+                    invocation: None,
+                    parent: Some(position_here),
+                    fault: None,
+                    outcome: Outcome::ok(),
+                    start: nanos(event.timestamp),
+                    end: nanos(event.timestamp),
+                    rewritten: false,
+                    injectable: false,
+                    reference: None,
+                });
             }
         }
         obs.rpcs.push(ObservedRpc {
@@ -270,9 +295,12 @@ pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
             start: nanos(span.start_time),
             end: nanos(span.end_time),
             rewritten: false,
+            injectable: true,
             reference: None,
         });
     }
-    // `parent` positions refer to `rpc_spans`; spans skipped above never happen (is_rpc checked decoding)
+    // positions: the RPC spans first, in `rpc_spans` order (every one decodes: `is_rpc` checked), then the
+    // stream messages
+    obs.rpcs.extend(messages);
     obs
 }

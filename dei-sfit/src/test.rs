@@ -86,6 +86,13 @@ impl TestRun {
         self.inner.planned.iter().any(|f| p.matches(&f.signature))
     }
 
+    /// Every RPC observed so far in this execution (those that completed, for span-based sources).
+    pub async fn observed(&self) -> Result<Vec<ObservedRpc>, SourceError> {
+        let mut obs = self.inner.source.collect().await?;
+        obs.finalize();
+        Ok(obs.rpcs)
+    }
+
     /// The RPCs that had a fault injected so far in this execution.
     pub async fn injected(&self) -> Result<Vec<ObservedRpc>, SourceError> {
         let obs = self.inner.source.collect().await?;

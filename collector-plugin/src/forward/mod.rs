@@ -48,10 +48,14 @@ pub struct ForwardConfig {
     pub request_timeout: Duration,
     /// How long shutdown keeps draining.
     pub drain_timeout: Duration,
+    /// How long a receiver waits for room in a full queue before dropping the batch (backpressure under
+    /// saturation; during an outage the queue stays full and batches are dropped after this wait).
+    pub enqueue_wait: Duration,
 }
 
 impl ForwardConfig {
-    /// Defaults for a downstream: 100 000 spans, 4 workers, 50 ms..5 s backoff, 10 s attempts, 30 s drain.
+    /// Defaults for a downstream: 100 000 spans, 4 workers, 50 ms..5 s backoff, 10 s attempts, 30 s drain,
+    /// 200 ms wait for room.
     pub fn new(downstream: Downstream) -> Self {
         ForwardConfig {
             downstream,
@@ -61,6 +65,7 @@ impl ForwardConfig {
             max_backoff: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(30),
+            enqueue_wait: Duration::from_millis(200),
         }
     }
 }
@@ -86,6 +91,7 @@ struct QueueState {
 struct Queue {
     state: Mutex<QueueState>,
     notify: Notify,
+    space: Notify,
     capacity: usize,
 }
 
@@ -101,6 +107,8 @@ impl Queue {
                 let mut s = self.lock();
                 if let Some(b) = s.batches.pop_front() {
                     s.spans -= b.spans;
+                    drop(s);
+                    self.space.notify_waiters();
                     return Some(b);
                 }
                 if s.closed {
@@ -195,9 +203,10 @@ impl Client {
 #[derive(Debug)]
 pub struct Forwarder {
     queue: Arc<Queue>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
     counters: Arc<Counters>,
     drain_timeout: Duration,
+    enqueue_wait: Duration,
 }
 
 impl Forwarder {
@@ -207,6 +216,7 @@ impl Forwarder {
         let queue = Arc::new(Queue {
             state: Mutex::new(QueueState::default()),
             notify: Notify::new(),
+            space: Notify::new(),
             capacity: config.capacity_spans,
         });
         let workers = (0..config.workers.max(1))
@@ -226,30 +236,41 @@ impl Forwarder {
             .collect();
         Ok(Forwarder {
             queue,
-            workers,
+            workers: Mutex::new(workers),
             counters,
             drain_timeout: config.drain_timeout,
+            enqueue_wait: config.enqueue_wait,
         })
     }
 
-    /// Queues a batch; returns false (and counts the spans as dropped) when it does not fit.
-    pub fn enqueue(&self, batch: Batch) -> bool {
-        {
-            let mut s = self.queue.lock();
-            if s.closed || s.spans + batch.spans > self.queue.capacity {
-                drop(s);
-                Counters::add(
-                    &self.counters.forward_spans_dropped_overflow,
-                    batch.spans as u64,
-                );
+    /// Queues a batch, waiting up to `enqueue_wait` for room; returns false (and counts the spans as dropped)
+    /// when it does not fit in time. A batch larger than the whole queue is accepted into an empty queue.
+    pub async fn enqueue(&self, batch: Batch) -> bool {
+        let deadline = Instant::now() + self.enqueue_wait;
+        loop {
+            let space = self.queue.space.notified();
+            {
+                let mut s = self.queue.lock();
+                let fits = s.spans + batch.spans <= self.queue.capacity || s.batches.is_empty();
+                if !s.closed && fits {
+                    s.spans += batch.spans;
+                    s.batches.push_back(batch);
+                    drop(s);
+                    Counters::add(&self.counters.forward_batches_queued, 1);
+                    self.queue.notify.notify_one();
+                    return true;
+                }
+                if s.closed {
+                    drop(s);
+                    Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
+                    return false;
+                }
+            }
+            if tokio::time::timeout_at(deadline, space).await.is_err() {
+                Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
                 return false;
             }
-            s.spans += batch.spans;
-            s.batches.push_back(batch);
         }
-        Counters::add(&self.counters.forward_batches_queued, 1);
-        self.queue.notify.notify_one();
-        true
     }
 
     /// Spans waiting in the queue (not counting batches being sent).
@@ -258,7 +279,7 @@ impl Forwarder {
     }
 
     /// Stops accepting, sends what is queued until the drain deadline, then counts the rest as dropped.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(&self) {
         let deadline = Instant::now() + self.drain_timeout;
         {
             let mut s = self.queue.lock();
@@ -266,7 +287,9 @@ impl Forwarder {
             s.deadline = Some(deadline);
         }
         self.queue.notify.notify_waiters();
-        for w in self.workers {
+        self.queue.space.notify_waiters();
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in workers {
             let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), w).await;
         }
         let mut s = self.queue.lock();

@@ -47,7 +47,7 @@ impl tonic::server::UnaryService<Bytes> for Export {
         let collector = self.0.clone();
         Box::pin(async move {
             let body = request.into_inner();
-            match collector.accept_protobuf(body) {
+            match collector.accept_protobuf(body).await {
                 Ok(accepted) => Ok(Response::new(Bytes::from(
                     accepted.response().encode_to_vec(),
                 ))),

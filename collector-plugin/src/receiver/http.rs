@@ -99,8 +99,8 @@ async fn export(
         }
     };
     let result = match encoding {
-        BodyEncoding::Protobuf => collector.accept_protobuf(body),
-        BodyEncoding::Json => collector.accept_json(&body),
+        BodyEncoding::Protobuf => collector.accept_protobuf(body).await,
+        BodyEncoding::Json => collector.accept_json(&body).await,
     };
     match result {
         Ok(accepted) => {

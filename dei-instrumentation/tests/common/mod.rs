@@ -90,7 +90,7 @@ where
     let router = Server::builder().layer(DeiServerLayer::new(config.clone())).add_service(svc);
     tokio::spawn(async move {
         router
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)))
             .await
     });
     addr
@@ -192,6 +192,9 @@ pub fn leaf_http(config: &DeiConfig) -> Router {
 pub async fn serve_http(router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(listener, router).await });
     addr
 }

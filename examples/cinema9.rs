@@ -1,0 +1,19 @@
+//! cinema-9 of the paper's Table 1 as real tonic services on loopback, searched exhaustively.
+//! docs/corpus.md derives its count. Run: `cargo run --example cinema9` (`--bfs`, `--max N`, `--single`,
+//! `--encapsulation`, `--json PATH`, `--replay PATH N`).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::cinema::{self, Variant};
+use dei_sfit::SearchOptions;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let _spans = common::spans();
+    let config = dei_instrumentation::DeiConfig::default();
+    let cinema = cinema::start(Variant::Cinema9, &config).await;
+    let test = cinema::functional_test(cinema);
+    let options = SearchOptions { catalog: cinema::catalog(), ..SearchOptions::default() };
+    common::search_main("cinema9", &test, options).await;
+}

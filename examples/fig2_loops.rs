@@ -1,0 +1,18 @@
+//! The paper's Fig. 2 (loops) as real tonic services on loopback, searched exhaustively (docs/corpus.md).
+//! Run: `cargo run --example fig2_loops` (options as for the cinema examples).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::hello::{self, Figure};
+use dei_sfit::SearchOptions;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let _spans = common::spans();
+    let config = hello::config(dei_propagator::Instantiation::dei());
+    let a = hello::start(Figure::Fig2, &config).await;
+    let test = hello::fig_test(Figure::Fig2, a);
+    let options = SearchOptions { catalog: hello::catalog(), ..SearchOptions::default() };
+    common::search_main("fig2_loops", &test, options).await;
+}

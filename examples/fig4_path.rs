@@ -1,0 +1,18 @@
+//! The paper's Fig. 4 (path) as real tonic services on loopback, searched exhaustively (docs/corpus.md).
+//! Run: `cargo run --example fig4_path` (options as for the cinema examples).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::hello::{self, Figure};
+use dei_sfit::SearchOptions;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let _spans = common::spans();
+    let config = hello::config(dei_propagator::Instantiation::dei());
+    let a = hello::start(Figure::Fig4, &config).await;
+    let test = hello::fig_test(Figure::Fig4, a);
+    let options = SearchOptions { catalog: hello::catalog(), ..SearchOptions::default() };
+    common::search_main("fig4_path", &test, options).await;
+}
