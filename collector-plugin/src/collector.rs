@@ -163,7 +163,10 @@ impl Collector {
         }
         Counters::add(&self.counters.requests_accepted, 1);
         Counters::add(&self.counters.spans_received, spans as u64);
-        let forward = self.forwarder.as_ref().map(|_| raw.unwrap_or_else(|| otlp::encode_protobuf(&req)));
+        let forward = self
+            .forwarder
+            .as_ref()
+            .map(|_| raw.unwrap_or_else(|| otlp::encode_protobuf(&req)));
         drop(req);
         if self.config.analyze {
             self.analyzer().ingest(records, Instant::now());

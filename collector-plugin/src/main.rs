@@ -177,7 +177,10 @@ struct BenchArgs {
     /// Also measure dei-collector with analysis off.
     #[arg(long)]
     forward_only_too: bool,
-    /// Print the results as JSON on stdout.
+    /// Rounds; each measures every target once, in rotated order. Figures are medians over rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Print every run and the medians as JSON on stdout.
     #[arg(long)]
     json: bool,
 }
@@ -357,32 +360,42 @@ fn run_sink(a: SinkArgs) -> Result<(), String> {
 fn run_bench(a: BenchArgs) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let rt = runtime().map_err(|e| e.to_string())?;
-    let results = rt.block_on(compare::run(
-        compare::CompareConfig {
-            collector_bin: me,
-            rotel_bin: a.rotel,
-            duration: Duration::from_secs(a.duration_secs),
-            concurrency: a.concurrency,
-            traces_per_request: a.traces_per_request,
-            include_forward_only: a.forward_only_too,
-        },
-        &mut std::io::stderr(),
-    ))?;
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?
+    let config = compare::CompareConfig {
+        collector_bin: me,
+        rotel_bin: a.rotel,
+        duration: Duration::from_secs(a.duration_secs),
+        concurrency: a.concurrency,
+        traces_per_request: a.traces_per_request,
+        include_forward_only: a.forward_only_too,
+    };
+    let results = rt.block_on(compare::run(config, a.rounds, &mut std::io::stderr()))?;
+    let summary = compare::summarize(&results);
+    eprintln!("medians over {} round(s):", a.rounds);
+    for s in &summary {
+        eprintln!(
+            "  {:<30} accepted {:>9.0} spans/s  delivered {:>9.0} spans/s  peak RSS {:>6.1} MiB  undelivered {}",
+            s.target,
+            s.accepted_per_second,
+            s.delivered_per_second,
+            s.peak_rss_mib,
+            s.undelivered_spans
         );
     }
     if let (Some(d), Some(r)) = (
-        results.first(),
-        results.iter().find(|r| r.target == "rotel"),
+        summary.first(),
+        summary.iter().find(|s| s.target == "rotel"),
     ) {
         eprintln!(
-            "dei-collector / rotel: accepted throughput {:.2}x, delivered throughput {:.2}x, peak RSS {:.2}x",
-            d.load.spans_per_second / r.load.spans_per_second.max(1e-9),
+            "dei-collector (analysis on) / rotel: delivered throughput {:.2}x, peak RSS {:.2}x",
             d.delivered_per_second / r.delivered_per_second.max(1e-9),
             d.peak_rss_mib / r.peak_rss_mib.max(1e-9)
+        );
+    }
+    if a.json {
+        let doc = serde_json::json!({ "runs": results, "medians": summary });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
         );
     }
     Ok(())

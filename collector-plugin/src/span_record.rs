@@ -246,7 +246,11 @@ fn extract_span(
         parent_span_id: parent_span_id.filter(|p| p.iter().any(|b| *b != 0)),
         service: service.clone(),
         // only needed as a fallback signature
-        name: if dei.index.is_some() && dei.signature.is_none() { span.name.clone() } else { String::new() },
+        name: if dei.index.is_some() && dei.signature.is_none() {
+            span.name.clone()
+        } else {
+            String::new()
+        },
         kind: Kind::from_otlp(span.kind),
         start_ns: span.start_time_unix_nano,
         end_ns: span.end_time_unix_nano,
@@ -461,7 +465,10 @@ mod tests {
         assert_eq!(d.index.as_ref().unwrap().encode(), "1.AQEBAQEBAQE2");
         assert_eq!(d.signature.as_deref(), Some("a.B/C"));
         assert_eq!(d.payload_digest.unwrap().to_hex(), digest);
-        assert_eq!(d.stack.as_ref().unwrap(), &vec!["src/a.rs:1:2".to_string(), "src/b.rs:3:4".to_string()]);
+        assert_eq!(
+            d.stack.as_ref().unwrap(),
+            &vec!["src/a.rs:1:2".to_string(), "src/b.rs:3:4".to_string()]
+        );
         assert_eq!((d.count, d.depth), (Some(2), Some(1)));
         assert!(d.ambiguous && !d.preliminary);
         assert_eq!(d.fault.as_deref(), Some("h503"));
@@ -482,7 +489,14 @@ mod tests {
         let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
         assert_eq!(
             keys,
-            vec!["dei.index", "dei.count", "dei.depth", "dei.preliminary", "dei.stack.digest", "dei.stream.message"]
+            vec![
+                "dei.index",
+                "dei.count",
+                "dei.depth",
+                "dei.preliminary",
+                "dei.stack.digest",
+                "dei.stream.message"
+            ]
         );
         assert!(issues[0].problem.contains("expected a string, got int"));
         assert!(issues[5].problem.contains("preliminary element"));
@@ -504,13 +518,13 @@ mod tests {
             let _ = crate::otlp::decode_protobuf(&body);
             let _ = crate::otlp::decode_json(&body);
             let _ = crate::otlp::gunzip_limited(&body, 1024);
-            if let Ok(req) = crate::otlp::decode_protobuf(&body) {
-                if crate::otlp::validate_ids(&req).is_ok() {
-                    let mut issues = Vec::new();
-                    let spans = extract(&req, &mut issues);
-                    let mut a = crate::analyzer::Analyzer::new(Default::default(), Default::default());
-                    a.ingest(spans, std::time::Instant::now());
-                }
+            if let Ok(req) = crate::otlp::decode_protobuf(&body)
+                && crate::otlp::validate_ids(&req).is_ok()
+            {
+                let mut issues = Vec::new();
+                let spans = extract(&req, &mut issues);
+                let mut a = crate::analyzer::Analyzer::new(Default::default(), Default::default());
+                a.ingest(spans, std::time::Instant::now());
             }
         }
     }

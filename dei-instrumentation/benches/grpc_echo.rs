@@ -1,1 +1,337 @@
-fn main() {}
+//! A tonic unary echo with a 1 KiB payload on loopback, OpenTelemetry tracing on both sides, with and without
+//! the DEI layers, in the same run.
+//!
+//! - Baseline: the usual OpenTelemetry instrumentation — a client span with `traceparent` and `baggage`
+//!   injected through the global propagator, a server span parented on the extracted context.
+//! - DEI: [`DeiClientLayer`] and [`DeiServerLayer`], which do the same and give every call its index.
+//!
+//! Both export through a batch span processor to an exporter that drops the spans. Criterion measures the
+//! latency of one call; then, in the same process, an interleaved loop reports the median latency ratio and a
+//! closed-loop load (64 calls in flight) reports the max-throughput ratio.
+//!
+//! `cargo bench -p dei-instrumentation --bench grpc_echo`
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use dei_instrumentation::{DeiClientLayer, DeiConfig, DeiServerLayer};
+use futures::future::BoxFuture;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+use tonic::transport::{Channel, Endpoint, Server};
+use tower::{Layer, Service, ServiceBuilder};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::layer::SubscriberExt;
+
+mod pb {
+    tonic::include_proto!("deitest");
+}
+
+/// Counts spans and drops them.
+#[derive(Debug, Default)]
+struct DropExporter(Arc<AtomicU64>);
+
+impl SpanExporter for DropExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+struct Echo;
+
+#[tonic::async_trait]
+impl pb::middle_server::Middle for Echo {
+    async fn work(
+        &self,
+        request: tonic::Request<pb::Msg>,
+    ) -> Result<tonic::Response<pb::Msg>, tonic::Status> {
+        Ok(tonic::Response::new(request.into_inner()))
+    }
+}
+
+// ---------- the baseline: plain OpenTelemetry instrumentation ----------
+
+struct Inject<'a>(&'a mut http::HeaderMap);
+
+impl opentelemetry::propagation::Injector for Inject<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(key.as_bytes()),
+            http::HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+struct Extract<'a>(&'a http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Extract<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+#[derive(Clone)]
+struct OtelClientLayer;
+
+impl<S> Layer<S> for OtelClientLayer {
+    type Service = OtelClient<S>;
+    fn layer(&self, inner: S) -> OtelClient<S> {
+        OtelClient(inner)
+    }
+}
+
+#[derive(Clone)]
+struct OtelClient<S>(S);
+
+impl<S> Service<http::Request<tonic::body::Body>> for OtelClient<S>
+where
+    S: Service<http::Request<tonic::body::Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
+        let name = request.uri().path().trim_start_matches('/').to_string();
+        let span = tracing::info_span!("grpc.client", otel.name = %name, otel.kind = "client", rpc.system = "grpc");
+        let cx = span.context();
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&cx, &mut Inject(request.headers_mut()))
+        });
+        let clone = self.0.clone();
+        let mut inner = std::mem::replace(&mut self.0, clone);
+        Box::pin(async move { inner.call(request).await }.instrument(span))
+    }
+}
+
+#[derive(Clone)]
+struct OtelServerLayer;
+
+impl<S> Layer<S> for OtelServerLayer {
+    type Service = OtelServer<S>;
+    fn layer(&self, inner: S) -> OtelServer<S> {
+        OtelServer(inner)
+    }
+}
+
+#[derive(Clone)]
+struct OtelServer<S>(S);
+
+impl<S> Service<http::Request<tonic::body::Body>> for OtelServer<S>
+where
+    S: Service<http::Request<tonic::body::Body>> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let parent = opentelemetry::global::get_text_map_propagator(|p| {
+            p.extract(&Extract(request.headers()))
+        });
+        let name = request.uri().path().trim_start_matches('/').to_string();
+        let span = tracing::info_span!("grpc.server", otel.name = %name, otel.kind = "server", rpc.system = "grpc");
+        let _ = span.set_parent(parent);
+        let future = self.0.call(request);
+        Box::pin(future.instrument(span))
+    }
+}
+
+// ---------- setup ----------
+
+fn install_telemetry() -> Arc<AtomicU64> {
+    dei_propagator::install_global_propagator();
+    let exported = Arc::new(AtomicU64::new(0));
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(DropExporter(exported.clone()))
+        .with_resource(Resource::builder().with_service_name("bench").build())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench")));
+    tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
+    exported
+}
+
+async fn listen() -> (tokio::net::TcpListener, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    (listener, addr)
+}
+
+fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
+async fn connect(addr: SocketAddr) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+type BaselineClient = pb::middle_client::MiddleClient<OtelClient<Channel>>;
+type DeiClient = pb::middle_client::MiddleClient<dei_instrumentation::DeiClientService<Channel>>;
+
+async fn start() -> (BaselineClient, DeiClient) {
+    let config = DeiConfig::default();
+    let (l1, a1) = listen().await;
+    tokio::spawn(
+        Server::builder()
+            .layer(OtelServerLayer)
+            .add_service(pb::middle_server::MiddleServer::new(Echo))
+            .serve_with_incoming(incoming(l1)),
+    );
+    let (l2, a2) = listen().await;
+    tokio::spawn(
+        Server::builder()
+            .layer(DeiServerLayer::new(config.clone()))
+            .add_service(pb::middle_server::MiddleServer::new(Echo))
+            .serve_with_incoming(incoming(l2)),
+    );
+    let baseline = pb::middle_client::MiddleClient::new(
+        ServiceBuilder::new()
+            .layer(OtelClientLayer)
+            .service(connect(a1).await),
+    );
+    let dei = pb::middle_client::MiddleClient::new(
+        ServiceBuilder::new()
+            .layer(DeiClientLayer::new(config))
+            .service(connect(a2).await),
+    );
+    (baseline, dei)
+}
+
+fn payload() -> pb::Msg {
+    pb::Msg {
+        text: "echo".into(),
+        n: 1,
+        blob: vec![0x5a; 1024],
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Calls completed by `concurrency` loops in `window`.
+async fn throughput<F, Fut>(concurrency: usize, window: Duration, call: F) -> f64
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + window;
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (call, done) = (call.clone(), done.clone());
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    call().await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+}
+
+fn bench(c: &mut Criterion) {
+    let exported = install_telemetry();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (baseline, dei) = rt.block_on(start());
+
+    let mut group = c.benchmark_group("unary_echo_1KiB");
+    group.bench_function("otel_only", |b| {
+        b.iter(|| {
+            let mut client = baseline.clone();
+            rt.block_on(async move { client.work(payload()).await.expect("echo") })
+        })
+    });
+    group.bench_function("otel_plus_dei", |b| {
+        b.iter(|| {
+            let mut client = dei.clone();
+            rt.block_on(async move { client.work(payload()).await.expect("echo") })
+        })
+    });
+    group.finish();
+
+    // The same run: interleaved latency samples, then interleaved throughput windows.
+    let (median_ratio, base_median, dei_median) = rt.block_on(async {
+        let (mut base, mut with) = (Vec::new(), Vec::new());
+        for _ in 0..3000 {
+            let mut b = baseline.clone();
+            let t = Instant::now();
+            b.work(payload()).await.expect("echo");
+            base.push(t.elapsed());
+            let mut d = dei.clone();
+            let t = Instant::now();
+            d.work(payload()).await.expect("echo");
+            with.push(t.elapsed());
+        }
+        let (b, d) = (median(base), median(with));
+        (d.as_secs_f64() / b.as_secs_f64(), b, d)
+    });
+    let (mut base_rps, mut dei_rps) = (0.0, 0.0);
+    for _ in 0..3 {
+        let b = baseline.clone();
+        base_rps += rt.block_on(throughput(64, Duration::from_secs(2), move || {
+            let mut c = b.clone();
+            async move {
+                let _ = c.work(payload()).await;
+            }
+        }));
+        let d = dei.clone();
+        dei_rps += rt.block_on(throughput(64, Duration::from_secs(2), move || {
+            let mut c = d.clone();
+            async move {
+                let _ = c.work(payload()).await;
+            }
+        }));
+    }
+    println!(
+        "same-run comparison: median latency otel_only {base_median:?}, otel_plus_dei {dei_median:?}, \
+         ratio {median_ratio:.3}; max throughput (64 in flight, 3×2 s each, interleaved) otel_only {:.0} rps, \
+         otel_plus_dei {:.0} rps, ratio {:.3}; spans exported {}",
+        base_rps / 3.0,
+        dei_rps / 3.0,
+        dei_rps / base_rps,
+        exported.load(Ordering::Relaxed)
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

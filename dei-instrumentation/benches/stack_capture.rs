@@ -20,7 +20,11 @@ fn nest<R>(depth: usize, f: &mut dyn FnMut() -> R) -> R {
 
 fn capture(c: &mut Criterion) {
     let capturer = StackCapturer::new(StackConfig::default().max_depth(64));
-    assert_eq!(capturer.mode(), StackMode::LineTables, "bench profile keeps line tables");
+    assert_eq!(
+        capturer.mode(),
+        StackMode::LineTables,
+        "bench profile keeps line tables"
+    );
     let frames = nest(28, &mut || capturer.capture().len());
     println!("application frames per capture: {frames}");
     let mut group = c.benchmark_group("stack_capture");

@@ -112,15 +112,16 @@ where
         };
         match &polled {
             Some(Ok(frame)) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    if let Some(g) = this.guard.take() {
-                        g.record_trailers(trailers);
-                    }
+                if let Some(trailers) = frame.trailers_ref()
+                    && let Some(g) = this.guard.take()
+                {
+                    g.record_trailers(trailers);
                 }
             }
             Some(Err(_)) => {
                 if let Some(g) = this.guard.take() {
-                    g.span.set_status(opentelemetry::trace::Status::error("response body error"));
+                    g.span
+                        .set_status(opentelemetry::trace::Status::error("response body error"));
                 }
             }
             None => {
@@ -135,7 +136,9 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
     }
 }
 
@@ -144,7 +147,10 @@ pub(crate) enum InboundDigest {
     /// The first gRPC message.
     Grpc(MessageDigester),
     /// `query?body`, the body up to `remaining` more bytes.
-    Http { hasher: PayloadHasher, remaining: usize },
+    Http {
+        hasher: PayloadHasher,
+        remaining: usize,
+    },
     /// Done (or nothing to digest).
     Done,
 }
@@ -155,7 +161,10 @@ impl InboundDigest {
         let mut hasher = PayloadHasher::new();
         hasher.update(query.as_bytes());
         hasher.update(b"?");
-        InboundDigest::Http { hasher, remaining: cap }
+        InboundDigest::Http {
+            hasher,
+            remaining: cap,
+        }
     }
 }
 
@@ -172,7 +181,12 @@ pin_project! {
 }
 
 impl<B: Body> InboundBody<B> {
-    pub(crate) fn new(inner: B, digest: InboundDigest, span: tracing::Span, keep_raw: bool) -> Self {
+    pub(crate) fn new(
+        inner: B,
+        digest: InboundDigest,
+        span: tracing::Span,
+        keep_raw: bool,
+    ) -> Self {
         let mut body = InboundBody {
             inner,
             digest,
@@ -224,8 +238,15 @@ where
                                 }
                             });
                             if let Some(m) = first {
-                                let raw = m.prefix.as_deref().or((*this.keep_raw).then_some(&this.raw[..]));
-                                span::record_payload(this.span, &m.digest, raw.filter(|_| *this.keep_raw));
+                                let raw = m
+                                    .prefix
+                                    .as_deref()
+                                    .or((*this.keep_raw).then_some(&this.raw[..]));
+                                span::record_payload(
+                                    this.span,
+                                    &m.digest,
+                                    raw.filter(|_| *this.keep_raw),
+                                );
                                 *this.digest = InboundDigest::Done;
                             }
                         }

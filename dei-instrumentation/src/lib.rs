@@ -46,18 +46,25 @@
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(DeiReqwestMiddleware::new(config.clone()))
 //!     .build();
-//! let call = |client: reqwest_middleware::ClientWithMiddleware, url: String| async move {
-//!     client.get(url).send().await?.text().await.map_err(reqwest_middleware::Error::from)
-//! };
-//! let first = call(client.clone(), url.clone()).with_context(root_context(&config)).await?;
-//! assert!(first.starts_with("1.") && first.ends_with('1'), "{first}");
-//!
-//! // The same call with a fault planned on its index fails with that fault, without being sent.
-//! let index = dei_propagator::Index::decode(&first)?;
-//! let plan = FaultPlan::new(vec![(index, Fault::Http(503))]);
-//! let cx = root_context(&config).with_fault_plan(plan);
-//! let failed = async { client.get(url).send().await }.with_context(cx).await?;
-//! assert_eq!(failed.status(), 503);
+//! // Run the same call twice from one call site (the call stack is part of the index): first without
+//! // faults, then with a fault planned on the index the first run observed.
+//! let mut plan: Option<FaultPlan> = None;
+//! for step in 0..2 {
+//!     let cx = match plan.take() {
+//!         Some(p) => root_context(&config).with_fault_plan(p),
+//!         None => root_context(&config),
+//!     };
+//!     let response = client.get(&url).send().with_context(cx).await?;
+//!     if step == 0 {
+//!         let served = response.text().await?; // the index the service was called with
+//!         assert!(served.starts_with("1.") && served.ends_with('1'), "{served}");
+//!         let index = dei_propagator::Index::decode(&served)?;
+//!         plan = Some(FaultPlan::new(vec![(index, Fault::Http(503))]));
+//!     } else {
+//!         // The planned call fails with that fault, without being sent.
+//!         assert_eq!(response.status(), 503);
+//!     }
+//! }
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]

@@ -50,9 +50,12 @@ pub fn telemetry() -> &'static TestTelemetry {
             .with_resource(Resource::builder().with_service_name("dei-test").build())
             .build();
         let tracer = provider.tracer("dei-test");
-        let subscriber = tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
+        let subscriber =
+            tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
         if tracing::subscriber::set_global_default(subscriber).is_err() {
-            tracing::warn!("dei: a global tracing subscriber was already set; test spans may not be exported");
+            tracing::warn!(
+                "dei: a global tracing subscriber was already set; test spans may not be exported"
+            );
         }
         opentelemetry::global::set_tracer_provider(provider.clone());
         TestTelemetry { exporter, provider }
@@ -61,5 +64,8 @@ pub fn telemetry() -> &'static TestTelemetry {
 
 /// The value of a string, integer or boolean attribute of a span, as text.
 pub fn attribute(span: &SpanData, key: &str) -> Option<String> {
-    span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.to_string())
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.to_string())
 }

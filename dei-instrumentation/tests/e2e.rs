@@ -15,9 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 const SPANS_PER_RUN: usize = 50;
 
 async fn run_once(sys: &System, text: &str, plan: Option<FaultPlan>) -> (String, Vec<SpanData>) {
-    let t0 = std::time::Instant::now();
     let mut front = sys.front_client().await;
-    eprintln!("TIMING connect {:?}", t0.elapsed());
     let (reply, trace) = in_root(
         &sys.config,
         |cx| match plan {
@@ -27,12 +25,8 @@ async fn run_once(sys: &System, text: &str, plan: Option<FaultPlan>) -> (String,
         async move { front.run(msg(text)).await },
     )
     .await;
-    eprintln!("TIMING run {:?}", t0.elapsed());
     let reply = reply.expect("A.Run").into_inner().text;
-    let t = std::time::Instant::now();
-    let spans = spans_of(trace, SPANS_PER_RUN + 1).await;
-    eprintln!("TIMING spans {:?}", t.elapsed());
-    (reply, spans)
+    (reply, spans_of(trace, SPANS_PER_RUN + 1).await)
 }
 
 fn index_of(span: &SpanData) -> Option<Index> {
@@ -42,7 +36,10 @@ fn index_of(span: &SpanData) -> Option<Index> {
 /// Every child's index has its parent's as prefix: a client span extends its server span's index by one
 /// element, and a server span carries its client span's index.
 fn check_prefixes(spans: &[SpanData]) {
-    let by_id: HashMap<SpanId, &SpanData> = spans.iter().map(|s| (s.span_context.span_id(), s)).collect();
+    let by_id: HashMap<SpanId, &SpanData> = spans
+        .iter()
+        .map(|s| (s.span_context.span_id(), s))
+        .collect();
     let mut checked = 0;
     for span in spans.iter().filter(|s| attr(s, "dei.index").is_some()) {
         let index = index_of(span).expect("a valid dei.index");
@@ -70,7 +67,12 @@ fn client_indexes(spans: &[SpanData]) -> Vec<(String, String)> {
     let mut v: Vec<_> = spans
         .iter()
         .filter(|s| is_client(s))
-        .map(|s| (attr(s, "dei.signature").unwrap_or_default(), attr(s, "dei.index").unwrap_or_default()))
+        .map(|s| {
+            (
+                attr(s, "dei.signature").unwrap_or_default(),
+                attr(s, "dei.index").unwrap_or_default(),
+            )
+        })
         .collect();
     v.sort();
     v
@@ -99,15 +101,29 @@ async fn indexes_extend_prefixes_and_are_identical_across_50_runs() {
     for run in 0..50 {
         let (reply, spans) = run_once(&sys, "x", None).await;
         assert!(!reply.contains("Unavailable"), "{reply}");
-        assert_eq!(spans.len(), SPANS_PER_RUN + 1, "run {run}: {} spans", spans.len());
+        assert_eq!(
+            spans.len(),
+            SPANS_PER_RUN + 1,
+            "run {run}: {} spans",
+            spans.len()
+        );
         check_prefixes(&spans);
         for s in spans.iter().filter(|s| is_client(s)) {
-            assert_eq!(attr(s, "dei.ambiguous").as_deref(), Some("false"), "{}", s.name);
+            assert_eq!(
+                attr(s, "dei.ambiguous").as_deref(),
+                Some("false"),
+                "{}",
+                s.name
+            );
             assert_eq!(attr(s, "dei.stack.mode").as_deref(), Some("line-tables"));
         }
         let indexes = client_indexes(&spans);
         let distinct: std::collections::BTreeSet<_> = indexes.iter().map(|(_, i)| i).collect();
-        assert_eq!(distinct.len(), indexes.len(), "indexes are unique within a run");
+        assert_eq!(
+            distinct.len(),
+            indexes.len(),
+            "indexes are unique within a run"
+        );
         match &first {
             None => first = Some(indexes),
             Some(f) => assert_eq!(f, &indexes, "run {run} differs from run 0"),
@@ -122,25 +138,40 @@ async fn fig1_call_sites_and_fig2_loop_iterations() {
     let calls = leaf_calls_under(&spans, "x-p");
     assert_eq!(calls.len(), 11, "B issues 10 gRPC calls and 1 HTTP call");
     let with_payload = |text: &str| -> Vec<&&SpanData> {
-        calls.iter().filter(|s| attr(s, "dei.payload.digest") == Some(digest_of(&msg(text)))).collect()
+        calls
+            .iter()
+            .filter(|s| attr(s, "dei.payload.digest") == Some(digest_of(&msg(text))))
+            .collect()
     };
     // Fig. 1: same signature and payload, two call sites: different stacks, different indexes, count 1 each.
     let same = with_payload("same");
     assert_eq!(same.len(), 2);
-    assert_ne!(attr(same[0], "dei.stack.digest"), attr(same[1], "dei.stack.digest"));
+    assert_ne!(
+        attr(same[0], "dei.stack.digest"),
+        attr(same[1], "dei.stack.digest")
+    );
     assert_ne!(attr(same[0], "dei.index"), attr(same[1], "dei.index"));
     assert_eq!(attr(same[0], "dei.count").as_deref(), Some("1"));
     assert_eq!(attr(same[1], "dei.count").as_deref(), Some("1"));
     let stack = attr(same[0], "dei.stack").expect("dei.stack is on by default");
     assert!(stack.contains("tests/common/mod.rs:"), "{stack}");
-    assert!(!stack.contains(".cargo/registry") && !stack.contains("dei-instrumentation/src"), "{stack}");
+    assert!(
+        !stack.contains(".cargo/registry") && !stack.contains("dei-instrumentation/src"),
+        "{stack}"
+    );
     // Fig. 2: one call site in a loop: the same stack, counts 1, 2, 3.
     let looped = with_payload("loop");
     assert_eq!(looped.len(), 3);
-    let mut counts: Vec<String> = looped.iter().map(|s| attr(s, "dei.count").unwrap_or_default()).collect();
+    let mut counts: Vec<String> = looped
+        .iter()
+        .map(|s| attr(s, "dei.count").unwrap_or_default())
+        .collect();
     counts.sort();
     assert_eq!(counts, ["1", "2", "3"]);
-    assert_eq!(attr(looped[0], "dei.stack.digest"), attr(looped[1], "dei.stack.digest"));
+    assert_eq!(
+        attr(looped[0], "dei.stack.digest"),
+        attr(looped[1], "dei.stack.digest")
+    );
     // Fan-out from one site: one stack, three payloads, count 1 each.
     for p in ["a", "b", "c", "s1", "s2"] {
         let c = with_payload(p);
@@ -152,22 +183,43 @@ async fn fig1_call_sites_and_fig2_loop_iterations() {
     assert_eq!(attr(grpc, "rpc.system").as_deref(), Some("grpc"));
     assert_eq!(attr(grpc, "rpc.service").as_deref(), Some("deitest.Leaf"));
     assert_eq!(attr(grpc, "rpc.method").as_deref(), Some("Get"));
-    assert_eq!(attr(grpc, "dei.signature").as_deref(), Some("deitest.Leaf/Get"));
+    assert_eq!(
+        attr(grpc, "dei.signature").as_deref(),
+        Some("deitest.Leaf/Get")
+    );
     assert_eq!(attr(grpc, "dei.instantiation").as_deref(), Some("dei"));
     assert_eq!(attr(grpc, "dei.depth").as_deref(), Some("3"));
     assert_eq!(attr(grpc, "dei.stack.digest").map(|d| d.len()), Some(64));
-    let http = calls.iter().find(|s| attr(s, "http.request.method").is_some()).expect("the HTTP call");
+    let http = calls
+        .iter()
+        .find(|s| attr(s, "http.request.method").is_some())
+        .expect("the HTTP call");
     let sig = attr(http, "dei.signature").unwrap_or_default();
-    assert!(sig.starts_with("GET 127.0.0.1:") && sig.ends_with("/items/x-p"), "{sig}");
+    assert!(
+        sig.starts_with("GET 127.0.0.1:") && sig.ends_with("/items/x-p"),
+        "{sig}"
+    );
     let http_server = spans
         .iter()
         .find(|s| is_server(s) && s.parent_span_id == http.span_context.span_id())
         .expect("C's HTTP server span");
-    assert_eq!(attr(http_server, "dei.signature").as_deref(), Some("GET /items/{id}"));
-    assert_eq!(attr(http_server, "http.route").as_deref(), Some("/items/{id}"));
+    assert_eq!(
+        attr(http_server, "dei.signature").as_deref(),
+        Some("GET /items/{id}")
+    );
+    assert_eq!(
+        attr(http_server, "http.route").as_deref(),
+        Some("/items/{id}")
+    );
     // HTTP payload: query + "?" + body; a GET without query or body digests "?".
-    assert_eq!(attr(http_server, "dei.payload.digest"), Some(PayloadDigest::of(b"?").to_hex()));
-    assert_eq!(attr(http, "dei.payload.digest"), Some(PayloadDigest::of(b"?").to_hex()));
+    assert_eq!(
+        attr(http_server, "dei.payload.digest"),
+        Some(PayloadDigest::of(b"?").to_hex())
+    );
+    assert_eq!(
+        attr(http, "dei.payload.digest"),
+        Some(PayloadDigest::of(b"?").to_hex())
+    );
     // Raw payloads stay off spans by default.
     assert!(spans.iter().all(|s| attr(s, "dei.payload").is_none()));
 }
@@ -186,50 +238,85 @@ async fn a_planned_fault_fails_exactly_that_rpc() {
             0 => {
                 let calls = leaf_calls_under(&spans, "x-p");
                 let same = digest_of(&msg("same"));
-                let mut sites: Vec<&&SpanData> =
-                    calls.iter().filter(|s| attr(s, "dei.payload.digest") == Some(same.clone())).collect();
+                let mut sites: Vec<&&SpanData> = calls
+                    .iter()
+                    .filter(|s| attr(s, "dei.payload.digest") == Some(same.clone()))
+                    .collect();
                 // The two call sites run one after the other: the first ends first.
                 sites.sort_by_key(|s| s.end_time);
                 site2 = Index::decode(&attr(sites[1], "dei.index").expect("index")).expect("valid");
-                let http = calls.iter().find(|s| attr(s, "http.request.method").is_some()).expect("HTTP call");
-                http_index = Index::decode(&attr(http, "dei.index").expect("index")).expect("valid");
+                let http = calls
+                    .iter()
+                    .find(|s| attr(s, "http.request.method").is_some())
+                    .expect("HTTP call");
+                http_index =
+                    Index::decode(&attr(http, "dei.index").expect("index")).expect("valid");
                 plan = Some(FaultPlan::new(vec![
                     (site2.clone(), Fault::UNAVAILABLE),
                     (http_index.clone(), Fault::Http(503)),
                 ]));
             }
             1 => {
-                assert!(p.contains("site2:Unavailable") && p.contains("http:503"), "{p}");
-                assert_eq!(p.matches(":ok").count(), 9, "every other call of the p branch succeeded: {p}");
-                assert_eq!(q.matches(":ok").count(), 11, "the q branch is untouched: {q}");
+                assert!(
+                    p.contains("site2:Unavailable") && p.contains("http:503"),
+                    "{p}"
+                );
+                assert_eq!(
+                    p.matches(":ok").count(),
+                    9,
+                    "every other call of the p branch succeeded: {p}"
+                );
+                assert_eq!(
+                    q.matches(":ok").count(),
+                    11,
+                    "the q branch is untouched: {q}"
+                );
                 let injected: BTreeMap<String, String> = spans
                     .iter()
                     .filter_map(|s| Some((attr(s, "dei.index")?, attr(s, "dei.fault")?)))
                     .collect();
                 assert_eq!(
                     injected,
-                    BTreeMap::from([(site2.encode(), "g14".to_string()), (http_index.encode(), "h503".to_string())])
+                    BTreeMap::from([
+                        (site2.encode(), "g14".to_string()),
+                        (http_index.encode(), "h503".to_string())
+                    ])
                 );
                 assert!(
-                    !spans.iter().any(|s| is_server(s) && index_of(s) == Some(site2.clone())),
+                    !spans
+                        .iter()
+                        .any(|s| is_server(s) && index_of(s) == Some(site2.clone())),
                     "the faulted call was never sent"
                 );
                 // The plan travelled with the requests: servers saw it.
-                assert!(spans.iter().any(|s| is_server(s) && attr(s, "dei.fault.plan").is_some()));
+                assert!(
+                    spans
+                        .iter()
+                        .any(|s| is_server(s) && attr(s, "dei.fault.plan").is_some())
+                );
                 // A connection error on the HTTP call, and added latency on a gRPC call.
                 plan = Some(FaultPlan::new(vec![
                     (http_index.clone(), Fault::Connection),
-                    (site2.clone(), Fault::Latency(std::time::Duration::from_millis(30))),
+                    (
+                        site2.clone(),
+                        Fault::Latency(std::time::Duration::from_millis(30)),
+                    ),
                 ]));
             }
             _ => {
-                assert!(p.contains("http:error:true") && p.contains("site2:ok"), "{p}");
+                assert!(
+                    p.contains("http:error:true") && p.contains("site2:ok"),
+                    "{p}"
+                );
                 assert_eq!(q.matches(":ok").count(), 11, "{q}");
                 let delayed = spans
                     .iter()
                     .find(|s| is_client(s) && index_of(s) == Some(site2.clone()))
                     .expect("the delayed call");
-                let took = delayed.end_time.duration_since(delayed.start_time).unwrap_or_default();
+                let took = delayed
+                    .end_time
+                    .duration_since(delayed.start_time)
+                    .unwrap_or_default();
                 assert!(took >= std::time::Duration::from_millis(30), "{took:?}");
                 assert_eq!(attr(delayed, "dei.fault").as_deref(), Some("l30"));
             }
@@ -244,7 +331,11 @@ async fn calls_outside_a_scope_are_roots() {
     // No root scope: each call is its own root, count 1.
     let a = leaf.get(msg("k")).await.expect("get").into_inner().text;
     let b = leaf.get(msg("k")).await.expect("get").into_inner().text;
-    let served = |t: &str| t.rsplit_once('@').map(|(_, i)| i.to_string()).unwrap_or_default();
+    let served = |t: &str| {
+        t.rsplit_once('@')
+            .map(|(_, i)| i.to_string())
+            .unwrap_or_default()
+    };
     assert_eq!(served(&a).matches('.').count(), 1, "{a}");
     assert!(served(&a).ends_with('1'));
     assert_ne!(served(&a), served(&b), "different call sites (lines)");

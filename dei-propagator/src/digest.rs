@@ -97,6 +97,7 @@ impl PayloadDigest {
     /// assert_eq!(PayloadDigest::of(b"").to_hex(),
     ///     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     /// ```
+    #[inline]
     pub fn of(payload: &[u8]) -> Self {
         PayloadDigest(Sha256::digest(payload).into())
     }
@@ -118,11 +119,13 @@ impl PayloadHasher {
     }
 
     /// Feeds the next piece.
+    #[inline]
     pub fn update(&mut self, piece: &[u8]) {
         self.0.update(piece);
     }
 
     /// The digest of everything fed.
+    #[inline]
     pub fn finish(self) -> PayloadDigest {
         PayloadDigest(self.0.finalize().into())
     }

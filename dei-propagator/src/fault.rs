@@ -97,7 +97,9 @@ impl Fault {
             Fault::Grpc(code) => *code <= 16,
             Fault::Http(status) => (100..=599).contains(status),
             Fault::Connection => true,
-            Fault::Latency(d) => d.subsec_nanos() % 1_000_000 == 0 && d.as_millis() <= u128::from(MAX_LATENCY_MS),
+            Fault::Latency(d) => {
+                d.subsec_nanos() % 1_000_000 == 0 && d.as_millis() <= u128::from(MAX_LATENCY_MS)
+            }
         }
     }
 
@@ -258,7 +260,10 @@ impl FaultPlan {
 
     /// The fault planned for the RPC with this index, if any.
     pub fn fault_for(&self, index: &Index) -> Option<Fault> {
-        self.entries.iter().find(|(i, _)| i == index).map(|(_, f)| *f)
+        self.entries
+            .iter()
+            .find(|(i, _)| i == index)
+            .map(|(_, f)| *f)
     }
 
     /// The wire form: `1` then `*index:fault` per entry.
@@ -301,10 +306,14 @@ impl FaultPlan {
                     max: limits.max_entries,
                 });
             }
-            let (index_text, fault_text) = part.split_once(':').ok_or(FaultPlanError::BadEntry { entry })?;
+            let (index_text, fault_text) = part
+                .split_once(':')
+                .ok_or(FaultPlanError::BadEntry { entry })?;
             let index = wire::decode(index_text, &index_limits)
                 .map_err(|source| FaultPlanError::BadIndex { entry, source })?;
-            let fault = fault_text.parse().map_err(|()| FaultPlanError::BadFault { entry })?;
+            let fault = fault_text
+                .parse()
+                .map_err(|()| FaultPlanError::BadFault { entry })?;
             entries.push((index, fault));
         }
         Ok(FaultPlan { entries })
@@ -347,23 +356,44 @@ mod tests {
             assert_eq!(text.parse::<Fault>(), Ok(fault));
             assert_eq!(fault.to_string(), text);
         }
-        for bad in ["", "g", "g17", "g-1", "h99", "h600", "h5031", "c1", "l", "l1234567", "x1", "gé"] {
+        for bad in [
+            "", "g", "g17", "g-1", "h99", "h600", "h5031", "c1", "l", "l1234567", "x1", "gé",
+        ] {
             assert!(bad.parse::<Fault>().is_err(), "{bad}");
         }
     }
 
     #[test]
     fn plan_vectors_and_rejections() {
-        let plan = FaultPlan::decode("1*1.AAAAAAAAAAA1:g14*1.AAAAAAAAAAA1.AQEBAQEBAQE2:h503").expect("valid");
+        let plan = FaultPlan::decode("1*1.AAAAAAAAAAA1:g14*1.AAAAAAAAAAA1.AQEBAQEBAQE2:h503")
+            .expect("valid");
         assert_eq!(plan.entries().len(), 2);
         assert_eq!(FaultPlan::decode("1"), Ok(FaultPlan::default()));
-        assert!(matches!(FaultPlan::decode("2"), Err(FaultPlanError::UnsupportedVersion)));
-        assert!(matches!(FaultPlan::decode("1*1.AAAAAAAAAAA1"), Err(FaultPlanError::BadEntry { entry: 0 })));
-        assert!(matches!(FaultPlan::decode("1*x:g14"), Err(FaultPlanError::BadIndex { .. })));
-        assert!(matches!(FaultPlan::decode("1*1:zz"), Err(FaultPlanError::BadFault { .. })));
+        assert!(matches!(
+            FaultPlan::decode("2"),
+            Err(FaultPlanError::UnsupportedVersion)
+        ));
+        assert!(matches!(
+            FaultPlan::decode("1*1.AAAAAAAAAAA1"),
+            Err(FaultPlanError::BadEntry { entry: 0 })
+        ));
+        assert!(matches!(
+            FaultPlan::decode("1*x:g14"),
+            Err(FaultPlanError::BadIndex { .. })
+        ));
+        assert!(matches!(
+            FaultPlan::decode("1*1:zz"),
+            Err(FaultPlanError::BadFault { .. })
+        ));
         let many = format!("1{}", "*1:c".repeat(65));
-        assert!(matches!(FaultPlan::decode(&many), Err(FaultPlanError::TooManyEntries { .. })));
+        assert!(matches!(
+            FaultPlan::decode(&many),
+            Err(FaultPlanError::TooManyEntries { .. })
+        ));
         let long = format!("1*1{}:c", ".AAAAAAAAAAA1".repeat(400));
-        assert!(matches!(FaultPlan::decode(&long), Err(FaultPlanError::TooLong { .. })));
+        assert!(matches!(
+            FaultPlan::decode(&long),
+            Err(FaultPlanError::TooLong { .. })
+        ));
     }
 }

@@ -45,7 +45,13 @@ pub struct Instantiation {
     pub path: PathMode,
 }
 
-const fn preset(name: &'static str, payload: bool, stack: bool, count: bool, path: PathMode) -> Instantiation {
+const fn preset(
+    name: &'static str,
+    payload: bool,
+    stack: bool,
+    count: bool,
+    path: PathMode,
+) -> Instantiation {
     Instantiation {
         name: Cow::Borrowed(name),
         payload,

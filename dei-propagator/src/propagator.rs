@@ -4,16 +4,20 @@ use crate::context::DeiContextExt;
 use crate::fault::{FAULT_PLAN_KEY, FaultPlan, PlanLimits};
 use crate::rejection::{self, Source};
 use crate::wire::{self, Limits};
-use opentelemetry::baggage::{Baggage, BaggageExt};
-use std::cell::OnceCell;
-use opentelemetry::propagation::text_map_propagator::FieldIter;
-use opentelemetry::propagation::{Extractor, Injector, TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::Context;
+use opentelemetry::baggage::{Baggage, BaggageExt};
+use opentelemetry::propagation::text_map_propagator::FieldIter;
+use opentelemetry::propagation::{
+    Extractor, Injector, TextMapCompositePropagator, TextMapPropagator,
+};
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+use std::cell::OnceCell;
 
 /// The header, gRPC metadata key and baggage entry that carry an index.
 pub const INDEX_KEY: &str = "dei";
 const BAGGAGE_HEADER: &str = "baggage";
+/// The W3C baggage size limit that `opentelemetry`'s `Baggage` enforces on its entries.
+const MAX_BAGGAGE_BYTES: usize = 8192;
 
 /// Which carriers the propagator writes. It always reads both, preferring the header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +82,11 @@ impl Default for DeiPropagator {
 impl DeiPropagator {
     /// Writes both carriers, default limits.
     pub fn new() -> Self {
-        DeiPropagator::with_config(Carriers::default(), Limits::default(), PlanLimits::default())
+        DeiPropagator::with_config(
+            Carriers::default(),
+            Limits::default(),
+            PlanLimits::default(),
+        )
     }
 
     /// Chooses the carriers and limits.
@@ -137,11 +145,11 @@ impl<'a> CarrierBaggage<'a> {
     }
 
     fn get(&self, key: &str) -> Option<&str> {
+        // A raw header that does not mention the key cannot hold it (keys are tokens, never percent-encoded).
+        if !self.extractor.get(BAGGAGE_HEADER)?.contains(key) {
+            return None;
+        }
         let cx = self.parsed.get_or_init(|| {
-            let raw = self.extractor.get(BAGGAGE_HEADER)?;
-            if !raw.contains(INDEX_KEY) {
-                return None;
-            }
             Some(BaggagePropagator::new().extract_with_context(&Context::new(), self.extractor))
         });
         cx.as_ref()?.baggage().get(key).map(|v| v.as_str())
@@ -155,7 +163,10 @@ impl TextMapPropagator for DeiPropagator {
     /// ours, replacing any `dei`/`dei-faults` entries the context's baggage held (an incoming request's).
     fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
         let index = cx.dei_index().map(|i| i.encode());
-        let plan = cx.fault_plan().filter(|p| !p.is_empty()).map(|p| p.encode());
+        let plan = cx
+            .fault_plan()
+            .filter(|p| !p.is_empty())
+            .map(|p| p.encode());
         if index.is_none() && plan.is_none() {
             return;
         }
@@ -167,7 +178,33 @@ impl TextMapPropagator for DeiPropagator {
                 injector.set(FAULT_PLAN_KEY, v.clone());
             }
         }
-        if self.carriers.baggage {
+        let ours_len = index.as_ref().map_or(0, |v| INDEX_KEY.len() + 1 + v.len())
+            + plan
+                .as_ref()
+                .map_or(0, |v| FAULT_PLAN_KEY.len() + 2 + v.len());
+        if self.carriers.baggage && cx.baggage().is_empty() && ours_len <= MAX_BAGGAGE_BYTES {
+            // Nothing else to carry: write the header directly. Our values use an alphabet that the baggage
+            // propagator never percent-encodes, and they fit its size limit, so this is byte for byte what it
+            // would write.
+            let mut header = String::with_capacity(
+                INDEX_KEY.len()
+                    + FAULT_PLAN_KEY.len()
+                    + 3
+                    + index.as_ref().map_or(0, String::len)
+                    + plan.as_ref().map_or(0, String::len),
+            );
+            for (key, value) in [(INDEX_KEY, &index), (FAULT_PLAN_KEY, &plan)] {
+                if let Some(value) = value {
+                    if !header.is_empty() {
+                        header.push(',');
+                    }
+                    header.push_str(key);
+                    header.push('=');
+                    header.push_str(value);
+                }
+            }
+            injector.set(BAGGAGE_HEADER, header);
+        } else if self.carriers.baggage {
             let mut baggage: Baggage = cx
                 .baggage()
                 .iter()
@@ -184,7 +221,8 @@ impl TextMapPropagator for DeiPropagator {
                     }
                 }
             }
-            BaggagePropagator::new().inject_context(&Context::new().with_baggage(baggage), injector);
+            BaggagePropagator::new()
+                .inject_context(&Context::new().with_baggage(baggage), injector);
         }
     }
 
@@ -208,7 +246,11 @@ impl TextMapPropagator for DeiPropagator {
         let plan = extractor
             .get(FAULT_PLAN_KEY)
             .and_then(|v| self.decode_plan(v))
-            .or_else(|| baggage.get(FAULT_PLAN_KEY).and_then(|v| self.decode_plan(v)));
+            .or_else(|| {
+                baggage
+                    .get(FAULT_PLAN_KEY)
+                    .and_then(|v| self.decode_plan(v))
+            });
         if let Some(plan) = plan {
             out = out.with_fault_plan(plan);
         }

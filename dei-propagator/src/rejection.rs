@@ -43,7 +43,12 @@ const LOG_INTERVAL: Duration = Duration::from_secs(10);
 const SLOTS: usize = 4;
 const BAGGAGE_FULL_SLOT: usize = 3;
 
-static COUNTS: [AtomicU64; SLOTS] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static COUNTS: [AtomicU64; SLOTS] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
 static LAST_LOG: Mutex<[Option<(Instant, u64)>; SLOTS]> = Mutex::new([None; SLOTS]);
 
 /// Counts one event in `slot`; returns `Some((total, suppressed))` when it is due to be logged.
@@ -56,7 +61,9 @@ fn count_and_check(slot: usize) -> Option<(u64, u64)> {
     if !due {
         return None;
     }
-    let suppressed = entry.map_or(0, |(_, logged_total)| total.saturating_sub(logged_total + 1));
+    let suppressed = entry.map_or(0, |(_, logged_total)| {
+        total.saturating_sub(logged_total + 1)
+    });
     *entry = Some((now, total));
     Some((total, suppressed))
 }
@@ -101,5 +108,8 @@ pub fn rejected_total(source: Source) -> u64 {
 
 /// Rejections from every source, as `(name, count)` pairs.
 pub fn snapshot() -> Vec<(&'static str, u64)> {
-    Source::ALL.iter().map(|s| (s.name(), rejected_total(*s))).collect()
+    Source::ALL
+        .iter()
+        .map(|s| (s.name(), rejected_total(*s)))
+        .collect()
 }

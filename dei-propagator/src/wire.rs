@@ -100,26 +100,28 @@ pub fn encode_digest(digest: &ElementDigest) -> String {
 
 /// Writes the wire form of `index`.
 pub fn encode(index: &Index) -> String {
-    let mut out = String::with_capacity(1 + index.depth() * 14);
-    out.push(VERSION);
+    let mut out: Vec<u8> = Vec::with_capacity(1 + index.depth() * MAX_ELEMENT_CHARS);
+    out.push(VERSION as u8);
     let mut digest_buf = [0u8; DIGEST_CHARS];
+    let mut count_buf = [0u8; 10];
     for element in index.elements() {
-        out.push('.');
+        out.push(b'.');
         // encoding 8 bytes always yields exactly 11 characters
         let written = URL_SAFE_NO_PAD
             .encode_slice(element.digest.0, &mut digest_buf)
             .unwrap_or(0);
-        out.extend(digest_buf[..written].iter().map(|&b| b as char));
-        push_decimal(&mut out, element.count);
+        out.extend_from_slice(&digest_buf[..written]);
+        out.extend_from_slice(decimal(element.count, &mut count_buf));
         if element.preliminary {
-            out.push('~');
+            out.push(b'~');
         }
     }
-    out
+    // every byte written above is ASCII
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn push_decimal(out: &mut String, mut n: u32) {
-    let mut buf = [0u8; 10];
+/// The decimal digits of `n`, written at the end of `buf`.
+fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
     let mut i = buf.len();
     loop {
         i -= 1;
@@ -129,7 +131,7 @@ fn push_decimal(out: &mut String, mut n: u32) {
             break;
         }
     }
-    out.extend(buf[i..].iter().map(|&b| b as char));
+    &buf[i..]
 }
 
 /// Reads a wire value under `limits`. Any defect rejects the whole value.
@@ -144,9 +146,14 @@ pub fn decode(value: &str, limits: &Limits) -> Result<Index, WireError> {
     match parts.next() {
         None | Some("") => return Err(WireError::Empty),
         Some("1") => {}
-        Some(other) => return Err(WireError::UnsupportedVersion(other.chars().take(16).collect())),
+        Some(other) => {
+            return Err(WireError::UnsupportedVersion(
+                other.chars().take(16).collect(),
+            ));
+        }
     }
-    let mut elements = Vec::new();
+    let dots = value.bytes().filter(|&b| b == b'.').count();
+    let mut elements = Vec::with_capacity(dots.min(limits.max_depth));
     for (position, part) in parts.enumerate() {
         if position >= limits.max_depth {
             return Err(WireError::TooDeep {
@@ -181,12 +188,20 @@ fn decode_element(part: &str, element: usize) -> Result<Element, WireError> {
     })
 }
 
+/// A canonical decimal count: 1 to 10 digits, no leading zero, at most `u32::MAX`.
 fn parse_count(text: &str) -> Option<u32> {
     let bytes = text.as_bytes();
-    if bytes.is_empty() || bytes.len() > 10 || bytes[0] == b'0' || !bytes.iter().all(u8::is_ascii_digit) {
+    if bytes.is_empty() || bytes.len() > 10 || bytes[0] == b'0' {
         return None;
     }
-    text.parse::<u32>().ok()
+    let mut n: u64 = 0;
+    for &b in bytes {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + u64::from(b - b'0');
+    }
+    u32::try_from(n).ok()
 }
 
 #[cfg(test)]
@@ -203,7 +218,10 @@ mod tests {
         let cases: Vec<(Index, &str)> = vec![
             (Index::root(), "1"),
             (Index::from_elements(vec![el(0, 1)]), "1.AAAAAAAAAAA1"),
-            (Index::from_elements(vec![el(0xff, 4294967295)]), "1.__________84294967295"),
+            (
+                Index::from_elements(vec![el(0xff, 4294967295)]),
+                "1.__________84294967295",
+            ),
             (
                 Index::from_elements(vec![el(1, 1), el(2, 12)]),
                 "1.AQEBAQEBAQE1.AgICAgICAgI12",

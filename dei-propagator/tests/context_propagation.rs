@@ -3,7 +3,8 @@
 //! current-thread runtime would hide a missing context.
 
 use dei_propagator::{
-    CallStack, DeiContextExt, Frame, Instantiation, InvocationSignature, PayloadDigest, RequestScope, Signature,
+    CallStack, DeiContextExt, Frame, Instantiation, InvocationSignature, PayloadDigest,
+    RequestScope, Signature,
 };
 use opentelemetry::Context;
 use opentelemetry::trace::TracerProvider as _;
@@ -16,12 +17,19 @@ use tracing_subscriber::layer::SubscriberExt;
 /// One invocation signature, issued from everywhere: the counts must come out as 1..=n.
 fn same_call() -> InvocationSignature {
     let stack = CallStack::new(vec![Frame::new("src/handler.rs", 42, 9)]);
-    InvocationSignature::new(Signature::grpc_path("/B/echo"), PayloadDigest::of(b"same"), stack.digest())
+    InvocationSignature::new(
+        Signature::grpc_path("/B/echo"),
+        PayloadDigest::of(b"same"),
+        stack.digest(),
+    )
 }
 
 fn issue_here(expected: &RequestScope) -> u32 {
     let scope = RequestScope::current().expect("the scope is in the current context");
-    assert!(scope.same_scope(expected), "the same scope, shared by reference, not a copy");
+    assert!(
+        scope.same_scope(expected),
+        "the same scope, shared by reference, not a copy"
+    );
     scope.issue(&same_call()).element().count
 }
 
@@ -63,7 +71,11 @@ async fn spawn_spawn_blocking_and_spawn_thread_share_one_scope() {
     let n = 3 * per_kind;
     let distinct: BTreeSet<u32> = counts.iter().copied().collect();
     assert_eq!(counts.len(), n as usize);
-    assert_eq!(distinct, (1..=n).collect::<BTreeSet<u32>>(), "counts 1..=n, no duplicates, none lost");
+    assert_eq!(
+        distinct,
+        (1..=n).collect::<BTreeSet<u32>>(),
+        "counts 1..=n, no duplicates, none lost"
+    );
     assert_eq!(scope.issued(), u64::from(n));
 }
 
@@ -75,14 +87,28 @@ async fn plain_tokio_spawn_does_not_carry_the_scope() {
     let scope = RequestScope::root(Instantiation::dei());
     let _guard = Context::current().with_dei_scope(scope.clone()).attach();
     assert!(RequestScope::current().is_some());
-    let seen = tokio::spawn(async { RequestScope::current() }).await.expect("task");
-    assert!(seen.is_none(), "tokio::spawn loses the context on a multi-thread runtime");
-    let seen = tokio::task::spawn_blocking(RequestScope::current).await.expect("task");
+    let seen = tokio::spawn(async { RequestScope::current() })
+        .await
+        .expect("task");
+    assert!(
+        seen.is_none(),
+        "tokio::spawn loses the context on a multi-thread runtime"
+    );
+    let seen = tokio::task::spawn_blocking(RequestScope::current)
+        .await
+        .expect("task");
     assert!(seen.is_none(), "so does spawn_blocking");
-    let seen = std::thread::spawn(RequestScope::current).join().expect("thread");
+    let seen = std::thread::spawn(RequestScope::current)
+        .join()
+        .expect("thread");
     assert!(seen.is_none(), "and std::thread::spawn");
-    let seen = dei_propagator::spawn(async { RequestScope::current() }).await.expect("task");
-    assert!(seen.is_some_and(|s| s.same_scope(&scope)), "the crate's spawn carries it");
+    let seen = dei_propagator::spawn(async { RequestScope::current() })
+        .await
+        .expect("task");
+    assert!(
+        seen.is_some_and(|s| s.same_scope(&scope)),
+        "the crate's spawn carries it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,13 +143,19 @@ async fn the_scope_follows_a_tracing_span_through_tracing_opentelemetry() {
     {
         let _entered = span.enter();
         let seen = Context::current();
-        assert!(seen.dei_scope().is_some_and(|s| s.same_scope(&scope)), "inside the span");
+        assert!(
+            seen.dei_scope().is_some_and(|s| s.same_scope(&scope)),
+            "inside the span"
+        );
         assert_eq!(issue_here(&scope), 1);
         let child = tracing::info_span!("child");
         let _child = child.enter();
         assert_eq!(issue_here(&scope), 2, "and inside its child span");
     }
-    assert!(RequestScope::current().is_none(), "gone once the span is exited");
+    assert!(
+        RequestScope::current().is_none(),
+        "gone once the span is exited"
+    );
 
     // A future instrumented with the span carries the scope into a plain tokio::spawn.
     let task = tokio::spawn({
@@ -139,5 +171,8 @@ async fn the_scope_follows_a_tracing_span_through_tracing_opentelemetry() {
     // set_parent after the span was entered fails, as the known trap says
     let late = tracing::info_span!("late");
     drop(late.enter());
-    assert!(late.set_parent(Context::new().with_dei_scope(scope)).is_err());
+    assert!(
+        late.set_parent(Context::new().with_dei_scope(scope))
+            .is_err()
+    );
 }

@@ -8,8 +8,8 @@
 //! failed; `[x :: y]` is a path.
 
 use dei_propagator::{
-    CallStack, DeiContextExt, DeiPropagator, Element, Fault, FaultPlan, Frame, Index, Instantiation, InvocationSignature,
-    PathMode, PayloadDigest, RequestScope, Signature,
+    CallStack, DeiContextExt, DeiPropagator, Element, Fault, FaultPlan, Frame, Index,
+    Instantiation, InvocationSignature, PathMode, PayloadDigest, RequestScope, Signature,
 };
 use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator;
@@ -29,8 +29,17 @@ fn signature_sent_by(from: char) -> Signature {
 /// first) in `from`'s source file.
 fn invocation(from: char, payload: &str, lines: &[u32]) -> InvocationSignature {
     let file = format!("service_{}.py", from.to_ascii_lowercase());
-    let stack = CallStack::new(lines.iter().map(|&l| Frame::new(file.clone(), l, 0)).collect());
-    InvocationSignature::new(signature_sent_by(from), PayloadDigest::of(payload.as_bytes()), stack.digest())
+    let stack = CallStack::new(
+        lines
+            .iter()
+            .map(|&l| Frame::new(file.clone(), l, 0))
+            .collect(),
+    );
+    InvocationSignature::new(
+        signature_sent_by(from),
+        PayloadDigest::of(payload.as_bytes()),
+        stack.digest(),
+    )
 }
 
 /// Parses the paper's notation into the indexes it denotes under `inst`.
@@ -39,7 +48,12 @@ fn invocation(from: char, payload: &str, lines: &[u32]) -> InvocationSignature {
 /// element or a bracketed path `[e1 :: e2]`. An element is `X(P)^L1,L2|C`: invoking service `X`, payload
 /// abbreviation `P` (looked up in `payloads`; omitted means `default_payload`), stack lines (innermost last,
 /// as the paper writes them) and count `C`.
-fn notation(text: &str, inst: &Instantiation, payloads: &[(&str, &str)], default_payload: &str) -> Trace {
+fn notation(
+    text: &str,
+    inst: &Instantiation,
+    payloads: &[(&str, &str)],
+    default_payload: &str,
+) -> Trace {
     let mut out = Vec::new();
     for rpc in split_top_level(text) {
         let rpc = rpc.trim();
@@ -47,18 +61,31 @@ fn notation(text: &str, inst: &Instantiation, payloads: &[(&str, &str)], default
             Some(rest) => (true, rest.trim()),
             None => (false, rpc),
         };
-        let inner = rpc.strip_prefix('[').and_then(|r| r.strip_suffix(']')).unwrap_or(rpc);
+        let inner = rpc
+            .strip_prefix('[')
+            .and_then(|r| r.strip_suffix(']'))
+            .unwrap_or(rpc);
         let mut elements = Vec::new();
         for element in inner.split("::") {
             let element = element.trim().trim_start_matches('¬');
             let (head, count) = element.split_once('|').expect("element has |count");
             let (head, lines) = head.split_once('^').expect("element has ^lines");
-            let mut lines: Vec<u32> = lines.split(',').map(|l| l.trim().parse().expect("line")).collect();
+            let mut lines: Vec<u32> = lines
+                .split(',')
+                .map(|l| l.trim().parse().expect("line"))
+                .collect();
             lines.reverse(); // the paper writes the outermost frame first
             let mut chars = head.chars();
             let from = chars.next().expect("service");
-            let payload = match head[1..].strip_prefix('(').and_then(|p| p.strip_suffix(')')) {
-                Some(abbrev) => payloads.iter().find(|(a, _)| *a == abbrev).map(|(_, p)| *p).expect("known payload"),
+            let payload = match head[1..]
+                .strip_prefix('(')
+                .and_then(|p| p.strip_suffix(')'))
+            {
+                Some(abbrev) => payloads
+                    .iter()
+                    .find(|(a, _)| *a == abbrev)
+                    .map(|(_, p)| *p)
+                    .expect("known payload"),
                 None => default_payload,
             };
             let digest = invocation(from, payload, &lines).element_digest(inst);
@@ -96,7 +123,12 @@ fn split_top_level(text: &str) -> Vec<&str> {
 }
 
 /// Issues one RPC into `scope`; it fails when the plan names its index.
-fn rpc(scope: &RequestScope, plan: &FaultPlan, inv: &InvocationSignature, trace: &mut Trace) -> Result<Index, ()> {
+fn rpc(
+    scope: &RequestScope,
+    plan: &FaultPlan,
+    inv: &InvocationSignature,
+    trace: &mut Trace,
+) -> Result<Index, ()> {
     let issued = scope.issue(inv);
     let index = issued.index().clone();
     let failed = plan.fault_for(&index).is_some();
@@ -107,23 +139,40 @@ fn rpc(scope: &RequestScope, plan: &FaultPlan, inv: &InvocationSignature, trace:
 /// The callee's scope for a request sent with `index`: the index crosses the wire through the propagator.
 fn callee_scope(index: &Index, inst: &Instantiation) -> RequestScope {
     let mut headers: HashMap<String, String> = HashMap::new();
-    DeiPropagator::new().inject_context(&Context::new().with_dei_index(index.clone()), &mut headers);
+    DeiPropagator::new()
+        .inject_context(&Context::new().with_dei_index(index.clone()), &mut headers);
     let incoming = DeiPropagator::new().extract(&headers);
-    let prefix = incoming.dei_index().cloned().expect("the index crossed the wire");
+    let prefix = incoming
+        .dei_index()
+        .cloned()
+        .expect("the index crossed the wire");
     assert_eq!(&prefix, index);
     RequestScope::enter(prefix, inst.clone())
 }
 
 fn plan_failing(trace: &Trace) -> FaultPlan {
-    FaultPlan::new(trace.iter().map(|(i, _)| (i.clone(), Fault::UNAVAILABLE)).collect())
+    FaultPlan::new(
+        trace
+            .iter()
+            .map(|(i, _)| (i.clone(), Fault::UNAVAILABLE))
+            .collect(),
+    )
 }
 
 fn without_count(inst: Instantiation) -> Instantiation {
-    Instantiation { name: format!("{}-no-count", inst.name).into(), count: false, ..inst }
+    Instantiation {
+        name: format!("{}-no-count", inst.name).into(),
+        count: false,
+        ..inst
+    }
 }
 
 fn without_stack(inst: Instantiation) -> Instantiation {
-    Instantiation { name: format!("{}-no-stack", inst.name).into(), stack: false, ..inst }
+    Instantiation {
+        name: format!("{}-no-stack", inst.name).into(),
+        stack: false,
+        ..inst
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -135,7 +184,12 @@ fn fig1(inst: &Instantiation) -> Vec<Index> {
     let scope = RequestScope::root(inst.clone());
     let mut trace = Trace::new();
     for (line, s) in [(3, "Hello"), (4, "World")] {
-        let _ = rpc(&scope, &FaultPlan::default(), &invocation('A', s, &[10, line]), &mut trace);
+        let _ = rpc(
+            &scope,
+            &FaultPlan::default(),
+            &invocation('A', s, &[10, line]),
+            &mut trace,
+        );
     }
     trace.into_iter().map(|(i, _)| i).collect()
 }
@@ -143,18 +197,40 @@ fn fig1(inst: &Instantiation) -> Vec<Index> {
 #[test]
 fn fig1_signature_alone_is_too_coarse() {
     let by_signature = fig1(&Instantiation::signature_only());
-    assert_eq!(by_signature[0], by_signature[1], "the signature alone gives both RPCs one name");
+    assert_eq!(
+        by_signature[0], by_signature[1],
+        "the signature alone gives both RPCs one name"
+    );
 
-    let count_only = Instantiation { name: "count".into(), count: true, ..Instantiation::signature_only() };
-    let stack_only = Instantiation { name: "stack".into(), stack: true, ..Instantiation::signature_only() };
-    for inst in [count_only, stack_only, Instantiation::filibuster(), Instantiation::dei()] {
+    let count_only = Instantiation {
+        name: "count".into(),
+        count: true,
+        ..Instantiation::signature_only()
+    };
+    let stack_only = Instantiation {
+        name: "stack".into(),
+        stack: true,
+        ..Instantiation::signature_only()
+    };
+    for inst in [
+        count_only,
+        stack_only,
+        Instantiation::filibuster(),
+        Instantiation::dei(),
+    ] {
         let indexes = fig1(&inst);
-        assert_ne!(indexes[0], indexes[1], "{inst}: the count or the stack tells the two RPCs apart");
+        assert_ne!(
+            indexes[0], indexes[1],
+            "{inst}: the count or the stack tells the two RPCs apart"
+        );
     }
     // the paper's names under count and stack together: A^{3,10}|1 and A^{4,10}|1
     let inst = Instantiation::filibuster();
     let expected = notation("A^3,10|1, A^4,10|1", &inst, &[], "");
-    assert_eq!(fig1(&inst), expected.into_iter().map(|(i, _)| i).collect::<Vec<_>>());
+    assert_eq!(
+        fig1(&inst),
+        expected.into_iter().map(|(i, _)| i).collect::<Vec<_>>()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -173,7 +249,12 @@ fn fig2(inst: &Instantiation, ss: &[&str], plan: &FaultPlan) -> Trace {
         }
     }
     if failure {
-        let _ = rpc(&scope, plan, &invocation('A', "Hello World", &[16]), &mut trace);
+        let _ = rpc(
+            &scope,
+            plan,
+            &invocation('A', "Hello World", &[16]),
+            &mut trace,
+        );
     }
     trace
 }
@@ -188,7 +269,13 @@ const FIG2_EXECUTIONS: [&str; 5] = [
 ];
 
 fn fig2_failing(expected: &Trace) -> FaultPlan {
-    plan_failing(&expected.iter().filter(|(_, failed)| *failed).cloned().collect())
+    plan_failing(
+        &expected
+            .iter()
+            .filter(|(_, failed)| *failed)
+            .cloned()
+            .collect(),
+    )
 }
 
 #[test]
@@ -221,19 +308,30 @@ fn fig2_under_the_full_dei_with_equal_payloads() {
     ];
     for text in texts {
         let expected = notation(text, &inst, &payloads, "");
-        assert_eq!(fig2(&inst, &["Hello", "Hello"], &fig2_failing(&expected)), expected, "{text}");
+        assert_eq!(
+            fig2(&inst, &["Hello", "Hello"], &fig2_failing(&expected)),
+            expected,
+            "{text}"
+        );
     }
 }
 
 #[test]
 fn fig2_without_the_count_two_loop_iterations_collide() {
     // "Call stack alone is insufficient": e1 = (A^8, A^8).
-    for inst in [without_count(Instantiation::filibuster()), Instantiation::no_count()] {
+    for inst in [
+        without_count(Instantiation::filibuster()),
+        Instantiation::no_count(),
+    ] {
         let e1 = fig2(&inst, &["Hello", "Hello"], &FaultPlan::default());
         assert_eq!(e1.len(), 2);
         assert_eq!(e1[0].0, e1[1].0, "{inst}: two iterations, one name");
     }
-    let e1 = fig2(&Instantiation::dei(), &["Hello", "Hello"], &FaultPlan::default());
+    let e1 = fig2(
+        &Instantiation::dei(),
+        &["Hello", "Hello"],
+        &FaultPlan::default(),
+    );
     assert_ne!(e1[0].0, e1[1].0);
 }
 
@@ -244,13 +342,19 @@ fn fig2_without_the_stack_the_loop_and_the_fallback_collide() {
     let e1 = fig2(&inst, &["Hello", "World"], &FaultPlan::default());
     let e4 = fig2(&inst, &["Hello", "World"], &plan_failing(&e1[..1].to_vec()));
     assert!(e4[0].1 && !e4[1].1);
-    assert_eq!(e1[1].0, e4[1].0, "line 8 in e1 and line 16 in e4 get the same name A|2");
+    assert_eq!(
+        e1[1].0, e4[1].0,
+        "line 8 in e1 and line 16 in e4 get the same name A|2"
+    );
     assert_eq!(e1[1].0.last().map(|e| e.count), Some(2));
 
     let full = Instantiation::filibuster();
     let e1 = fig2(&full, &["Hello", "World"], &FaultPlan::default());
     let e4 = fig2(&full, &["Hello", "World"], &plan_failing(&e1[..1].to_vec()));
-    assert_ne!(e1[1].0, e4[1].0, "with the stack they differ: A^8|2 and A^16|1");
+    assert_ne!(
+        e1[1].0, e4[1].0,
+        "with the stack they differ: A^8|2 and A^16|1"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -278,7 +382,18 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
 /// scope. Returns which index each RPC (named by its payload) got.
 fn fig3(inst: &Instantiation, order: &[usize]) -> BTreeMap<&'static str, Index> {
     let scope = RequestScope::root(inst.clone());
-    order.iter().map(|&i| (FIG3_STRINGS[i], scope.issue(&invocation('A', FIG3_STRINGS[i], &[7])).index().clone())).collect()
+    order
+        .iter()
+        .map(|&i| {
+            (
+                FIG3_STRINGS[i],
+                scope
+                    .issue(&invocation('A', FIG3_STRINGS[i], &[7]))
+                    .index()
+                    .clone(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -286,10 +401,20 @@ fn fig3_every_schedule_gives_the_same_names_with_payload_and_not_without() {
     let schedules = permutations(FIG3_STRINGS.len());
     assert_eq!(schedules.len(), 24);
 
-    let with_payload: BTreeSet<_> = schedules.iter().map(|order| fig3(&Instantiation::dei(), order)).collect();
-    assert_eq!(with_payload.len(), 1, "one assignment of names under every schedule");
+    let with_payload: BTreeSet<_> = schedules
+        .iter()
+        .map(|order| fig3(&Instantiation::dei(), order))
+        .collect();
+    assert_eq!(
+        with_payload.len(),
+        1,
+        "one assignment of names under every schedule"
+    );
     let names = with_payload.iter().next().expect("one");
-    assert!(names.values().all(|i| i.last().map(|e| e.count) == Some(1)), "A(s)^7|1 for every s");
+    assert!(
+        names.values().all(|i| i.last().map(|e| e.count) == Some(1)),
+        "A(s)^7|1 for every s"
+    );
     let expected = notation(
         "A(H)^7|1, A(W)^7|1, A(F)^7|1, A(B)^7|1",
         &Instantiation::dei(),
@@ -301,10 +426,20 @@ fn fig3_every_schedule_gives_the_same_names_with_payload_and_not_without() {
 
     // Filibuster's instantiation: the same set of names A^7|1..4, but which RPC gets which depends on the
     // schedule: every one of the 24 schedules names the RPCs differently.
-    let without: BTreeSet<_> = schedules.iter().map(|order| fig3(&Instantiation::filibuster(), order)).collect();
+    let without: BTreeSet<_> = schedules
+        .iter()
+        .map(|order| fig3(&Instantiation::filibuster(), order))
+        .collect();
     assert_eq!(without.len(), 24);
-    let name_sets: BTreeSet<BTreeSet<Index>> = without.iter().map(|m| m.values().cloned().collect()).collect();
-    assert_eq!(name_sets.len(), 1, "the names are the same, their assignment to RPCs is not");
+    let name_sets: BTreeSet<BTreeSet<Index>> = without
+        .iter()
+        .map(|m| m.values().cloned().collect())
+        .collect();
+    assert_eq!(
+        name_sets.len(),
+        1,
+        "the names are the same, their assignment to RPCs is not"
+    );
 }
 
 #[test]
@@ -313,21 +448,38 @@ fn fig3_cloning_the_state_per_block_is_wrong() {
     let inst = Instantiation::filibuster();
     let indexes: Vec<Index> = FIG3_STRINGS
         .iter()
-        .map(|s| RequestScope::root(inst.clone()).issue(&invocation('A', s, &[7])).index().clone())
+        .map(|s| {
+            RequestScope::root(inst.clone())
+                .issue(&invocation('A', s, &[7]))
+                .index()
+                .clone()
+        })
         .collect();
     assert!(indexes.windows(2).all(|w| w[0] == w[1]));
     // sharing one scope by reference keeps them apart
     let scope = RequestScope::root(inst);
-    let shared: BTreeSet<Index> = FIG3_STRINGS.iter().map(|s| scope.issue(&invocation('A', s, &[7])).index().clone()).collect();
+    let shared: BTreeSet<Index> = FIG3_STRINGS
+        .iter()
+        .map(|s| scope.issue(&invocation('A', s, &[7])).index().clone())
+        .collect();
     assert_eq!(shared.len(), FIG3_STRINGS.len());
 }
 
 #[test]
 fn fig3_concurrent_calls_in_flight_are_flagged_only_when_names_can_swap() {
-    for (inst, ambiguous) in [(Instantiation::dei(), false), (Instantiation::filibuster(), true)] {
+    for (inst, ambiguous) in [
+        (Instantiation::dei(), false),
+        (Instantiation::filibuster(), true),
+    ] {
         let scope = RequestScope::root(inst.clone());
-        let in_flight: Vec<_> = FIG3_STRINGS.iter().map(|s| scope.issue(&invocation('A', s, &[7]))).collect();
-        assert!(in_flight.iter().all(|i| i.is_ambiguous() == ambiguous), "{inst}");
+        let in_flight: Vec<_> = FIG3_STRINGS
+            .iter()
+            .map(|s| scope.issue(&invocation('A', s, &[7])))
+            .collect();
+        assert!(
+            in_flight.iter().all(|i| i.is_ambiguous() == ambiguous),
+            "{inst}"
+        );
         assert_eq!(scope.ambiguous(), if ambiguous { 4 } else { 0 });
     }
 }
@@ -404,7 +556,10 @@ fn fig4_e1_and_e2_get_exactly_the_papers_indexes() {
     assert_eq!(observed, e2);
     // B's call to C under A(W)^9|1 (e1) and under A(W)^19|1 (e2) are different RPCs with different names
     assert_ne!(e1[3].0, observed[4].0);
-    assert!(observed[4].0.starts_with(&observed[3].0), "a child's index has its parent's as prefix");
+    assert!(
+        observed[4].0.starts_with(&observed[3].0),
+        "a child's index has its parent's as prefix"
+    );
 }
 
 #[test]
@@ -417,5 +572,8 @@ fn fig4_without_the_path_b_to_c_collides() {
     assert!(e2[2].1);
     // B(W)^29|1 in both executions: one name for two different RPCs
     assert_eq!(e1[3].0, e2[4].0);
-    assert_eq!(notation("B(W)^29|1", &inst, &FIG4_PAYLOADS, "")[0].0, e1[3].0);
+    assert_eq!(
+        notation("B(W)^29|1", &inst, &FIG4_PAYLOADS, "")[0].0,
+        e1[3].0
+    );
 }

@@ -2,8 +2,8 @@
 //! recomputed, so the spec and the code cannot drift apart.
 
 use dei_propagator::{
-    Element, ElementDigest, Fault, FaultPlan, Instantiation, InvocationSignature, PathMode, PayloadDigest, Signature,
-    StackDigest,
+    Element, ElementDigest, Fault, FaultPlan, Instantiation, InvocationSignature, PathMode,
+    PayloadDigest, Signature, StackDigest,
 };
 use dei_propagator::{Index, WireError};
 use sha2::{Digest, Sha256};
@@ -14,7 +14,10 @@ const SPEC: &str = include_str!("../../docs/wire-format.md");
 /// turned to the empty string and `\n` turned into newlines.
 fn table(title: &str) -> Vec<Vec<String>> {
     let heading = format!("### {title}\n");
-    let start = SPEC.find(&heading).unwrap_or_else(|| panic!("no section {title}")) + heading.len();
+    let start = SPEC
+        .find(&heading)
+        .unwrap_or_else(|| panic!("no section {title}"))
+        + heading.len();
     let section = &SPEC[start..];
     let section = &section[..section.find("\n#").unwrap_or(section.len())];
     let rows: Vec<Vec<String>> = section
@@ -26,7 +29,11 @@ fn table(title: &str) -> Vec<Vec<String>> {
                 .split(" | ")
                 .map(|cell| {
                     let cell = cell.trim();
-                    if cell.starts_with("*(") { String::new() } else { cell.replace('`', "").replace("\\n", "\n") }
+                    if cell.starts_with("*(") {
+                        String::new()
+                    } else {
+                        cell.replace('`', "").replace("\\n", "\n")
+                    }
                 })
                 .collect()
         })
@@ -57,7 +64,9 @@ fn instantiation(components: &str) -> Instantiation {
 #[test]
 fn component_digests() {
     for row in table("Component digests") {
-        let [kind, bytes, hex] = &row[..] else { panic!("{row:?}") };
+        let [kind, bytes, hex] = &row[..] else {
+            panic!("{row:?}")
+        };
         let computed = match kind.as_str() {
             "signature" => Signature::from_name(bytes.clone()).digest(),
             "payload" => PayloadDigest::of(bytes.as_bytes()).0,
@@ -78,7 +87,9 @@ fn component_digests() {
             }
             other => panic!("unknown component {other}"),
         };
-        let expected: Vec<u8> = (0..32).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex")).collect();
+        let expected: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
+            .collect();
         assert_eq!(computed.to_vec(), expected, "{kind} {bytes:?}");
     }
 }
@@ -86,7 +97,9 @@ fn component_digests() {
 #[test]
 fn element_digests() {
     for row in table("Element digests") {
-        let [signature, payload, stack, components, hex, wire] = &row[..] else { panic!("{row:?}") };
+        let [signature, payload, stack, components, hex, wire] = &row[..] else {
+            panic!("{row:?}")
+        };
         let invocation = InvocationSignature::new(
             Signature::from_name(signature.clone()),
             PayloadDigest::of(payload.as_bytes()),
@@ -106,7 +119,9 @@ fn element_digests() {
 #[test]
 fn index_values() {
     for row in table("Index values") {
-        let [elements, wire, bytes] = &row[..] else { panic!("{row:?}") };
+        let [elements, wire, bytes] = &row[..] else {
+            panic!("{row:?}")
+        };
         let elements: Vec<Element> = elements
             .split(", ")
             .filter(|e| !e.is_empty())
@@ -117,7 +132,11 @@ fn index_values() {
                     None => (count, false),
                 };
                 let element = Element::new(ElementDigest(hex8(hex)), count.parse().expect("count"));
-                if preliminary { element.preliminary() } else { element }
+                if preliminary {
+                    element.preliminary()
+                } else {
+                    element
+                }
             })
             .collect();
         let index = Index::from_elements(elements);
@@ -130,7 +149,9 @@ fn index_values() {
 #[test]
 fn rejected_index_values() {
     for row in table("Rejected index values") {
-        let [value, why] = &row[..] else { panic!("{row:?}") };
+        let [value, why] = &row[..] else {
+            panic!("{row:?}")
+        };
         let value = match value.split_once(" then 65 times ") {
             Some((head, element)) => format!("{head}{}", element.repeat(65)),
             None => value.clone(),
@@ -147,13 +168,18 @@ fn rejected_index_values() {
         };
         assert_eq!(error.kind(), expected, "{value:?}: {error}");
     }
-    assert!(matches!(Index::decode(&"1.chSN83lZIds1".repeat(200)), Err(WireError::TooLong { .. })));
+    assert!(matches!(
+        Index::decode(&"1.chSN83lZIds1".repeat(200)),
+        Err(WireError::TooLong { .. })
+    ));
 }
 
 #[test]
 fn fault_plans() {
     for row in table("Fault plans") {
-        let [value, entries] = &row[..] else { panic!("{row:?}") };
+        let [value, entries] = &row[..] else {
+            panic!("{row:?}")
+        };
         match entries.strip_prefix("rejected") {
             Some(_) => assert!(FaultPlan::decode(value).is_err(), "{value}"),
             None => {
@@ -164,7 +190,9 @@ fn fault_plans() {
                     .iter()
                     .map(|(index, fault)| {
                         let what = match fault {
-                            Fault::Grpc(c) => format!("gRPC {c} {}", fault.grpc_code_name().unwrap_or("?")),
+                            Fault::Grpc(c) => {
+                                format!("gRPC {c} {}", fault.grpc_code_name().unwrap_or("?"))
+                            }
                             Fault::Http(s) => format!("HTTP {s}"),
                             Fault::Connection => "connection error".to_string(),
                             Fault::Latency(d) => format!("{} ms latency", d.as_millis()),
@@ -182,12 +210,19 @@ fn fault_plans() {
 #[test]
 fn encoded_bytes_per_hop() {
     let typical = |depth: u32, count: u32| {
-        Index::from_elements((0..depth).map(|i| Element::new(ElementDigest([i as u8; 8]), count)).collect())
+        Index::from_elements(
+            (0..depth)
+                .map(|i| Element::new(ElementDigest([i as u8; 8]), count))
+                .collect(),
+        )
     };
     for (depth, count) in [(1, 1), (8, 1), (8, 9), (8, 12), (64, 1)] {
         let text = typical(depth, count).encode();
         let per_hop = (text.len() - 1) as f64 / f64::from(depth);
-        println!("depth {depth:2}, counts {count:2}: {:4} bytes, {per_hop:.2} bytes per hop", text.len());
+        println!(
+            "depth {depth:2}, counts {count:2}: {:4} bytes, {per_hop:.2} bytes per hop",
+            text.len()
+        );
         assert!(per_hop <= 16.0, "at most 16 bytes per hop on average");
     }
     assert_eq!(typical(8, 1).encode().len(), 1 + 8 * 13);

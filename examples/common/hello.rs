@@ -39,6 +39,8 @@ pub enum Figure {
     Fig4,
     /// Streaming.
     Fig5,
+    /// A generated wide example (the benchmark's): one call per string, sequentially, each with a fallback.
+    Wide,
 }
 
 struct ASvc {
@@ -98,6 +100,14 @@ impl ServiceA for ASvc {
                     if let Ok(r) = self.b.clone().echo(Text { text: s }).await {
                         rs[i] = r.into_inner().text;
                     }
+                }
+                rs.join(" ")
+            }
+            Figure::Wide => {
+                let mut rs = Vec::with_capacity(ss.len());
+                for s in &ss {
+                    let r = self.b.clone().echo(Text { text: s.clone() }).await;
+                    rs.push(r.map(|r| r.into_inner().text).unwrap_or_default());
                 }
                 rs.join(" ")
             }
@@ -192,8 +202,12 @@ pub async fn start(figure: Figure, config: &DeiConfig) -> ServiceAClient<Channel
 
 /// Calls A with `["Hello", "World"]` under the run's context.
 pub async fn call_a(a: &ServiceAClient<Channel>, cx: opentelemetry::Context) -> Result<String, Status> {
+    call_a_with(a, cx, vec!["Hello".to_string(), "World".to_string()]).await
+}
+
+/// Calls A with these strings under the run's context.
+pub async fn call_a_with(a: &ServiceAClient<Channel>, cx: opentelemetry::Context, items: Vec<String>) -> Result<String, Status> {
     let mut a = a.clone();
-    let items = vec!["Hello".to_string(), "World".to_string()];
     async move { a.hello_world(Strings { items }).await }.with_context(cx).await.map(|r| r.into_inner().text)
 }
 
@@ -320,6 +334,7 @@ pub fn fig_test(figure: Figure, a: ServiceAClient<Channel>) -> impl dei_sfit::Fu
                 (Figure::Fig3 | Figure::Fig4, Ok(t)) if n > 0 && ok_words(&t) => Ok(()),
                 // Fig. 5: the messages that failed are missing
                 (Figure::Fig5, Ok(t)) if n > 0 && ["Hello", "World", ""].contains(&t.as_str()) => Ok(()),
+                (Figure::Wide, _) => Err("the wide example has its own test".to_string()),
                 (_, other) => Err(format!("A answered {other:?} with {n} faults injected")),
             }
         }

@@ -6,6 +6,7 @@
 
 pub mod cinema;
 pub mod hello;
+pub mod table1;
 
 use dei_instrumentation::{DeiClientLayer, DeiClientService, DeiConfig, DeiServerLayer};
 use dei_sfit::InMemorySpans;

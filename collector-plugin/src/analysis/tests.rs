@@ -505,7 +505,17 @@ fn memory_is_bounded_with_counters() {
         let mut b = TraceBuilder::new(t, t as u64 * 1_000_000_000);
         let root = b.root("frontend");
         // every trace calls a distinct payload: a new node each time
-        b.rpc((&Index::root(), root), "frontend", "users", "users.Users/Get", &format!("u{t}"), 1, 1, 2, None);
+        b.rpc(
+            (&Index::root(), root),
+            "frontend",
+            "users",
+            "users.Users/Get",
+            &format!("u{t}"),
+            1,
+            1,
+            2,
+            None,
+        );
         a.ingest(b.spans, Instant::now());
     }
     assert!(a.traces.len() <= 5);

@@ -144,8 +144,72 @@ async fn measure(
     Ok(r)
 }
 
-/// Runs the comparison.
-pub async fn run(config: CompareConfig, log: &mut dyn Write) -> Result<Vec<TargetResult>, String> {
+/// The median over rounds of one target's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// The target's name.
+    pub target: String,
+    /// Rounds measured.
+    pub rounds: usize,
+    /// Median accepted spans/s.
+    pub accepted_per_second: f64,
+    /// Median delivered spans/s.
+    pub delivered_per_second: f64,
+    /// Median peak RSS, MiB.
+    pub peak_rss_mib: f64,
+    /// Spans accepted but not delivered, over all rounds.
+    pub undelivered_spans: u64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Medians per target, in the order targets were first measured.
+pub fn summarize(results: &[TargetResult]) -> Vec<Summary> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in results {
+        if !names.contains(&r.target.as_str()) {
+            names.push(&r.target);
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| {
+            let runs: Vec<&TargetResult> = results.iter().filter(|r| r.target == n).collect();
+            Summary {
+                target: n.to_string(),
+                rounds: runs.len(),
+                accepted_per_second: median(runs.iter().map(|r| r.load.spans_per_second).collect()),
+                delivered_per_second: median(runs.iter().map(|r| r.delivered_per_second).collect()),
+                peak_rss_mib: median(runs.iter().map(|r| r.peak_rss_mib).collect()),
+                undelivered_spans: runs
+                    .iter()
+                    .map(|r| r.load.spans.saturating_sub(r.delivered_spans))
+                    .sum(),
+            }
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Collector { analyze: bool },
+    Rotel,
+}
+
+/// Runs the comparison: `rounds` rounds, each measuring every target once, in an order rotated by one
+/// per round so that no target always runs first or last.
+pub async fn run(
+    config: CompareConfig,
+    rounds: usize,
+    log: &mut dyn Write,
+) -> Result<Vec<TargetResult>, String> {
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
     let sink = sink::start(any, any)
         .await
@@ -155,85 +219,59 @@ pub async fn run(config: CompareConfig, log: &mut dyn Write) -> Result<Vec<Targe
         "sink at grpc {} http {}",
         sink.grpc_addr, sink.http_addr
     );
-    let mut results = Vec::new();
-    let collector = |analyze: bool| -> Result<(Command, SocketAddr), String> {
-        let p = |_: ()| free_port().map_err(|e| e.to_string());
-        let (g, h, a) = (p(())?, p(())?, p(())?);
-        let mut cmd = Command::new(&config.collector_bin);
-        cmd.args([
-            "serve",
-            "--grpc-listen",
-            &format!("127.0.0.1:{g}"),
-            "--http-listen",
-            &format!("127.0.0.1:{h}"),
-            "--api-listen",
-            &format!("127.0.0.1:{a}"),
-            "--forward-grpc",
-            &format!("http://{}", sink.grpc_addr),
-        ]);
-        if !analyze {
-            cmd.arg("--no-analysis");
-        }
-        Ok((cmd, SocketAddr::from(([127, 0, 0, 1], g))))
-    };
-    let (cmd, grpc) = collector(true)?;
-    results.push(
-        measure(
-            "dei-collector (analysis on)",
-            cmd,
-            grpc,
-            &sink,
-            &config,
-            log,
-        )
-        .await?,
-    );
+    let mut targets = vec![Target::Collector { analyze: true }];
     if config.include_forward_only {
-        let (cmd, grpc) = collector(false)?;
-        results.push(
-            measure(
-                "dei-collector (analysis off)",
-                cmd,
-                grpc,
-                &sink,
-                &config,
-                log,
-            )
-            .await?,
-        );
+        targets.push(Target::Collector { analyze: false });
     }
-    if let Some(rotel) = &config.rotel_bin {
-        let (g, h) = (
-            free_port().map_err(|e| e.to_string())?,
-            free_port().map_err(|e| e.to_string())?,
-        );
-        let mut cmd = Command::new(rotel);
-        cmd.args([
-            "start",
-            "--otlp-grpc-endpoint",
-            &format!("127.0.0.1:{g}"),
-            "--otlp-http-endpoint",
-            &format!("127.0.0.1:{h}"),
-            "--exporter",
-            "otlp",
-            "--otlp-exporter-endpoint",
-            &format!("http://{}", sink.grpc_addr),
-            "--otlp-exporter-protocol",
-            "grpc",
-            "--pid-file",
-            &format!("/tmp/rotel-bench-{g}.pid"),
-        ]);
-        results.push(
-            measure(
-                "rotel",
-                cmd,
-                SocketAddr::from(([127, 0, 0, 1], g)),
-                &sink,
-                &config,
-                log,
-            )
-            .await?,
-        );
+    if config.rotel_bin.is_some() {
+        targets.push(Target::Rotel);
+    }
+    let port = || free_port().map_err(|e| e.to_string());
+    let mut results = Vec::new();
+    for round in 0..rounds.max(1) {
+        let _ = writeln!(log, "-- round {}/{}", round + 1, rounds.max(1));
+        let mut order = targets.clone();
+        let n = order.len();
+        order.rotate_left(round % n);
+        for t in order {
+            let (name, cmd, grpc) = match t {
+                Target::Collector { analyze } => {
+                    let (g, h, a) = (port()?, port()?, port()?);
+                    let mut cmd = Command::new(&config.collector_bin);
+                    cmd.arg("serve");
+                    cmd.args(["--grpc-listen", &format!("127.0.0.1:{g}")]);
+                    cmd.args(["--http-listen", &format!("127.0.0.1:{h}")]);
+                    cmd.args(["--api-listen", &format!("127.0.0.1:{a}")]);
+                    cmd.args(["--forward-grpc", &format!("http://{}", sink.grpc_addr)]);
+                    if !analyze {
+                        cmd.arg("--no-analysis");
+                    }
+                    let name = if analyze {
+                        "dei-collector (analysis on)"
+                    } else {
+                        "dei-collector (analysis off)"
+                    };
+                    (name, cmd, g)
+                }
+                Target::Rotel => {
+                    let (g, h) = (port()?, port()?);
+                    let mut cmd = Command::new(config.rotel_bin.as_ref().ok_or("no rotel")?);
+                    cmd.arg("start");
+                    cmd.args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{g}")]);
+                    cmd.args(["--otlp-http-endpoint", &format!("127.0.0.1:{h}")]);
+                    cmd.args(["--exporter", "otlp"]);
+                    cmd.args([
+                        "--otlp-exporter-endpoint",
+                        &format!("http://{}", sink.grpc_addr),
+                    ]);
+                    cmd.args(["--otlp-exporter-protocol", "grpc"]);
+                    cmd.args(["--pid-file", &format!("/tmp/rotel-bench-{g}.pid")]);
+                    ("rotel", cmd, g)
+                }
+            };
+            let addr = SocketAddr::from(([127, 0, 0, 1], grpc));
+            results.push(measure(name, cmd, addr, &sink, &config, log).await?);
+        }
     }
     Ok(results)
 }

@@ -262,12 +262,18 @@ impl Forwarder {
                 }
                 if s.closed {
                     drop(s);
-                    Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
+                    Counters::add(
+                        &self.counters.forward_spans_dropped_overflow,
+                        batch.spans as u64,
+                    );
                     return false;
                 }
             }
             if tokio::time::timeout_at(deadline, space).await.is_err() {
-                Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
+                Counters::add(
+                    &self.counters.forward_spans_dropped_overflow,
+                    batch.spans as u64,
+                );
                 return false;
             }
         }

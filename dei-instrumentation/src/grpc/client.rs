@@ -108,7 +108,10 @@ where
         let config = self.config.clone();
         let path = request.uri().path().to_string();
         let signature = Signature::grpc_path(&path);
-        let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
+        let (service, method) = signature
+            .name()
+            .split_once('/')
+            .unwrap_or((signature.name(), ""));
         let span = tracing::info_span!(
             target: "dei",
             "grpc.client",
@@ -120,7 +123,18 @@ where
             server.address = request.uri().host().unwrap_or(""),
         );
         let kind = config.method_kind(&path);
-        Box::pin(call(inner, config, request, CallInfo { stack, caller_cx, signature, span, kind }))
+        Box::pin(call(
+            inner,
+            config,
+            request,
+            CallInfo {
+                stack,
+                caller_cx,
+                signature,
+                span,
+                kind,
+            },
+        ))
     }
 }
 
@@ -241,7 +255,10 @@ where
                 record_grpc_status(&span, status.code());
             }
             let (rparts, ()) = response.into_parts();
-            return Ok(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
+            return Ok(http::Response::from_parts(
+                rparts,
+                DeiResponseBody::empty(guard),
+            ));
         }
         Action::Delay(d) => tokio::time::sleep(d).await,
         Action::Send => {}

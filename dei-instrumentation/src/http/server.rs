@@ -90,7 +90,12 @@ where
         let query = request.uri().query().unwrap_or("").to_string();
         let (mut parts, body) = request.into_parts();
         let digest = InboundDigest::http(&query, self.config.payload_digest_cap());
-        let body = Body::new(InboundBody::new(body, digest, span.clone(), self.config.record_payloads()));
+        let body = Body::new(InboundBody::new(
+            body,
+            digest,
+            span.clone(),
+            self.config.record_payloads(),
+        ));
         let cx = call.context.clone();
         parts.extensions.insert(call);
         let request = http::Request::from_parts(parts, body);
@@ -112,7 +117,9 @@ where
                 status_span.record("http.response.status_code", response.status().as_u16());
                 if response.status().is_server_error() {
                     use tracing_opentelemetry::OpenTelemetrySpanExt;
-                    status_span.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
+                    status_span.set_status(opentelemetry::trace::Status::error(
+                        response.status().to_string(),
+                    ));
                 }
                 Ok(response.map(|b| DeiResponseBody::new(b, guard, Some(body_cx))))
             }

@@ -46,7 +46,9 @@ impl Hasher for AddressHasher {
         }
     }
     fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        self.0 = (n as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
     }
 }
 
@@ -140,7 +142,10 @@ impl SymbolCache {
             misses
                 .iter()
                 .map(|&ip| {
-                    let r = map.get(&ip).cloned().unwrap_or_else(|| self.symbolize(ip, filter, mode));
+                    let r = map
+                        .get(&ip)
+                        .cloned()
+                        .unwrap_or_else(|| self.symbolize(ip, filter, mode));
                     (ip, r)
                 })
                 .collect()
@@ -183,9 +188,11 @@ impl SymbolCache {
                 Class::Foreign => {}
                 Class::App => {
                     let frame = match (mode, file) {
-                        (StackMode::LineTables, Some(file)) => {
-                            Frame::new(file, symbol.lineno().unwrap_or(0), symbol.colno().unwrap_or(0))
-                        }
+                        (StackMode::LineTables, Some(file)) => Frame::new(
+                            file,
+                            symbol.lineno().unwrap_or(0),
+                            symbol.colno().unwrap_or(0),
+                        ),
                         // Without line tables the function name is the best key there is.
                         _ => Frame::new(name.clone().unwrap_or_default(), 0, 0),
                     };
@@ -194,7 +201,8 @@ impl SymbolCache {
                         None => frame,
                     };
                     frames.push(AppFrame {
-                        key: format!("{}:{}:{}\n", frame.file, frame.line, frame.column).into_boxed_str(),
+                        key: format!("{}:{}:{}\n", frame.file, frame.line, frame.column)
+                            .into_boxed_str(),
                         frame,
                     });
                 }

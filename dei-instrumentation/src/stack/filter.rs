@@ -95,7 +95,10 @@ fn detect_roots(configured: Option<&Path>) -> Vec<String> {
         roots.push(PathBuf::from(r));
     }
     if let Ok(cwd) = std::env::current_dir() {
-        let outermost = cwd.ancestors().filter(|a| a.join("Cargo.toml").is_file()).last();
+        let outermost = cwd
+            .ancestors()
+            .filter(|a| a.join("Cargo.toml").is_file())
+            .last();
         if let Some(ws) = outermost {
             roots.push(ws.to_path_buf());
         }
@@ -173,7 +176,9 @@ impl FrameFilter {
 /// True for the runtime's task and `block_on` machinery.
 pub(crate) fn is_runtime_boundary(name: &str) -> bool {
     let n = name.strip_prefix('<').unwrap_or(name);
-    n.starts_with("tokio::runtime::") || n.starts_with("std::rt::lang_start") || n.starts_with("test::run_test")
+    n.starts_with("tokio::runtime::")
+        || n.starts_with("std::rt::lang_start")
+        || n.starts_with("test::run_test")
 }
 
 /// True for symbol names of crates outside the application (used when there are no line tables).
@@ -197,25 +202,61 @@ mod tests {
 
     #[test]
     fn relative_names() {
-        assert_eq!(filter().relative(Path::new("/home/u/ws/svc/src/a.rs")), "svc/src/a.rs");
+        assert_eq!(
+            filter().relative(Path::new("/home/u/ws/svc/src/a.rs")),
+            "svc/src/a.rs"
+        );
         assert_eq!(filter().relative(Path::new("svc/src/a.rs")), "svc/src/a.rs");
     }
 
     #[test]
     fn classification() {
         let f = filter();
-        assert_eq!(f.classify(Some("svc::handler"), Some("svc/src/a.rs")), Class::App);
+        assert_eq!(
+            f.classify(Some("svc::handler"), Some("svc/src/a.rs")),
+            Class::App
+        );
         let reg = "/root/.cargo/registry/src/index.crates.io-1/tonic-0.14.9/src/client/grpc.rs";
-        assert_eq!(f.classify(Some("tonic::client::grpc::Grpc<T>::unary"), Some(reg)), Class::Foreign);
-        assert_eq!(f.classify(Some("core::ops::function::FnOnce::call_once"), Some("/rustc/abc/library/core/src/ops/function.rs")), Class::Foreign);
-        assert_eq!(f.classify(Some("<tokio::runtime::task::harness::Harness<T,S>>::poll"), Some(reg)), Class::Boundary);
-        assert_eq!(f.classify(Some("svc::gen"), Some("svc/src/generated/x.rs")), Class::Foreign);
+        assert_eq!(
+            f.classify(Some("tonic::client::grpc::Grpc<T>::unary"), Some(reg)),
+            Class::Foreign
+        );
+        assert_eq!(
+            f.classify(
+                Some("core::ops::function::FnOnce::call_once"),
+                Some("/rustc/abc/library/core/src/ops/function.rs")
+            ),
+            Class::Foreign
+        );
+        assert_eq!(
+            f.classify(
+                Some("<tokio::runtime::task::harness::Harness<T,S>>::poll"),
+                Some(reg)
+            ),
+            Class::Boundary
+        );
+        assert_eq!(
+            f.classify(Some("svc::gen"), Some("svc/src/generated/x.rs")),
+            Class::Foreign
+        );
         let kept = "/root/.cargo/registry/src/x/vendored/keep/src/lib.rs";
         assert_eq!(f.classify(Some("keep::f"), Some(kept)), Class::App);
-        assert_eq!(f.classify(Some("dei_instrumentation::grpc::client::x"), Some("dei-instrumentation/src/grpc/client.rs")), Class::Foreign);
+        assert_eq!(
+            f.classify(
+                Some("dei_instrumentation::grpc::client::x"),
+                Some("dei-instrumentation/src/grpc/client.rs")
+            ),
+            Class::Foreign
+        );
         // symbols only
-        assert_eq!(f.classify(Some("svc::handler::{{closure}}"), None), Class::App);
-        assert_eq!(f.classify(Some("tower::util::Oneshot::poll"), None), Class::Foreign);
+        assert_eq!(
+            f.classify(Some("svc::handler::{{closure}}"), None),
+            Class::App
+        );
+        assert_eq!(
+            f.classify(Some("tower::util::Oneshot::poll"), None),
+            Class::Foreign
+        );
         assert_eq!(f.classify(Some("memcpy"), None), Class::Foreign);
         assert_eq!(f.classify(None, None), Class::Foreign);
     }

@@ -3,16 +3,18 @@
 //! A capture unwinds the current thread with [`backtrace::trace`], stops at the async runtime's task machinery
 //! (nothing outside it belongs to the request, and what is there varies with the worker that polled the task),
 //! looks each address up in a per-address [symbol cache](cache) and keeps only the application's frames
-//! ([`filter`]): unfiltered stacks are not deterministic in async Rust. Frames are keyed by
+//! (see `filter`): unfiltered stacks are not deterministic in async Rust. Frames are keyed by
 //! (workspace-relative file, line, column); function names are kept for display. A `#[track_caller]` call site
 //! ([`CallSiteExt`]) becomes the innermost frame. What the binary offers is detected once ([`StackMode`]).
 //!
 //! ```
 //! use dei_instrumentation::stack::{StackCapturer, StackConfig, StackMode};
 //! let capturer = StackCapturer::new(StackConfig::default());
-//! let here = capturer.capture();
 //! assert_eq!(capturer.mode(), StackMode::LineTables); // the workspace profiles keep line tables
-//! assert!(here.readable().contains(".rs:"));
+//! // One call site, captured twice: one stack.
+//! let stacks: Vec<_> = (0..2).map(|_| capturer.capture()).collect();
+//! assert_eq!(stacks[0].digest(), stacks[1].digest());
+//! assert!(!stacks[0].is_empty());
 //! ```
 
 mod cache;
@@ -122,7 +124,11 @@ impl CapturedStack {
     fn iter(&self) -> impl Iterator<Item = &Frame> {
         self.call_site
             .iter()
-            .chain(self.frames.iter().flat_map(|group| group.iter().map(|f| &f.frame)))
+            .chain(
+                self.frames
+                    .iter()
+                    .flat_map(|group| group.iter().map(|f| &f.frame)),
+            )
             .take(self.max_depth)
     }
 
@@ -175,8 +181,12 @@ impl StackCapturer {
         let mode = match config.mode {
             None => detected,
             Some(StackMode::CallSiteOnly) => StackMode::CallSiteOnly,
-            Some(StackMode::LineTables) if detected == StackMode::LineTables => StackMode::LineTables,
-            Some(StackMode::SymbolsOnly | StackMode::LineTables) if detected != StackMode::Stripped => {
+            Some(StackMode::LineTables) if detected == StackMode::LineTables => {
+                StackMode::LineTables
+            }
+            Some(StackMode::SymbolsOnly | StackMode::LineTables)
+                if detected != StackMode::Stripped =>
+            {
                 StackMode::SymbolsOnly
             }
             Some(_) => StackMode::Stripped,
@@ -190,7 +200,11 @@ impl StackCapturer {
         }
         StackCapturer {
             inner: Arc::new(CapturerInner {
-                filter: FrameFilter::new(config.workspace_root.as_deref(), config.allow, config.deny),
+                filter: FrameFilter::new(
+                    config.workspace_root.as_deref(),
+                    config.allow,
+                    config.deny,
+                ),
                 cache: SymbolCache::new(),
                 mode,
                 max_depth: config.max_depth,
@@ -216,10 +230,17 @@ impl StackCapturer {
 
     /// Captures the current stack with `call_site` (a `#[track_caller]` location) as innermost frame.
     #[inline(never)]
-    pub fn capture_at(&self, call_site: Option<&'static std::panic::Location<'static>>) -> CapturedStack {
+    pub fn capture_at(
+        &self,
+        call_site: Option<&'static std::panic::Location<'static>>,
+    ) -> CapturedStack {
         let inner = &*self.inner;
         let call_site = call_site.map(|loc| {
-            Frame::new(inner.filter.relative(std::path::Path::new(loc.file())), loc.line(), loc.column())
+            Frame::new(
+                inner.filter.relative(std::path::Path::new(loc.file())),
+                loc.line(),
+                loc.column(),
+            )
         });
         let mut frames: Vec<Arc<[AppFrame]>> = Vec::new();
         if inner.mode.unwinds() {
@@ -229,15 +250,17 @@ impl StackCapturer {
                 ips.len() < MAX_RAW_FRAMES
             });
             let mut kept = usize::from(call_site.is_some());
-            inner.cache.for_each(&ips, &inner.filter, inner.mode, |resolved| match resolved {
-                Resolved::Boundary => false,
-                Resolved::Skip => true,
-                Resolved::App(group) => {
-                    kept += group.len();
-                    frames.push(group.clone());
-                    kept < inner.max_depth
-                }
-            });
+            inner
+                .cache
+                .for_each(&ips, &inner.filter, inner.mode, |resolved| match resolved {
+                    Resolved::Boundary => false,
+                    Resolved::Skip => true,
+                    Resolved::App(group) => {
+                        kept += group.len();
+                        frames.push(group.clone());
+                        kept < inner.max_depth
+                    }
+                });
         }
         let mut hasher = Sha256::new();
         let mut taken = 0;
@@ -289,21 +312,44 @@ mod tests {
         }
         let (a1, a2) = (&a[0], &a[1]);
         let b = site_b(&c);
-        assert_eq!(a1.digest(), a2.digest(), "{}\n--\n{}", a1.readable(), a2.readable());
+        assert_eq!(
+            a1.digest(),
+            a2.digest(),
+            "{}\n--\n{}",
+            a1.readable(),
+            a2.readable()
+        );
         assert_ne!(a1.digest(), b.digest());
-        assert_eq!(a1.digest(), a1.to_call_stack().digest(), "digest matches the model's rule");
-        assert!(!a1.readable().contains(".cargo/registry"), "{}", a1.readable());
+        assert_eq!(
+            a1.digest(),
+            a1.to_call_stack().digest(),
+            "digest matches the model's rule"
+        );
+        assert!(
+            !a1.readable().contains(".cargo/registry"),
+            "{}",
+            a1.readable()
+        );
         assert!(a1.readable().contains("site_a"), "{}", a1.readable());
     }
 
     #[test]
     fn max_depth_and_call_site_only() {
-        let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs").max_depth(1));
+        let c = StackCapturer::new(
+            StackConfig::default()
+                .allow("src/stack/mod.rs")
+                .max_depth(1),
+        );
         assert_eq!(site_a(&c).len(), 1);
         let fast = StackCapturer::new(StackConfig::default().mode(StackMode::CallSiteOnly));
         assert!(site_a(&fast).is_empty());
-        let marked = futures::executor::block_on(async { async { site_a(&fast) }.at_call_site().await });
+        let marked =
+            futures::executor::block_on(async { async { site_a(&fast) }.at_call_site().await });
         assert_eq!(marked.len(), 1);
-        assert!(marked.readable().contains("src/stack/mod.rs"), "{}", marked.readable());
+        assert!(
+            marked.readable().contains("src/stack/mod.rs"),
+            "{}",
+            marked.readable()
+        );
     }
 }

@@ -1,0 +1,206 @@
+//! Streams (paper §4.2): preliminary indexes, final indexes per message and their mapping, implicit counting
+//! at the callee.
+
+mod common;
+
+use common::*;
+use dei_instrumentation::grpc::stream::channel;
+use dei_propagator::{Index, PayloadDigest};
+use futures::StreamExt;
+use opentelemetry_sdk::trace::SpanData;
+
+/// (k, final index, preliminary index) of each `dei.stream.message` event, in k order.
+fn stream_events(span: &SpanData) -> Vec<(u32, Index, Index)> {
+    let mut v: Vec<(u32, Index, Index)> = span
+        .events
+        .iter()
+        .filter(|e| e.name == "dei.stream.message")
+        .map(|e| {
+            let get = |k: &str| {
+                e.attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == k)
+                    .map(|kv| kv.value.to_string())
+                    .unwrap_or_default()
+            };
+            (
+                get("dei.message").parse().expect("k"),
+                Index::decode(&get("dei.index")).expect("final index"),
+                Index::decode(&get("dei.preliminary_index")).expect("preliminary index"),
+            )
+        })
+        .collect();
+    v.sort_by_key(|(k, _, _)| *k);
+    v
+}
+
+fn client_span<'a>(spans: &'a [SpanData], signature: &str) -> &'a SpanData {
+    spans
+        .iter()
+        .find(|s| is_client(s) && attr(s, "dei.signature").as_deref() == Some(signature))
+        .unwrap_or_else(|| panic!("client span of {signature}"))
+}
+
+/// The index each reply part was served under by C's `/echo` (the part after `@`), by message position.
+fn echo_indexes(reply: &str) -> Vec<(u32, Index)> {
+    reply
+        .split(' ')
+        .filter(|p| !p.is_empty())
+        .map(|part| {
+            let (k, rest) = part.split_once(':').expect("k:echo");
+            let (_, index) = rest.rsplit_once('@').expect("echo@index");
+            (k.parse().expect("k"), Index::decode(index).expect("index"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_streaming_bidi_and_server_streaming_map_preliminary_to_final_indexes() {
+    let sys = System::start().await;
+    let leaf = sys.leaf_client().await;
+    let config = sys.config.clone();
+    let mut previous: Option<Vec<Vec<(u32, Index, Index)>>> = None;
+    for _run in 0..3 {
+        let (leaf, config) = (leaf.clone(), config.clone());
+        let ((collected, chatted, watched), trace) =
+            in_root(&sys.config.clone(), |cx| cx, async move {
+                // Client streaming through the channel helper: each message gets its own send site.
+                let (tx, request) = channel::<pb::Msg>(&config, 4);
+                let mut client = leaf.clone();
+                let call = dei_propagator::spawn(async move { client.collect(request).await });
+                tx.send(msg("Hello")).await.expect("open stream");
+                tx.send(msg("World")).await.expect("open stream");
+                drop(tx);
+                let collected = call
+                    .await
+                    .expect("task")
+                    .expect("Collect")
+                    .into_inner()
+                    .text;
+                // Bidi with a plain stream: messages get the stream's creation site. Messages 1 and 3 are equal.
+                let mut client = leaf.clone();
+                let out = futures::stream::iter(vec![msg("Hello"), msg("World"), msg("Hello")]);
+                let replies: Vec<String> = client
+                    .chat(out)
+                    .await
+                    .expect("Chat")
+                    .into_inner()
+                    .map(|m| m.expect("reply").text)
+                    .collect()
+                    .await;
+                // Server streaming: one request message, a stream of replies.
+                let mut client = leaf.clone();
+                let watched: Vec<String> = client
+                    .watch(msg("w"))
+                    .await
+                    .expect("Watch")
+                    .into_inner()
+                    .map(|m| m.expect("reply").text)
+                    .collect()
+                    .await;
+                (collected, replies.join(" "), watched)
+            })
+            .await;
+        // test.run, 3 calls × (client + server), 5 per-message HTTP calls × (client + server).
+        let spans = spans_of(trace, 17).await;
+        assert_eq!(spans.len(), 17);
+
+        let mut all_events = Vec::new();
+        for (signature, reply, messages) in [
+            ("deitest.Leaf/Collect", collected.as_str(), 2),
+            ("deitest.Leaf/Chat", chatted.as_str(), 3),
+        ] {
+            let span = client_span(&spans, signature);
+            let preliminary =
+                Index::decode(&attr(span, "dei.index").expect("index")).expect("valid");
+            assert!(
+                preliminary.last().expect("element").preliminary,
+                "{signature}: `~` flag"
+            );
+            assert!(attr(span, "dei.index").expect("index").ends_with('~'));
+            assert_eq!(attr(span, "dei.preliminary").as_deref(), Some("true"));
+            assert_eq!(
+                attr(span, "dei.payload.digest"),
+                Some(PayloadDigest::empty().to_hex())
+            );
+            // The mapping preliminary → final, one event per message.
+            let events = stream_events(span);
+            assert_eq!(events.len(), messages, "{signature}");
+            for (i, (k, final_index, prelim)) in events.iter().enumerate() {
+                assert_eq!(*k as usize, i + 1);
+                assert_eq!(prelim, &preliminary);
+                assert!(!final_index.is_preliminary());
+                assert_eq!(
+                    final_index.parent(),
+                    preliminary.parent(),
+                    "final indexes are siblings"
+                );
+                assert_ne!(final_index, &preliminary);
+            }
+            let finals: std::collections::BTreeSet<_> =
+                events.iter().map(|(_, f, _)| f.clone()).collect();
+            assert_eq!(
+                finals.len(),
+                messages,
+                "{signature}: every message has its own final index"
+            );
+            // The callee counted messages implicitly: message k was served under `…r|(x+k)~`, so the RPC
+            // it issued for message k extends that prefix.
+            let served = echo_indexes(reply);
+            assert_eq!(served.len(), messages, "{reply}");
+            for (k, echo_index) in served {
+                assert_eq!(
+                    echo_index.parent(),
+                    Some(preliminary.stream_message(k)),
+                    "{signature} message {k}"
+                );
+            }
+            // The server span carries the preliminary index.
+            let server = spans
+                .iter()
+                .find(|s| is_server(s) && s.parent_span_id == span.span_context.span_id())
+                .expect("server span");
+            assert_eq!(attr(server, "dei.index"), attr(span, "dei.index"));
+            assert_eq!(attr(server, "dei.preliminary").as_deref(), Some("true"));
+            all_events.push(events);
+        }
+        // Chat: messages 1 and 3 share payload and site: counts 1 and 2.
+        let chat = &all_events[1];
+        assert_eq!(
+            chat[0].1.last().map(|e| e.digest),
+            chat[2].1.last().map(|e| e.digest)
+        );
+        assert_eq!(
+            (
+                chat[0].1.last().map(|e| e.count),
+                chat[2].1.last().map(|e| e.count)
+            ),
+            (Some(1), Some(2))
+        );
+        // Collect: the two sends are two sites; the digests differ.
+        let collect = &all_events[0];
+        assert_ne!(
+            collect[0].1.last().map(|e| e.digest),
+            collect[1].1.last().map(|e| e.digest)
+        );
+
+        // Server streaming: the single request is served as message 1, its final index is its payload's.
+        let watch = client_span(&spans, "deitest.Leaf/Watch");
+        let preliminary = Index::decode(&attr(watch, "dei.index").expect("index")).expect("valid");
+        assert!(preliminary.is_preliminary());
+        let events = stream_events(watch);
+        assert_eq!(events.len(), 1);
+        assert_eq!(watched.len(), 3);
+        let served = watched[0]
+            .rsplit_once('@')
+            .map(|(_, i)| i.to_string())
+            .expect("index");
+        assert_eq!(served, preliminary.stream_message(1).encode());
+
+        // The same program gives the same indexes and mappings in every run.
+        if let Some(p) = &previous {
+            assert_eq!(p, &all_events);
+        }
+        previous = Some(all_events);
+    }
+}

@@ -1,0 +1,107 @@
+//! Reading executions from OpenTelemetry spans: RPCs, parents, faults, outcomes, stream messages; malformed
+//! DEI attributes are skipped, never a panic.
+
+use dei_propagator::{Element, ElementDigest, Fault, Index};
+use dei_sfit::source::{attr, observation_from_spans};
+use dei_sfit::{InMemorySpans, Outcome, SpanSource};
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+fn idx(elements: &[(u8, u32)]) -> Index {
+    Index::from_elements(elements.iter().map(|&(d, c)| Element::new(ElementDigest([d; 8]), c)).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_become_an_observation() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let tracer = provider.tracer("t");
+    let source = InMemorySpans::new(exporter.clone()).with_provider(provider.clone());
+    source.begin().await.expect("begin");
+
+    let a = idx(&[(1, 1)]);
+    let b = idx(&[(1, 1), (2, 1)]);
+    let pre = idx(&[(1, 1), (3, 1)]).elements().iter().map(|e| e.preliminary()).collect::<Vec<_>>();
+    let pre = Index::from_elements(pre);
+    let fin = idx(&[(1, 1), (4, 1)]);
+    // client A (root) -> server (A's callee) -> client B, which failed with an injected fault
+    let client_a = tracer
+        .span_builder("a")
+        .with_kind(SpanKind::Client)
+        .with_attributes(vec![KeyValue::new(attr::INDEX, a.encode()), KeyValue::new(attr::SIGNATURE, "svc.A/Get")])
+        .start(&tracer);
+    let cx_a = Context::current().with_span(client_a);
+    let server = tracer.span_builder("serve-a").with_kind(SpanKind::Server).start_with_context(&tracer, &cx_a);
+    let cx_s = cx_a.with_span(server);
+    let mut client_b = tracer
+        .span_builder("b")
+        .with_kind(SpanKind::Client)
+        .with_attributes(vec![
+            KeyValue::new(attr::INDEX, b.encode()),
+            KeyValue::new(attr::SIGNATURE, "svc.B/Get"),
+            KeyValue::new(attr::FAULT, "g14"),
+        ])
+        .start_with_context(&tracer, &cx_s);
+    opentelemetry::trace::Span::end(&mut client_b);
+    // a stream under the server, with one message event
+    let mut stream = tracer
+        .span_builder("stream")
+        .with_kind(SpanKind::Client)
+        .with_attributes(vec![KeyValue::new(attr::INDEX, pre.encode()), KeyValue::new(attr::SIGNATURE, "svc.C/Chat")])
+        .start_with_context(&tracer, &cx_s);
+    opentelemetry::trace::Span::add_event(
+        &mut stream,
+        attr::STREAM_MESSAGE_EVENT,
+        vec![
+            KeyValue::new(attr::PRELIMINARY_INDEX, pre.encode()),
+            KeyValue::new(attr::INDEX, fin.encode()),
+            KeyValue::new(attr::MESSAGE, 1i64),
+        ],
+    );
+    opentelemetry::trace::Span::end(&mut stream);
+    // malformed: a bad index, a bad fault; a client span without an index; a gRPC error status
+    for (index, fault) in [("1.!!", "g14"), ("garbage", "zz")] {
+        let mut s = tracer
+            .span_builder("bad")
+            .with_kind(SpanKind::Client)
+            .with_attributes(vec![KeyValue::new(attr::INDEX, index), KeyValue::new(attr::FAULT, fault)])
+            .start_with_context(&tracer, &cx_s);
+        opentelemetry::trace::Span::end(&mut s);
+    }
+    let c = idx(&[(1, 1), (5, 2)]);
+    let mut errored = tracer
+        .span_builder("c")
+        .with_kind(SpanKind::Client)
+        .with_attributes(vec![
+            KeyValue::new(attr::INDEX, c.encode()),
+            KeyValue::new(attr::FAULT, "not-a-fault"),
+            KeyValue::new(attr::GRPC_STATUS, 13i64),
+        ])
+        .start_with_context(&tracer, &cx_s);
+    opentelemetry::trace::Span::end(&mut errored);
+    cx_s.span().end();
+    cx_a.span().end();
+
+    let mut obs = source.collect().await.expect("collect");
+    obs.finalize();
+    let find = |i: &Index| obs.rpcs.iter().position(|r| &r.index == i).expect("rpc");
+    assert_eq!(obs.rpcs.len(), 5, "A, B, the stream, its message, C: {:#?}", obs.rpcs);
+    let (pa, pb, pc) = (find(&a), find(&b), find(&c));
+    assert_eq!(obs.rpcs[pa].parent, None);
+    assert_eq!(obs.rpcs[pb].parent, Some(pa), "B's parent RPC is A, through A's server span");
+    assert_eq!(obs.rpcs[pb].fault, Some(Fault::UNAVAILABLE));
+    assert_eq!(obs.rpcs[pb].outcome, Outcome::Err { code: "g14".into() });
+    assert_eq!(obs.rpcs[pc].fault, None, "a malformed fault is ignored");
+    assert_eq!(obs.rpcs[pc].outcome, Outcome::Err { code: "g13".into() });
+    let message = obs.rpcs.iter().find(|r| r.index == fin).expect("message");
+    assert!(!message.injectable);
+    assert_eq!(obs.rpcs[message.parent.expect("parent")].index, pre);
+    // the callee served message 1 under the preliminary index counted up by 1
+    assert_eq!(obs.streams[0].preliminary, pre.stream_message(1));
+    assert_eq!(obs.effective().len(), 1);
+    assert_eq!(observation_from_spans(&[]).rpcs.len(), 0);
+
+    source.begin().await.expect("begin");
+    assert!(source.collect().await.expect("collect").rpcs.is_empty(), "begin forgets earlier spans");
+}
