@@ -44,19 +44,35 @@ pub struct Accepted {
     pub warnings: Vec<String>,
     /// Ignored attributes in total.
     pub ignored_attributes: usize,
+    /// The batch was analyzed but could not be queued for forwarding (queue full).
+    pub not_forwarded: bool,
 }
 
 impl Accepted {
     /// The OTLP response: a partial success carrying the warnings, when there are any.
+    /// When the forwarding queue was full, the spans count as rejected (they will not reach the downstream).
     pub fn response(&self) -> ExportTraceServiceResponse {
+        let mut messages = Vec::new();
+        if self.not_forwarded {
+            messages.push(
+                "forwarding queue full: the batch was analyzed but not forwarded".to_string(),
+            );
+        }
+        if self.ignored_attributes > 0 {
+            messages.push(format!(
+                "{} dei attribute(s) ignored: {}",
+                self.ignored_attributes,
+                self.warnings.join("; ")
+            ));
+        }
         ExportTraceServiceResponse {
-            partial_success: (self.ignored_attributes > 0).then(|| ExportTracePartialSuccess {
-                rejected_spans: 0,
-                error_message: format!(
-                    "{} dei attribute(s) ignored: {}",
-                    self.ignored_attributes,
-                    self.warnings.join("; ")
-                ),
+            partial_success: (!messages.is_empty()).then(|| ExportTracePartialSuccess {
+                rejected_spans: if self.not_forwarded {
+                    self.spans as i64
+                } else {
+                    0
+                },
+                error_message: messages.join("; "),
             }),
         }
     }
@@ -171,10 +187,12 @@ impl Collector {
         if self.config.analyze {
             self.analyzer().ingest(records, Instant::now());
         }
+        let mut not_forwarded = false;
         if let (Some(f), Some(body)) = (self.forwarder.as_ref(), forward) {
-            f.enqueue(Batch { body, spans }).await;
+            not_forwarded = !f.enqueue(Batch { body, spans }).await;
         }
         Ok(Accepted {
+            not_forwarded,
             spans,
             ignored_attributes: issues.len(),
             warnings: issues.iter().take(3).map(|i| i.to_string()).collect(),

@@ -66,6 +66,9 @@ struct ServeArgs {
     /// Concurrent forwarding workers.
     #[arg(long, default_value_t = 4)]
     forward_workers: usize,
+    /// Milliseconds a request waits for room in a full forwarding queue before its batch is dropped.
+    #[arg(long, default_value_t = 200)]
+    enqueue_wait_ms: u64,
     /// Seconds to keep draining the queue on shutdown.
     #[arg(long, default_value_t = 30)]
     drain_timeout_secs: u64,
@@ -265,6 +268,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         f.capacity_spans = a.queue_spans;
         f.workers = a.forward_workers;
         f.drain_timeout = Duration::from_secs(a.drain_timeout_secs);
+        f.enqueue_wait = Duration::from_millis(a.enqueue_wait_ms);
         f
     });
     let rt = runtime().map_err(|e| e.to_string())?;

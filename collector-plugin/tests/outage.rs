@@ -110,13 +110,22 @@ async fn overflow_is_dropped_and_counted_and_shutdown_drains() {
     let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
         .await
         .unwrap();
+    let mut rejected = 0;
     for b in 0..30 {
-        client.export(batch(b, 10)).await.unwrap();
+        let resp = client.export(batch(b, 10)).await.unwrap().into_inner();
+        if let Some(p) = resp.partial_success {
+            assert!(p.error_message.contains("forwarding queue full"), "{p:?}");
+            rejected += p.rejected_spans as u64;
+        }
     }
     // wait until the workers have picked up their batches and the queue is full
     tokio::time::sleep(Duration::from_millis(300)).await;
     let c = running.collector.counters().snapshot();
     assert!(c.forward_spans_dropped_overflow > 0, "{c:?}");
+    assert_eq!(
+        rejected, c.forward_spans_dropped_overflow,
+        "the client is told what was not forwarded"
+    );
     let accepted = 300 - c.forward_spans_dropped_overflow;
     assert!(
         accepted >= 100,

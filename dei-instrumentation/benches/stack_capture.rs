@@ -5,6 +5,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use dei_instrumentation::stack::{CallSiteExt, StackCapturer, StackConfig, StackMode};
 use std::hint::black_box;
+use std::time::Instant;
 
 /// Recurses `depth` times through application frames, then runs `f`.
 #[inline(never)]
@@ -19,29 +20,68 @@ fn nest<R>(depth: usize, f: &mut dyn FnMut() -> R) -> R {
 }
 
 fn capture(c: &mut Criterion) {
+    // The first capture in the process also loads the binary's debug info (backtrace's own cache).
+    let start = Instant::now();
     let capturer = StackCapturer::new(StackConfig::default().max_depth(64));
+    let first = nest(28, &mut || capturer.capture().len());
+    println!(
+        "first capture in the process (mode detection + debug info load + {first} frames): {:?}",
+        start.elapsed()
+    );
     assert_eq!(
         capturer.mode(),
         StackMode::LineTables,
         "bench profile keeps line tables"
     );
-    let frames = nest(28, &mut || capturer.capture().len());
+    // The layers capture inside a tokio task: the walk stops at the runtime's task machinery.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let frames = rt.block_on(async { nest(28, &mut || capturer.capture().len()) });
     println!("application frames per capture: {frames}");
     let mut group = c.benchmark_group("stack_capture");
-    group.bench_function("warm_30_frames", |b| {
-        b.iter(|| nest(28, &mut || black_box(capturer.capture().digest())))
+    group.bench_function("warm_30_frames_in_tokio_task", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    nest(28, &mut || black_box(capturer.capture().digest()));
+                }
+                start.elapsed()
+            })
+        })
     });
-    group.bench_function("cold_30_frames", |b| {
-        b.iter_batched(
-            || StackCapturer::new(StackConfig::default().max_depth(64)),
-            |fresh| nest(28, &mut || black_box(fresh.capture().digest())),
-            criterion::BatchSize::PerIteration,
-        )
+    group.bench_function("cold_30_frames_in_tokio_task", |b| {
+        b.iter_custom(|iters| {
+            let fresh: Vec<StackCapturer> = (0..iters)
+                .map(|_| StackCapturer::new(StackConfig::default().max_depth(64)))
+                .collect();
+            rt.block_on(async {
+                let start = Instant::now();
+                for f in &fresh {
+                    nest(28, &mut || black_box(f.capture().digest()));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    // Outside a runtime the walk goes on to `main` (through the bench harness's frames).
+    group.bench_function("warm_30_frames_plain_thread", |b| {
+        b.iter(|| nest(28, &mut || black_box(capturer.capture().digest())))
     });
     let fast = StackCapturer::new(StackConfig::default().mode(StackMode::CallSiteOnly));
     group.bench_function("call_site_only", |b| {
-        b.iter(|| {
-            futures::executor::block_on(async { black_box(fast.capture().digest()) }.at_call_site())
+        b.iter_custom(|iters| {
+            rt.block_on(
+                async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(fast.capture().digest());
+                    }
+                    start.elapsed()
+                }
+                .at_call_site(),
+            )
         })
     });
     group.finish();

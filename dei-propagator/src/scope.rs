@@ -164,7 +164,10 @@ impl RequestScope {
                     Index::from_elements(elements)
                 }
             };
-            state.history.push(element);
+            if inst.path == PathMode::History {
+                // only the causal-history instantiation reads it: other scopes must not grow per RPC
+                state.history.push(element);
+            }
             index
         };
         IssuedIndex {

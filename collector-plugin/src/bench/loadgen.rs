@@ -11,7 +11,9 @@ use bytes::Bytes;
 use dei_propagator::{
     Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest,
 };
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
@@ -40,12 +42,14 @@ pub struct LoadConfig {
 /// What the load generator achieved.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoadResult {
-    /// Spans acknowledged by the receiver.
+    /// Spans acknowledged by the receiver (minus those it reported as rejected).
     pub spans: u64,
     /// Requests acknowledged.
     pub requests: u64,
     /// Failed requests.
     pub errors: u64,
+    /// Spans the receiver accepted but reported as rejected (OTLP partial success), not counted in `spans`.
+    pub rejected_spans: u64,
     /// Seconds spent sending.
     pub seconds: f64,
     /// Acknowledged spans per second.
@@ -283,6 +287,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadResult, String> {
     let template = Arc::new(template);
     let offsets = Arc::new(offsets);
     let counter = Arc::new(AtomicU64::new(1));
+    let rejected = Arc::new(AtomicU64::new(0));
     let (spans, requests, errors) = (
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
@@ -303,6 +308,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadResult, String> {
     for _ in 0..config.concurrency.max(1) {
         let (template, offsets, counter) = (template.clone(), offsets.clone(), counter.clone());
         let (spans, requests, errors) = (spans.clone(), requests.clone(), errors.clone());
+        let rejected_total = rejected.clone();
         let target = config.target.clone();
         let channel = channel.clone();
         let http = http.clone();
@@ -315,32 +321,49 @@ pub async fn run(config: LoadConfig) -> Result<LoadResult, String> {
                     body[o..o + 8].copy_from_slice(&n.to_be_bytes());
                 }
                 let body = Bytes::from(body);
-                let ok = match (&target, grpc.as_mut()) {
+                // Some(response bytes) when the request was accepted.
+                let response: Option<Bytes> = match (&target, grpc.as_mut()) {
                     (Downstream::Grpc(_), Some(g)) => {
                         if g.ready().await.is_err() {
-                            false
+                            None
                         } else {
                             let path = http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH);
                             g.unary(tonic::Request::new(body), path, RawCodec)
                                 .await
-                                .is_ok()
+                                .ok()
+                                .map(|r| r.into_inner())
                         }
                     }
-                    (Downstream::Http(url), _) => http
+                    (Downstream::Http(url), _) => match http
                         .post(url.as_str())
                         .header(http::header::CONTENT_TYPE, "application/x-protobuf")
                         .body(body)
                         .send()
                         .await
-                        .is_ok_and(|r| r.status().is_success()),
-                    _ => false,
+                    {
+                        Ok(r) if r.status().is_success() => r.bytes().await.ok(),
+                        _ => None,
+                    },
+                    _ => None,
                 };
-                if ok {
-                    spans.fetch_add(spans_per_request, Ordering::Relaxed);
-                    requests.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+                match response {
+                    Some(bytes) => {
+                        // spans the receiver reports as rejected (partial success) do not count
+                        let rejected = ExportTraceServiceResponse::decode(bytes)
+                            .ok()
+                            .and_then(|r| r.partial_success)
+                            .map_or(0, |p| p.rejected_spans.max(0) as u64);
+                        spans.fetch_add(
+                            spans_per_request.saturating_sub(rejected),
+                            Ordering::Relaxed,
+                        );
+                        rejected_total.fetch_add(rejected, Ordering::Relaxed);
+                        requests.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
                 }
             }
         }));
@@ -354,6 +377,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadResult, String> {
         spans,
         requests: requests.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
+        rejected_spans: rejected.load(Ordering::Relaxed),
         seconds,
         spans_per_second: spans as f64 / seconds,
     })

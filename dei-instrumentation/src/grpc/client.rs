@@ -222,9 +222,9 @@ where
             (!unary, Some(p))
         }
     };
-    let (buffered, first) = match probe {
-        Some(p) => (p.frames, p.first),
-        None => (VecDeque::new(), None),
+    let (buffered, first, rest_done) = match probe {
+        Some(p) => (p.frames, p.first, p.ended),
+        None => (VecDeque::new(), None, false),
     };
     let span = info.span;
     let (payload, raw) = match (streaming, first) {
@@ -277,6 +277,7 @@ where
     let body = Body::new(OutboundBody {
         buffered,
         rest: body,
+        rest_done,
         tap,
     });
     let request = http::Request::from_parts(parts, body);
@@ -349,6 +350,8 @@ impl StreamTap {
 struct OutboundBody {
     buffered: VecDeque<Result<Frame<Bytes>, Status>>,
     rest: Body,
+    /// The probe saw the end of `rest`: it is not polled again.
+    rest_done: bool,
     tap: Option<StreamTap>,
 }
 
@@ -363,6 +366,7 @@ impl http_body::Body for OutboundBody {
         let this = &mut *self;
         let item = match this.buffered.pop_front() {
             Some(item) => Poll::Ready(Some(item)),
+            None if this.rest_done => Poll::Ready(None),
             None => Pin::new(&mut this.rest).poll_frame(cx),
         };
         if let (Poll::Ready(Some(Ok(frame))), Some(tap)) = (&item, this.tap.as_mut())
@@ -374,7 +378,7 @@ impl http_body::Body for OutboundBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.buffered.is_empty() && self.rest.is_end_stream()
+        self.buffered.is_empty() && (self.rest_done || self.rest.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {

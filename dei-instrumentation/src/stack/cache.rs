@@ -52,7 +52,7 @@ impl Hasher for AddressHasher {
     }
 }
 
-type AddressMap = HashMap<usize, Resolved, BuildHasherDefault<AddressHasher>>;
+pub(crate) type AddressMap = HashMap<usize, Resolved, BuildHasherDefault<AddressHasher>>;
 
 /// Address ranges mapped from the main executable, read once from `/proc/self/maps`; addresses outside
 /// them (libc, the loader) are skipped without symbolizing them, which keeps the first capture cheap.
@@ -108,59 +108,23 @@ impl SymbolCache {
         }
     }
 
-    /// Looks up every address, symbolizing the misses; calls `visit` in order until it returns false.
-    pub(crate) fn for_each(
-        &self,
-        ips: &[usize],
-        filter: &FrameFilter,
-        mode: StackMode,
-        mut visit: impl FnMut(&Resolved) -> bool,
-    ) {
-        let mut misses = Vec::new();
-        {
-            let map = self.map.read().unwrap_or_else(|p| p.into_inner());
-            for (i, ip) in ips.iter().enumerate() {
-                match map.get(ip) {
-                    Some(r) => {
-                        if !visit(r) {
-                            return;
-                        }
-                    }
-                    None => {
-                        misses.extend_from_slice(&ips[i..]);
-                        break;
-                    }
-                }
-            }
+    /// The cache, for lookups during an unwind (hold it only for the walk).
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, AddressMap> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Cold path: symbolizes `ip` (unless another capture did meanwhile) and publishes the result.
+    pub(crate) fn resolve(&self, ip: usize, filter: &FrameFilter, mode: StackMode) -> Resolved {
+        if let Some(r) = self.read().get(&ip) {
+            return r.clone();
         }
-        if misses.is_empty() {
-            return;
-        }
-        // Cold path: symbolize outside the lock, then publish.
-        let resolved: Vec<(usize, Resolved)> = {
-            let map = self.map.read().unwrap_or_else(|p| p.into_inner());
-            misses
-                .iter()
-                .map(|&ip| {
-                    let r = map
-                        .get(&ip)
-                        .cloned()
-                        .unwrap_or_else(|| self.symbolize(ip, filter, mode));
-                    (ip, r)
-                })
-                .collect()
-        };
-        {
-            let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-            for (ip, r) in &resolved {
-                map.entry(*ip).or_insert_with(|| r.clone());
-            }
-        }
-        for (_, r) in &resolved {
-            if !visit(r) {
-                return;
-            }
-        }
+        let r = self.symbolize(ip, filter, mode);
+        self.map
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(ip)
+            .or_insert(r)
+            .clone()
     }
 
     /// Number of cached addresses.

@@ -244,23 +244,45 @@ impl StackCapturer {
         });
         let mut frames: Vec<Arc<[AppFrame]>> = Vec::new();
         if inner.mode.unwinds() {
-            let mut ips: Vec<usize> = Vec::with_capacity(64);
-            backtrace::trace(|frame| {
-                ips.push(frame.ip() as usize);
-                ips.len() < MAX_RAW_FRAMES
-            });
+            // Warm path: look each address up while unwinding, and stop at the runtime boundary or once
+            // enough application frames were found. Addresses not cached yet are resolved afterwards.
+            let mut walk: Vec<Result<Arc<[AppFrame]>, usize>> = Vec::with_capacity(32);
             let mut kept = usize::from(call_site.is_some());
-            inner
-                .cache
-                .for_each(&ips, &inner.filter, inner.mode, |resolved| match resolved {
-                    Resolved::Boundary => false,
-                    Resolved::Skip => true,
-                    Resolved::App(group) => {
-                        kept += group.len();
-                        frames.push(group.clone());
-                        kept < inner.max_depth
+            let mut raw = 0;
+            {
+                let map = inner.cache.read();
+                backtrace::trace(|frame| {
+                    raw += 1;
+                    let ip = frame.ip() as usize;
+                    match map.get(&ip) {
+                        Some(Resolved::Boundary) => return false,
+                        Some(Resolved::Skip) => {}
+                        Some(Resolved::App(group)) => {
+                            kept += group.len();
+                            walk.push(Ok(group.clone()));
+                        }
+                        None => walk.push(Err(ip)),
                     }
+                    kept < inner.max_depth && raw < MAX_RAW_FRAMES
                 });
+            }
+            // Cold path: symbolize the misses in order, stopping at the boundary.
+            let mut kept = usize::from(call_site.is_some());
+            for step in walk {
+                let group = match step {
+                    Ok(group) => group,
+                    Err(ip) => match inner.cache.resolve(ip, &inner.filter, inner.mode) {
+                        Resolved::Boundary => break,
+                        Resolved::Skip => continue,
+                        Resolved::App(group) => group,
+                    },
+                };
+                kept += group.len();
+                frames.push(group);
+                if kept >= inner.max_depth {
+                    break;
+                }
+            }
         }
         let mut hasher = Sha256::new();
         let mut taken = 0;

@@ -7,7 +7,12 @@
 //! | [`Stripped`](StackMode::Stripped) | no symbols (`strip = true`) | nothing: only a `#[track_caller]` call site, if any | the stack component is empty: indexes rest on signature, payload and count |
 //! | [`CallSiteOnly`](StackMode::CallSiteOnly) | chosen in the configuration | the `#[track_caller]` call site only | no unwinding at all: the fastest mode (tens of ns) |
 //!
-//! The mode used is recorded on every span as `dei.stack.mode`.
+//! The mode used is recorded on every span as `dei.stack.mode`. In `LineTables` mode, a frame of code built
+//! without line tables (a dependency with its own profile override, a doctest) is keyed by its function name.
+//!
+//! There is no frame-pointer mode: walking frame pointers (about 0.13 µs for 29 frames, measured with
+//! `-C force-frame-pointers=yes`) means reading raw stack memory, which needs `unsafe` code, and this crate
+//! forbids it. [`CallSiteOnly`](StackMode::CallSiteOnly) is the fast mode offered instead.
 
 use std::fmt;
 

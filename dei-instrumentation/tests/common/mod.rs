@@ -334,8 +334,12 @@ pub struct System {
 
 impl System {
     pub async fn start() -> System {
+        System::start_with(config()).await
+    }
+
+    /// The three services with this configuration.
+    pub async fn start_with(config: DeiConfig) -> System {
         telemetry();
-        let config = config();
         let leaf_http = serve_http(leaf_http(&config)).await;
         let http_base = format!("http://{leaf_http}");
         let leaf = serve_grpc(

@@ -14,7 +14,9 @@ fuzz_target!(|data: &[u8]| {
     // The input is a list of (key selector byte, value up to the next 0xff byte).
     let mut headers: HashMap<String, String> = HashMap::new();
     for chunk in data.split(|&b| b == 0xff) {
-        let Some((&selector, value)) = chunk.split_first() else { continue };
+        let Some((&selector, value)) = chunk.split_first() else {
+            continue;
+        };
         let key = KEYS[usize::from(selector) % KEYS.len()];
         headers.insert(key.to_string(), String::from_utf8_lossy(value).into_owned());
     }
@@ -24,7 +26,10 @@ fuzz_target!(|data: &[u8]| {
         let text = index.encode();
         let from_header = headers.get("dei").is_some_and(|h| *h == text);
         let from_baggage = headers.get("baggage").is_some_and(|b| b.contains(&text));
-        assert!(from_header || from_baggage, "extracted {text} that is in no carrier");
+        assert!(
+            from_header || from_baggage,
+            "extracted {text} that is in no carrier"
+        );
         assert_eq!(Index::decode(&text).as_ref(), Ok(index));
     }
     let mut out: HashMap<String, String> = HashMap::new();
