@@ -11,8 +11,14 @@ use dei_propagator::Instantiation;
 use dei_sfit::{Search, SearchOptions, TestRun, test_fn};
 use std::time::Instant;
 
-fn mean(xs: &[u64]) -> f64 {
-    if xs.is_empty() { 0.0 } else { xs.iter().sum::<u64>() as f64 / xs.len() as f64 }
+/// The q-quantile (0..=1) of the values.
+fn quantile(xs: &[u64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * q).round() as usize] as f64
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -24,9 +30,10 @@ async fn main() {
     let source = std::sync::Arc::new(common::spans());
     let config = hello::config(Instantiation::dei());
     let a = hello::start(Figure::Wide, &config).await;
+    println!("medians per execution (p90 in brackets); overhead = the search's own time (collect + schedule)");
     println!(
-        "{:>3} {:>6} {:>11} {:>13} {:>9} {:>14} {:>14} {:>8}",
-        "K", "execs", "test ms/ex", "overhead us/ex", "overhead", "first 10% us", "last 10% us", "wall s"
+        "{:>3} {:>6} {:>16} {:>18} {:>11} {:>11} {:>9} {:>13} {:>13} {:>7}",
+        "K", "execs", "test us", "overhead us", "collect us", "sched us", "overhead", "first 10% us", "last 10% us", "wall s"
     );
     for k in widths {
         let items: Vec<String> = (0..k).map(|i| format!("w{i}")).collect();
@@ -48,15 +55,21 @@ async fn main() {
         assert!(report.failing().is_empty() && report.redundant().is_empty());
         let test_us: Vec<u64> = report.executions.iter().map(|e| e.test_us).collect();
         let over_us: Vec<u64> = report.executions.iter().map(|e| e.overhead_us).collect();
+        let collect_us: Vec<u64> = report.executions.iter().map(|e| e.collect_us).collect();
+        let sched_us: Vec<u64> = report.executions.iter().map(|e| e.overhead_us - e.collect_us).collect();
         let tenth = (over_us.len() / 10).max(1);
         println!(
-            "{k:>3} {:>6} {:>11.2} {:>13.0} {:>8.1}% {:>14.0} {:>14.0} {:>8.1}",
+            "{k:>3} {:>6} {:>7.0} [{:>6.0}] {:>8.0} [{:>7.0}] {:>11.0} {:>11.0} {:>8.1}% {:>13.0} {:>13.0} {:>7.1}",
             report.executions.len(),
-            mean(&test_us) / 1000.0,
-            mean(&over_us),
-            100.0 * mean(&over_us) / mean(&test_us),
-            mean(&over_us[..tenth]),
-            mean(&over_us[over_us.len() - tenth..]),
+            quantile(&test_us, 0.5),
+            quantile(&test_us, 0.9),
+            quantile(&over_us, 0.5),
+            quantile(&over_us, 0.9),
+            quantile(&collect_us, 0.5),
+            quantile(&sched_us, 0.5),
+            100.0 * quantile(&over_us, 0.5) / quantile(&test_us, 0.5),
+            quantile(&over_us[..tenth], 0.5),
+            quantile(&over_us[over_us.len() - tenth..], 0.5),
             wall
         );
     }

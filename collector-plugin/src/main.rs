@@ -180,6 +180,10 @@ struct BenchArgs {
     /// Also measure dei-collector with analysis off.
     #[arg(long)]
     forward_only_too: bool,
+    /// rotel's exporter compression: `none` (same work as dei-collector, which forwards uncompressed) or
+    /// `gzip` (rotel's default).
+    #[arg(long, default_value = "none")]
+    rotel_compression: String,
     /// Rounds; each measures every target once, in rotated order. Figures are medians over rounds.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -371,6 +375,7 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         concurrency: a.concurrency,
         traces_per_request: a.traces_per_request,
         include_forward_only: a.forward_only_too,
+        rotel_compression: a.rotel_compression,
     };
     let results = rt.block_on(compare::run(config, a.rounds, &mut std::io::stderr()))?;
     let summary = compare::summarize(&results);

@@ -27,6 +27,7 @@ use tonic::transport::{Channel, Endpoint, Server};
 use tower::{Layer, Service, ServiceBuilder};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 
 mod pb {
@@ -48,10 +49,7 @@ struct Echo;
 
 #[tonic::async_trait]
 impl pb::middle_server::Middle for Echo {
-    async fn work(
-        &self,
-        request: tonic::Request<pb::Msg>,
-    ) -> Result<tonic::Response<pb::Msg>, tonic::Status> {
+    async fn work(&self, request: tonic::Request<pb::Msg>) -> Result<tonic::Response<pb::Msg>, tonic::Status> {
         Ok(tonic::Response::new(request.into_inner()))
     }
 }
@@ -112,9 +110,7 @@ where
         let name = request.uri().path().trim_start_matches('/').to_string();
         let span = tracing::info_span!("grpc.client", otel.name = %name, otel.kind = "client", rpc.system = "grpc");
         let cx = span.context();
-        opentelemetry::global::get_text_map_propagator(|p| {
-            p.inject_context(&cx, &mut Inject(request.headers_mut()))
-        });
+        opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut Inject(request.headers_mut())));
         let clone = self.0.clone();
         let mut inner = std::mem::replace(&mut self.0, clone);
         Box::pin(async move { inner.call(request).await }.instrument(span))
@@ -148,9 +144,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let parent = opentelemetry::global::get_text_map_propagator(|p| {
-            p.extract(&Extract(request.headers()))
-        });
+        let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Extract(request.headers())));
         let name = request.uri().path().trim_start_matches('/').to_string();
         let span = tracing::info_span!("grpc.server", otel.name = %name, otel.kind = "server", rpc.system = "grpc");
         let _ = span.set_parent(parent);
@@ -168,16 +162,17 @@ fn install_telemetry() -> Arc<AtomicU64> {
         .with_batch_exporter(DropExporter(exported.clone()))
         .with_resource(Resource::builder().with_service_name("bench").build())
         .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench")));
+    // INFO and above, as services run: the RPC spans, not the TRACE-level internals of h2 and hyper.
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("bench"))
+        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+    let subscriber = tracing_subscriber::registry().with(otel);
     tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
     exported
 }
 
 async fn listen() -> (tokio::net::TcpListener, SocketAddr) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     (listener, addr)
 }
@@ -214,11 +209,8 @@ async fn start() -> (BaselineClient, DeiClient) {
             .add_service(pb::middle_server::MiddleServer::new(Echo))
             .serve_with_incoming(incoming(l2)),
     );
-    let baseline = pb::middle_client::MiddleClient::new(
-        ServiceBuilder::new()
-            .layer(OtelClientLayer)
-            .service(connect(a1).await),
-    );
+    let baseline =
+        pb::middle_client::MiddleClient::new(ServiceBuilder::new().layer(OtelClientLayer).service(connect(a1).await));
     let dei = pb::middle_client::MiddleClient::new(
         ServiceBuilder::new()
             .layer(DeiClientLayer::new(config))

@@ -34,9 +34,7 @@ fn capture(c: &mut Criterion) {
         "bench profile keeps line tables"
     );
     // The layers capture inside a tokio task: the walk stops at the runtime's task machinery.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
     let frames = rt.block_on(async { nest(28, &mut || capturer.capture().len()) });
     println!("application frames per capture: {frames}");
     let mut group = c.benchmark_group("stack_capture");

@@ -147,10 +147,7 @@ pub(crate) enum InboundDigest {
     /// The first gRPC message.
     Grpc(MessageDigester),
     /// `query?body`, the body up to `remaining` more bytes.
-    Http {
-        hasher: PayloadHasher,
-        remaining: usize,
-    },
+    Http { hasher: PayloadHasher, remaining: usize },
     /// Done (or nothing to digest).
     Done,
 }
@@ -161,10 +158,7 @@ impl InboundDigest {
         let mut hasher = PayloadHasher::new();
         hasher.update(query.as_bytes());
         hasher.update(b"?");
-        InboundDigest::Http {
-            hasher,
-            remaining: cap,
-        }
+        InboundDigest::Http { hasher, remaining: cap }
     }
 }
 
@@ -181,12 +175,7 @@ pin_project! {
 }
 
 impl<B: Body> InboundBody<B> {
-    pub(crate) fn new(
-        inner: B,
-        digest: InboundDigest,
-        span: tracing::Span,
-        keep_raw: bool,
-    ) -> Self {
+    pub(crate) fn new(inner: B, digest: InboundDigest, span: tracing::Span, keep_raw: bool) -> Self {
         let mut body = InboundBody {
             inner,
             digest,
@@ -238,15 +227,8 @@ where
                                 }
                             });
                             if let Some(m) = first {
-                                let raw = m
-                                    .prefix
-                                    .as_deref()
-                                    .or((*this.keep_raw).then_some(&this.raw[..]));
-                                span::record_payload(
-                                    this.span,
-                                    &m.digest,
-                                    raw.filter(|_| *this.keep_raw),
-                                );
+                                let raw = m.prefix.as_deref().or((*this.keep_raw).then_some(&this.raw[..]));
+                                span::record_payload(this.span, &m.digest, raw.filter(|_| *this.keep_raw));
                                 *this.digest = InboundDigest::Done;
                             }
                         }

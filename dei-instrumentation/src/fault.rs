@@ -58,19 +58,14 @@ pub(crate) fn http_status_for_grpc(code: u8) -> u16 {
 /// The gRPC response for a failed call: trailers-only with `grpc-status`, or a bare HTTP status.
 pub(crate) fn grpc_response<B>(fault: Fault, empty: B) -> http::Response<B> {
     let status = match fault {
-        Fault::Grpc(code) => tonic::Status::new(
-            tonic::Code::from_i32(i32::from(code)),
-            "dei: injected fault",
-        ),
+        Fault::Grpc(code) => tonic::Status::new(tonic::Code::from_i32(i32::from(code)), "dei: injected fault"),
         Fault::Http(status) => {
             let mut response = http::Response::new(empty);
-            *response.status_mut() = http::StatusCode::from_u16(status)
-                .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+            *response.status_mut() =
+                http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
             return response;
         }
-        Fault::Connection | Fault::Latency(_) => {
-            tonic::Status::unavailable("dei: injected connection error")
-        }
+        Fault::Connection | Fault::Latency(_) => tonic::Status::unavailable("dei: injected connection error"),
     };
     let (parts, _) = status.into_http::<()>().into_parts();
     http::Response::from_parts(parts, empty)

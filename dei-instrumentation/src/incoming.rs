@@ -34,8 +34,7 @@ pub(crate) fn open(
     span: &tracing::Span,
     single_request: bool,
 ) -> IncomingCall {
-    let parent =
-        opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
     let index = parent.dei_index().cloned().unwrap_or_default();
     let prefix = if single_request && index.is_preliminary() {
         index.stream_message(1)

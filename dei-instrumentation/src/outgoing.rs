@@ -5,9 +5,7 @@ use crate::config::DeiConfig;
 use crate::fault::Action;
 use crate::span;
 use crate::stack::CapturedStack;
-use dei_propagator::{
-    DeiContextExt, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature,
-};
+use dei_propagator::{DeiContextExt, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature};
 use opentelemetry::Context;
 use opentelemetry::propagation::Injector;
 use opentelemetry::trace::TraceContextExt;
@@ -46,23 +44,15 @@ pub(crate) struct Call<'a> {
 
 /// Issues the call's index from the scope in `cx` (the caller's context, taken when the call was made),
 /// records the attributes on `span` and decides about faults.
-pub(crate) fn begin(
-    config: &DeiConfig,
-    cx: &Context,
-    span: &tracing::Span,
-    call: Call<'_>,
-) -> Outgoing {
+pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call: Call<'_>) -> Outgoing {
     let scope = scope_of(config, cx);
-    let invocation =
-        InvocationSignature::new(call.signature.clone(), call.payload, call.stack.digest());
+    let invocation = InvocationSignature::new(call.signature.clone(), call.payload, call.stack.digest());
     let issued = if call.preliminary {
         scope.issue_preliminary(&invocation)
     } else {
         scope.issue(&invocation)
     };
-    let fault = cx
-        .fault_plan()
-        .and_then(|plan| plan.fault_for(issued.index()));
+    let fault = cx.fault_plan().and_then(|plan| plan.fault_for(issued.index()));
     span.set_attribute(span::SIGNATURE, call.signature.name().to_string());
     span::record_index(span, issued.index(), scope.instantiation());
     span::record_payload(
@@ -77,11 +67,7 @@ pub(crate) fn begin(
     // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
     // without one, inject the current context.
     let span_cx = span.context();
-    let base = if span_cx.has_active_span() {
-        span_cx
-    } else {
-        cx.clone()
-    };
+    let base = if span_cx.has_active_span() { span_cx } else { cx.clone() };
     let inject_cx = base.with_dei_index(issued.index().clone());
     Outgoing {
         issued,
@@ -93,9 +79,7 @@ pub(crate) fn begin(
 
 /// Injects `cx` through the global propagator into an HTTP header map.
 pub(crate) fn inject(cx: &Context, headers: &mut http::HeaderMap) {
-    opentelemetry::global::get_text_map_propagator(|p| {
-        p.inject_context(cx, &mut HeaderInjector(headers))
-    });
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(cx, &mut HeaderInjector(headers)));
 }
 
 /// An [`Injector`] over an HTTP header map; values that are not valid header values are skipped.

@@ -92,12 +92,7 @@ pub(crate) fn record_stack(span: &tracing::Span, stack: &CapturedStack, readable
 }
 
 /// Records one stream message's final index (the preliminary → final mapping).
-pub(crate) fn record_stream_message(
-    span: &tracing::Span,
-    preliminary: &Index,
-    final_index: &Index,
-    k: u32,
-) {
+pub(crate) fn record_stream_message(span: &tracing::Span, preliminary: &Index, final_index: &Index, k: u32) {
     span.add_event(
         STREAM_MESSAGE_EVENT,
         vec![

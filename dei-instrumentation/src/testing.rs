@@ -9,6 +9,8 @@ use opentelemetry::trace::{TraceId, TracerProvider as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use std::sync::OnceLock;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 
 /// The process-wide test telemetry.
@@ -50,12 +52,13 @@ pub fn telemetry() -> &'static TestTelemetry {
             .with_resource(Resource::builder().with_service_name("dei-test").build())
             .build();
         let tracer = provider.tracer("dei-test");
-        let subscriber =
-            tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
+        // INFO and above: the RPC spans, not the TRACE-level internals of h2, hyper and tower.
+        let otel = tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(LevelFilter::INFO);
+        let subscriber = tracing_subscriber::registry().with(otel);
         if tracing::subscriber::set_global_default(subscriber).is_err() {
-            tracing::warn!(
-                "dei: a global tracing subscriber was already set; test spans may not be exported"
-            );
+            tracing::warn!("dei: a global tracing subscriber was already set; test spans may not be exported");
         }
         opentelemetry::global::set_tracer_provider(provider.clone());
         TestTelemetry { exporter, provider }

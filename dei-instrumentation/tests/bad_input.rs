@@ -13,10 +13,7 @@ use tonic::transport::Endpoint;
 type Case<V, E> = (Vec<(&'static str, V)>, Vec<Source>, E);
 
 fn served(reply: &str) -> String {
-    reply
-        .rsplit_once('@')
-        .map(|(_, i)| i.to_string())
-        .unwrap_or_default()
+    reply.rsplit_once('@').map(|(_, i)| i.to_string()).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -28,44 +25,23 @@ async fn malformed_headers_are_counted_and_the_request_is_served() {
     let raw = reqwest::Client::new();
     let url = format!("http://{}/items/1", sys.leaf_http);
     let cases: Vec<Case<Vec<u8>, &str>> = vec![
+        (vec![("dei", b"garbage!".to_vec())], vec![Source::Header], "1"),
+        (vec![("dei", b"2.AQEBAQEBAQE1".to_vec())], vec![Source::Header], "1"),
+        (vec![("dei", b"1.AQEBAQEBAQE0".to_vec())], vec![Source::Header], "1"),
         (
-            vec![("dei", b"garbage!".to_vec())],
-            vec![Source::Header],
-            "1",
-        ),
-        (
-            vec![("dei", b"2.AQEBAQEBAQE1".to_vec())],
-            vec![Source::Header],
-            "1",
-        ),
-        (
-            vec![("dei", b"1.AQEBAQEBAQE0".to_vec())],
-            vec![Source::Header],
-            "1",
-        ),
-        (
-            vec![(
-                "dei",
-                format!("1{}", ".AQEBAQEBAQE1".repeat(100)).into_bytes(),
-            )],
+            vec![("dei", format!("1{}", ".AQEBAQEBAQE1".repeat(100)).into_bytes())],
             vec![Source::Header],
             "1",
         ),
         // A bad header falls back to the baggage entry, which is bad too.
         (
-            vec![
-                ("dei", b"1.%%".to_vec()),
-                ("baggage", b"dei=1.AQEBAQEBAQF1".to_vec()),
-            ],
+            vec![("dei", b"1.%%".to_vec()), ("baggage", b"dei=1.AQEBAQEBAQF1".to_vec())],
             vec![Source::Header, Source::Baggage],
             "1",
         ),
         // A bad header falls back to a good baggage entry.
         (
-            vec![
-                ("dei", b"x".to_vec()),
-                ("baggage", b"dei=1.AQEBAQEBAQE1".to_vec()),
-            ],
+            vec![("dei", b"x".to_vec()), ("baggage", b"dei=1.AQEBAQEBAQE1".to_vec())],
             vec![Source::Header],
             "1.AQEBAQEBAQE1",
         ),
@@ -76,10 +52,7 @@ async fn malformed_headers_are_counted_and_the_request_is_served() {
             "1",
         ),
         (
-            vec![
-                ("dei-faults", b"7".to_vec()),
-                ("dei", b"1.AQEBAQEBAQE1".to_vec()),
-            ],
+            vec![("dei-faults", b"7".to_vec()), ("dei", b"1.AQEBAQEBAQE1".to_vec())],
             vec![Source::FaultPlan],
             "1.AQEBAQEBAQE1",
         ),
@@ -90,10 +63,7 @@ async fn malformed_headers_are_counted_and_the_request_is_served() {
         ),
         // Not UTF-8 at all: treated as absent.
         (
-            vec![
-                ("dei", vec![0xff, 0xfe, 0x80]),
-                ("baggage", vec![0xc3, 0x28]),
-            ],
+            vec![("dei", vec![0xff, 0xfe, 0x80]), ("baggage", vec![0xc3, 0x28])],
             vec![],
             "1",
         ),
@@ -102,20 +72,14 @@ async fn malformed_headers_are_counted_and_the_request_is_served() {
         let before: Vec<u64> = sources.iter().map(|s| rejected_total(*s)).collect();
         let mut request = raw.get(&url);
         for (name, value) in headers {
-            request = request.header(
-                *name,
-                http::HeaderValue::from_bytes(value).expect("header bytes"),
-            );
+            request = request.header(*name, http::HeaderValue::from_bytes(value).expect("header bytes"));
         }
         let response = request.send().await.expect("served");
         assert_eq!(response.status(), 200, "{headers:?}");
         let body = response.text().await.expect("body");
         assert_eq!(served(&body), *expected, "{headers:?}: {body}");
         for (s, b) in sources.iter().zip(before) {
-            assert!(
-                rejected_total(*s) > b,
-                "{headers:?}: rejection from {s:?} counted"
-            );
+            assert!(rejected_total(*s) > b, "{headers:?}: rejection from {s:?} counted");
         }
     }
 
@@ -138,11 +102,7 @@ async fn malformed_headers_are_counted_and_the_request_is_served() {
             vec![Source::Baggage],
             "1".into(),
         ),
-        (
-            vec![("baggage", "dei=1.AQEBAQEBAQE1")],
-            vec![],
-            valid.encode(),
-        ),
+        (vec![("baggage", "dei=1.AQEBAQEBAQE1")], vec![], valid.encode()),
     ];
     for (headers, sources, expected) in &grpc_cases {
         let before: Vec<u64> = sources.iter().map(|s| rejected_total(*s)).collect();
@@ -154,10 +114,7 @@ async fn malformed_headers_are_counted_and_the_request_is_served() {
         let reply = client.get(request).await.expect("served").into_inner().text;
         assert_eq!(served(&reply), *expected, "{headers:?}");
         for (s, b) in sources.iter().zip(before) {
-            assert!(
-                rejected_total(*s) > b,
-                "{headers:?}: rejection from {s:?} counted"
-            );
+            assert!(rejected_total(*s) > b, "{headers:?}: rejection from {s:?} counted");
         }
     }
     // Decoding limits apply before any other work.

@@ -36,10 +36,7 @@ fn index_of(span: &SpanData) -> Option<Index> {
 /// Every child's index has its parent's as prefix: a client span extends its server span's index by one
 /// element, and a server span carries its client span's index.
 fn check_prefixes(spans: &[SpanData]) {
-    let by_id: HashMap<SpanId, &SpanData> = spans
-        .iter()
-        .map(|s| (s.span_context.span_id(), s))
-        .collect();
+    let by_id: HashMap<SpanId, &SpanData> = spans.iter().map(|s| (s.span_context.span_id(), s)).collect();
     let mut checked = 0;
     for span in spans.iter().filter(|s| attr(s, "dei.index").is_some()) {
         let index = index_of(span).expect("a valid dei.index");
@@ -101,29 +98,15 @@ async fn indexes_extend_prefixes_and_are_identical_across_50_runs() {
     for run in 0..50 {
         let (reply, spans) = run_once(&sys, "x", None).await;
         assert!(!reply.contains("Unavailable"), "{reply}");
-        assert_eq!(
-            spans.len(),
-            SPANS_PER_RUN + 1,
-            "run {run}: {} spans",
-            spans.len()
-        );
+        assert_eq!(spans.len(), SPANS_PER_RUN + 1, "run {run}: {} spans", spans.len());
         check_prefixes(&spans);
         for s in spans.iter().filter(|s| is_client(s)) {
-            assert_eq!(
-                attr(s, "dei.ambiguous").as_deref(),
-                Some("false"),
-                "{}",
-                s.name
-            );
+            assert_eq!(attr(s, "dei.ambiguous").as_deref(), Some("false"), "{}", s.name);
             assert_eq!(attr(s, "dei.stack.mode").as_deref(), Some("line-tables"));
         }
         let indexes = client_indexes(&spans);
         let distinct: std::collections::BTreeSet<_> = indexes.iter().map(|(_, i)| i).collect();
-        assert_eq!(
-            distinct.len(),
-            indexes.len(),
-            "indexes are unique within a run"
-        );
+        assert_eq!(distinct.len(), indexes.len(), "indexes are unique within a run");
         match &first {
             None => first = Some(indexes),
             Some(f) => assert_eq!(f, &indexes, "run {run} differs from run 0"),
@@ -146,10 +129,7 @@ async fn fig1_call_sites_and_fig2_loop_iterations() {
     // Fig. 1: same signature and payload, two call sites: different stacks, different indexes, count 1 each.
     let same = with_payload("same");
     assert_eq!(same.len(), 2);
-    assert_ne!(
-        attr(same[0], "dei.stack.digest"),
-        attr(same[1], "dei.stack.digest")
-    );
+    assert_ne!(attr(same[0], "dei.stack.digest"), attr(same[1], "dei.stack.digest"));
     assert_ne!(attr(same[0], "dei.index"), attr(same[1], "dei.index"));
     assert_eq!(attr(same[0], "dei.count").as_deref(), Some("1"));
     assert_eq!(attr(same[1], "dei.count").as_deref(), Some("1"));
@@ -168,10 +148,7 @@ async fn fig1_call_sites_and_fig2_loop_iterations() {
         .collect();
     counts.sort();
     assert_eq!(counts, ["1", "2", "3"]);
-    assert_eq!(
-        attr(looped[0], "dei.stack.digest"),
-        attr(looped[1], "dei.stack.digest")
-    );
+    assert_eq!(attr(looped[0], "dei.stack.digest"), attr(looped[1], "dei.stack.digest"));
     // Fan-out from one site: one stack, three payloads, count 1 each.
     for p in ["a", "b", "c", "s1", "s2"] {
         let c = with_payload(p);
@@ -183,10 +160,7 @@ async fn fig1_call_sites_and_fig2_loop_iterations() {
     assert_eq!(attr(grpc, "rpc.system").as_deref(), Some("grpc"));
     assert_eq!(attr(grpc, "rpc.service").as_deref(), Some("deitest.Leaf"));
     assert_eq!(attr(grpc, "rpc.method").as_deref(), Some("Get"));
-    assert_eq!(
-        attr(grpc, "dei.signature").as_deref(),
-        Some("deitest.Leaf/Get")
-    );
+    assert_eq!(attr(grpc, "dei.signature").as_deref(), Some("deitest.Leaf/Get"));
     assert_eq!(attr(grpc, "dei.instantiation").as_deref(), Some("dei"));
     assert_eq!(attr(grpc, "dei.depth").as_deref(), Some("3"));
     assert_eq!(attr(grpc, "dei.stack.digest").map(|d| d.len()), Some(64));
@@ -203,23 +177,14 @@ async fn fig1_call_sites_and_fig2_loop_iterations() {
         .iter()
         .find(|s| is_server(s) && s.parent_span_id == http.span_context.span_id())
         .expect("C's HTTP server span");
-    assert_eq!(
-        attr(http_server, "dei.signature").as_deref(),
-        Some("GET /items/{id}")
-    );
-    assert_eq!(
-        attr(http_server, "http.route").as_deref(),
-        Some("/items/{id}")
-    );
+    assert_eq!(attr(http_server, "dei.signature").as_deref(), Some("GET /items/{id}"));
+    assert_eq!(attr(http_server, "http.route").as_deref(), Some("/items/{id}"));
     // HTTP payload: query + "?" + body; a GET without query or body digests "?".
     assert_eq!(
         attr(http_server, "dei.payload.digest"),
         Some(PayloadDigest::of(b"?").to_hex())
     );
-    assert_eq!(
-        attr(http, "dei.payload.digest"),
-        Some(PayloadDigest::of(b"?").to_hex())
-    );
+    assert_eq!(attr(http, "dei.payload.digest"), Some(PayloadDigest::of(b"?").to_hex()));
     // Raw payloads stay off spans by default.
     assert!(spans.iter().all(|s| attr(s, "dei.payload").is_none()));
 }
@@ -249,28 +214,20 @@ async fn a_planned_fault_fails_exactly_that_rpc() {
                     .iter()
                     .find(|s| attr(s, "http.request.method").is_some())
                     .expect("HTTP call");
-                http_index =
-                    Index::decode(&attr(http, "dei.index").expect("index")).expect("valid");
+                http_index = Index::decode(&attr(http, "dei.index").expect("index")).expect("valid");
                 plan = Some(FaultPlan::new(vec![
                     (site2.clone(), Fault::UNAVAILABLE),
                     (http_index.clone(), Fault::Http(503)),
                 ]));
             }
             1 => {
-                assert!(
-                    p.contains("site2:Unavailable") && p.contains("http:503"),
-                    "{p}"
-                );
+                assert!(p.contains("site2:Unavailable") && p.contains("http:503"), "{p}");
                 assert_eq!(
                     p.matches(":ok").count(),
                     9,
                     "every other call of the p branch succeeded: {p}"
                 );
-                assert_eq!(
-                    q.matches(":ok").count(),
-                    11,
-                    "the q branch is untouched: {q}"
-                );
+                assert_eq!(q.matches(":ok").count(), 11, "the q branch is untouched: {q}");
                 let injected: BTreeMap<String, String> = spans
                     .iter()
                     .filter_map(|s| Some((attr(s, "dei.index")?, attr(s, "dei.fault")?)))
@@ -283,9 +240,7 @@ async fn a_planned_fault_fails_exactly_that_rpc() {
                     ])
                 );
                 assert!(
-                    !spans
-                        .iter()
-                        .any(|s| is_server(s) && index_of(s) == Some(site2.clone())),
+                    !spans.iter().any(|s| is_server(s) && index_of(s) == Some(site2.clone())),
                     "the faulted call was never sent"
                 );
                 // The plan travelled with the requests: servers saw it.
@@ -297,26 +252,17 @@ async fn a_planned_fault_fails_exactly_that_rpc() {
                 // A connection error on the HTTP call, and added latency on a gRPC call.
                 plan = Some(FaultPlan::new(vec![
                     (http_index.clone(), Fault::Connection),
-                    (
-                        site2.clone(),
-                        Fault::Latency(std::time::Duration::from_millis(30)),
-                    ),
+                    (site2.clone(), Fault::Latency(std::time::Duration::from_millis(30))),
                 ]));
             }
             _ => {
-                assert!(
-                    p.contains("http:error:true") && p.contains("site2:ok"),
-                    "{p}"
-                );
+                assert!(p.contains("http:error:true") && p.contains("site2:ok"), "{p}");
                 assert_eq!(q.matches(":ok").count(), 11, "{q}");
                 let delayed = spans
                     .iter()
                     .find(|s| is_client(s) && index_of(s) == Some(site2.clone()))
                     .expect("the delayed call");
-                let took = delayed
-                    .end_time
-                    .duration_since(delayed.start_time)
-                    .unwrap_or_default();
+                let took = delayed.end_time.duration_since(delayed.start_time).unwrap_or_default();
                 assert!(took >= std::time::Duration::from_millis(30), "{took:?}");
                 assert_eq!(attr(delayed, "dei.fault").as_deref(), Some("l30"));
             }
@@ -331,11 +277,7 @@ async fn calls_outside_a_scope_are_roots() {
     // No root scope: each call is its own root, count 1.
     let a = leaf.get(msg("k")).await.expect("get").into_inner().text;
     let b = leaf.get(msg("k")).await.expect("get").into_inner().text;
-    let served = |t: &str| {
-        t.rsplit_once('@')
-            .map(|(_, i)| i.to_string())
-            .unwrap_or_default()
-    };
+    let served = |t: &str| t.rsplit_once('@').map(|(_, i)| i.to_string()).unwrap_or_default();
     assert_eq!(served(&a).matches('.').count(), 1, "{a}");
     assert!(served(&a).ends_with('1'));
     assert_ne!(served(&a), served(&b), "different call sites (lines)");

@@ -38,21 +38,14 @@ async fn bodies_pass_untouched_and_only_the_cap_is_digested() {
             .map_err(reqwest_middleware::Error::from)
     })
     .await;
-    assert_eq!(
-        reply.expect("upload"),
-        "10000",
-        "the handler got the whole body"
-    );
+    assert_eq!(reply.expect("upload"), "10000", "the handler got the whole body");
     let spans = spans_of(trace, 3).await;
     let mut expected = b"x=1?".to_vec();
     expected.extend_from_slice(&body[..cap]);
     let digest = PayloadDigest::of(&expected).to_hex();
     let client_span = spans.iter().find(|s| is_client(s)).expect("client span");
     let server_span = spans.iter().find(|s| is_server(s)).expect("server span");
-    assert_eq!(
-        attr(client_span, "dei.payload.digest"),
-        Some(digest.clone())
-    );
+    assert_eq!(attr(client_span, "dei.payload.digest"), Some(digest.clone()));
     assert_eq!(attr(server_span, "dei.payload.digest"), Some(digest));
     assert_eq!(
         attr(server_span, "dei.signature").as_deref(),

@@ -95,22 +95,13 @@ async fn the_index_crosses_a_python_service_unchanged() {
         .and_then(|s| attr(s, "dei.index"))
         .expect("the Rust client's index");
     let (_, served) = reply.rsplit_once('@').expect("item@index");
-    assert_eq!(
-        served, sent,
-        "the far side serves under the index the near side sent"
-    );
-    assert!(
-        sent.starts_with("1.") && sent.matches('.').count() == 1,
-        "{sent}"
-    );
+    assert_eq!(served, sent, "the far side serves under the index the near side sent");
+    assert!(sent.starts_with("1.") && sent.matches('.').count() == 1, "{sent}");
     // The far side's server span is in the same trace (trace context relayed by Python) and carries the index.
     let far = spans
         .iter()
         .find(|s| is_server(s))
         .expect("the far side's server span, in the same trace");
     assert_eq!(attr(far, "dei.index").as_deref(), Some(sent.as_str()));
-    assert_eq!(
-        attr(far, "dei.signature").as_deref(),
-        Some("GET /items/{id}")
-    );
+    assert_eq!(attr(far, "dei.signature").as_deref(), Some("GET /items/{id}"));
 }

@@ -62,45 +62,39 @@ async fn client_streaming_bidi_and_server_streaming_map_preliminary_to_final_ind
     let mut previous: Option<Vec<Vec<(u32, Index, Index)>>> = None;
     for _run in 0..3 {
         let (leaf, config) = (leaf.clone(), config.clone());
-        let ((collected, chatted, watched), trace) =
-            in_root(&sys.config.clone(), |cx| cx, async move {
-                // Client streaming through the channel helper: each message gets its own send site.
-                let (tx, request) = channel::<pb::Msg>(&config, 4);
-                let mut client = leaf.clone();
-                let call = dei_propagator::spawn(async move { client.collect(request).await });
-                tx.send(msg("Hello")).await.expect("open stream");
-                tx.send(msg("World")).await.expect("open stream");
-                drop(tx);
-                let collected = call
-                    .await
-                    .expect("task")
-                    .expect("Collect")
-                    .into_inner()
-                    .text;
-                // Bidi with a plain stream: messages get the stream's creation site. Messages 1 and 3 are equal.
-                let mut client = leaf.clone();
-                let out = futures::stream::iter(vec![msg("Hello"), msg("World"), msg("Hello")]);
-                let replies: Vec<String> = client
-                    .chat(out)
-                    .await
-                    .expect("Chat")
-                    .into_inner()
-                    .map(|m| m.expect("reply").text)
-                    .collect()
-                    .await;
-                // Server streaming: one request message, a stream of replies.
-                let mut client = leaf.clone();
-                let watched: Vec<String> = client
-                    .watch(msg("w"))
-                    .await
-                    .expect("Watch")
-                    .into_inner()
-                    .map(|m| m.expect("reply").text)
-                    .collect()
-                    .await;
-                (collected, replies.join(" "), watched)
-            })
-            .await;
+        let ((collected, chatted, watched), trace) = in_root(&sys.config.clone(), |cx| cx, async move {
+            // Client streaming through the channel helper: each message gets its own send site.
+            let (tx, request) = channel::<pb::Msg>(&config, 4);
+            let mut client = leaf.clone();
+            let call = dei_propagator::spawn(async move { client.collect(request).await });
+            tx.send(msg("Hello")).await.expect("open stream");
+            tx.send(msg("World")).await.expect("open stream");
+            drop(tx);
+            let collected = call.await.expect("task").expect("Collect").into_inner().text;
+            // Bidi with a plain stream: messages get the stream's creation site. Messages 1 and 3 are equal.
+            let mut client = leaf.clone();
+            let out = futures::stream::iter(vec![msg("Hello"), msg("World"), msg("Hello")]);
+            let replies: Vec<String> = client
+                .chat(out)
+                .await
+                .expect("Chat")
+                .into_inner()
+                .map(|m| m.expect("reply").text)
+                .collect()
+                .await;
+            // Server streaming: one request message, a stream of replies.
+            let mut client = leaf.clone();
+            let watched: Vec<String> = client
+                .watch(msg("w"))
+                .await
+                .expect("Watch")
+                .into_inner()
+                .map(|m| m.expect("reply").text)
+                .collect()
+                .await;
+            (collected, replies.join(" "), watched)
+        })
+        .await;
         // test.run, 3 calls × (client + server), 5 per-message HTTP calls × (client + server).
         let spans = spans_of(trace, 17).await;
         assert_eq!(spans.len(), 17);
@@ -111,18 +105,14 @@ async fn client_streaming_bidi_and_server_streaming_map_preliminary_to_final_ind
             ("deitest.Leaf/Chat", chatted.as_str(), 3),
         ] {
             let span = client_span(&spans, signature);
-            let preliminary =
-                Index::decode(&attr(span, "dei.index").expect("index")).expect("valid");
+            let preliminary = Index::decode(&attr(span, "dei.index").expect("index")).expect("valid");
             assert!(
                 preliminary.last().expect("element").preliminary,
                 "{signature}: `~` flag"
             );
             assert!(attr(span, "dei.index").expect("index").ends_with('~'));
             assert_eq!(attr(span, "dei.preliminary").as_deref(), Some("true"));
-            assert_eq!(
-                attr(span, "dei.payload.digest"),
-                Some(PayloadDigest::empty().to_hex())
-            );
+            assert_eq!(attr(span, "dei.payload.digest"), Some(PayloadDigest::empty().to_hex()));
             // The mapping preliminary → final, one event per message.
             let events = stream_events(span);
             assert_eq!(events.len(), messages, "{signature}");
@@ -130,15 +120,10 @@ async fn client_streaming_bidi_and_server_streaming_map_preliminary_to_final_ind
                 assert_eq!(*k as usize, i + 1);
                 assert_eq!(prelim, &preliminary);
                 assert!(!final_index.is_preliminary());
-                assert_eq!(
-                    final_index.parent(),
-                    preliminary.parent(),
-                    "final indexes are siblings"
-                );
+                assert_eq!(final_index.parent(), preliminary.parent(), "final indexes are siblings");
                 assert_ne!(final_index, &preliminary);
             }
-            let finals: std::collections::BTreeSet<_> =
-                events.iter().map(|(_, f, _)| f.clone()).collect();
+            let finals: std::collections::BTreeSet<_> = events.iter().map(|(_, f, _)| f.clone()).collect();
             assert_eq!(
                 finals.len(),
                 messages,
@@ -166,15 +151,9 @@ async fn client_streaming_bidi_and_server_streaming_map_preliminary_to_final_ind
         }
         // Chat: messages 1 and 3 share payload and site: counts 1 and 2.
         let chat = &all_events[1];
+        assert_eq!(chat[0].1.last().map(|e| e.digest), chat[2].1.last().map(|e| e.digest));
         assert_eq!(
-            chat[0].1.last().map(|e| e.digest),
-            chat[2].1.last().map(|e| e.digest)
-        );
-        assert_eq!(
-            (
-                chat[0].1.last().map(|e| e.count),
-                chat[2].1.last().map(|e| e.count)
-            ),
+            (chat[0].1.last().map(|e| e.count), chat[2].1.last().map(|e| e.count)),
             (Some(1), Some(2))
         );
         // Collect: the two sends are two sites; the digests differ.
@@ -191,10 +170,7 @@ async fn client_streaming_bidi_and_server_streaming_map_preliminary_to_final_ind
         let events = stream_events(watch);
         assert_eq!(events.len(), 1);
         assert_eq!(watched.len(), 3);
-        let served = watched[0]
-            .rsplit_once('@')
-            .map(|(_, i)| i.to_string())
-            .expect("index");
+        let served = watched[0].rsplit_once('@').map(|(_, i)| i.to_string()).expect("index");
         assert_eq!(served, preliminary.stream_message(1).encode());
 
         // The same program gives the same indexes and mappings in every run.

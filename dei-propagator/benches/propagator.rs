@@ -4,9 +4,8 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dei_propagator::{
-    Carriers, DeiContextExt, DeiPropagator, Element, ElementDigest, Index, Instantiation,
-    InvocationSignature, Limits, PayloadDigest, PayloadHasher, RequestScope, Signature,
-    StackDigest,
+    Carriers, DeiContextExt, DeiPropagator, Element, ElementDigest, Index, Instantiation, InvocationSignature, Limits,
+    PayloadDigest, PayloadHasher, RequestScope, Signature, StackDigest,
 };
 use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator;
@@ -72,9 +71,7 @@ fn inject_extract(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("codec");
     let text = index.encode();
-    g.bench_function("encode depth 8", |b| {
-        b.iter(|| black_box(black_box(&index).encode()))
-    });
+    g.bench_function("encode depth 8", |b| b.iter(|| black_box(black_box(&index).encode())));
     g.bench_function("decode depth 8", |b| {
         b.iter(|| black_box(Index::decode(black_box(&text))))
     });
@@ -128,16 +125,12 @@ fn payload_digest(c: &mut Criterion) {
     for size in [64usize, 1024, 64 * 1024] {
         let payload: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
         g.throughput(Throughput::Bytes(size as u64));
-        g.bench_with_input(
-            BenchmarkId::new("raw sha2 (baseline)", size),
-            &payload,
-            |b, p| b.iter(|| black_box(<[u8; 32]>::from(Sha256::digest(black_box(p))))),
-        );
-        g.bench_with_input(
-            BenchmarkId::new("PayloadDigest::of", size),
-            &payload,
-            |b, p| b.iter(|| black_box(PayloadDigest::of(black_box(p)))),
-        );
+        g.bench_with_input(BenchmarkId::new("raw sha2 (baseline)", size), &payload, |b, p| {
+            b.iter(|| black_box(<[u8; 32]>::from(Sha256::digest(black_box(p)))))
+        });
+        g.bench_with_input(BenchmarkId::new("PayloadDigest::of", size), &payload, |b, p| {
+            b.iter(|| black_box(PayloadDigest::of(black_box(p))))
+        });
         g.bench_with_input(
             BenchmarkId::new("PayloadHasher 4 KiB pieces", size),
             &payload,
@@ -157,12 +150,7 @@ fn payload_digest(c: &mut Criterion) {
 
 /// Ratios measured pairwise: rounds that alternate the candidate and its baseline, so that the load of a
 /// shared machine drifting during the run hits both alike. Prints the median and the 10th-90th percentiles.
-fn paired(
-    name: &str,
-    rounds: usize,
-    mut baseline: impl FnMut() -> Duration,
-    mut candidate: impl FnMut() -> Duration,
-) {
+fn paired(name: &str, rounds: usize, mut baseline: impl FnMut() -> Duration, mut candidate: impl FnMut() -> Duration) {
     let mut ratios: Vec<f64> = (0..rounds)
         .map(|_| {
             let b = baseline();
@@ -208,27 +196,13 @@ fn paired_ratios(_: &mut Criterion) {
     );
     let both = DeiPropagator::new();
     let n = 2000;
-    let base = || {
-        timed(n, || {
-            drop(black_box(round_trip(&trace, black_box(&trace_cx))))
-        })
-    };
-    paired(
-        "inject+extract, dei header / tracecontext",
-        200,
-        base,
-        || {
-            timed(n, || {
-                drop(black_box(round_trip(&header_only, black_box(&dei_cx))))
-            })
-        },
-    );
-    paired(
-        "inject+extract, dei header+baggage / tracecontext",
-        200,
-        base,
-        || timed(n, || drop(black_box(round_trip(&both, black_box(&dei_cx))))),
-    );
+    let base = || timed(n, || drop(black_box(round_trip(&trace, black_box(&trace_cx)))));
+    paired("inject+extract, dei header / tracecontext", 200, base, || {
+        timed(n, || drop(black_box(round_trip(&header_only, black_box(&dei_cx)))))
+    });
+    paired("inject+extract, dei header+baggage / tracecontext", 200, base, || {
+        timed(n, || drop(black_box(round_trip(&both, black_box(&dei_cx)))))
+    });
     paired(
         "next index, 2 threads contending / 1 thread (per issue)",
         100,
@@ -244,9 +218,7 @@ fn paired_ratios(_: &mut Criterion) {
             })
         };
         paired(
-            &format!(
-                "payload digest {size} B, sha2 time / PayloadDigest::of time (throughput ratio)"
-            ),
+            &format!("payload digest {size} B, sha2 time / PayloadDigest::of time (throughput ratio)"),
             100,
             || {
                 timed(n, || {
@@ -258,11 +230,5 @@ fn paired_ratios(_: &mut Criterion) {
     }
 }
 
-criterion_group!(
-    benches,
-    paired_ratios,
-    inject_extract,
-    next_index,
-    payload_digest
-);
+criterion_group!(benches, paired_ratios, inject_extract, next_index, payload_digest);
 criterion_main!(benches);

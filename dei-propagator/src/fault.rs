@@ -97,9 +97,7 @@ impl Fault {
             Fault::Grpc(code) => *code <= 16,
             Fault::Http(status) => (100..=599).contains(status),
             Fault::Connection => true,
-            Fault::Latency(d) => {
-                d.subsec_nanos() % 1_000_000 == 0 && d.as_millis() <= u128::from(MAX_LATENCY_MS)
-            }
+            Fault::Latency(d) => d.subsec_nanos() % 1_000_000 == 0 && d.as_millis() <= u128::from(MAX_LATENCY_MS),
         }
     }
 
@@ -260,10 +258,7 @@ impl FaultPlan {
 
     /// The fault planned for the RPC with this index, if any.
     pub fn fault_for(&self, index: &Index) -> Option<Fault> {
-        self.entries
-            .iter()
-            .find(|(i, _)| i == index)
-            .map(|(_, f)| *f)
+        self.entries.iter().find(|(i, _)| i == index).map(|(_, f)| *f)
     }
 
     /// The wire form: `1` then `*index:fault` per entry.
@@ -306,14 +301,10 @@ impl FaultPlan {
                     max: limits.max_entries,
                 });
             }
-            let (index_text, fault_text) = part
-                .split_once(':')
-                .ok_or(FaultPlanError::BadEntry { entry })?;
-            let index = wire::decode(index_text, &index_limits)
-                .map_err(|source| FaultPlanError::BadIndex { entry, source })?;
-            let fault = fault_text
-                .parse()
-                .map_err(|()| FaultPlanError::BadFault { entry })?;
+            let (index_text, fault_text) = part.split_once(':').ok_or(FaultPlanError::BadEntry { entry })?;
+            let index =
+                wire::decode(index_text, &index_limits).map_err(|source| FaultPlanError::BadIndex { entry, source })?;
+            let fault = fault_text.parse().map_err(|()| FaultPlanError::BadFault { entry })?;
             entries.push((index, fault));
         }
         Ok(FaultPlan { entries })
@@ -365,8 +356,7 @@ mod tests {
 
     #[test]
     fn plan_vectors_and_rejections() {
-        let plan = FaultPlan::decode("1*1.AAAAAAAAAAA1:g14*1.AAAAAAAAAAA1.AQEBAQEBAQE2:h503")
-            .expect("valid");
+        let plan = FaultPlan::decode("1*1.AAAAAAAAAAA1:g14*1.AAAAAAAAAAA1.AQEBAQEBAQE2:h503").expect("valid");
         assert_eq!(plan.entries().len(), 2);
         assert_eq!(FaultPlan::decode("1"), Ok(FaultPlan::default()));
         assert!(matches!(
@@ -391,9 +381,6 @@ mod tests {
             Err(FaultPlanError::TooManyEntries { .. })
         ));
         let long = format!("1*1{}:c", ".AAAAAAAAAAA1".repeat(400));
-        assert!(matches!(
-            FaultPlan::decode(&long),
-            Err(FaultPlanError::TooLong { .. })
-        ));
+        assert!(matches!(FaultPlan::decode(&long), Err(FaultPlanError::TooLong { .. })));
     }
 }

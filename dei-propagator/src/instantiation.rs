@@ -45,13 +45,7 @@ pub struct Instantiation {
     pub path: PathMode,
 }
 
-const fn preset(
-    name: &'static str,
-    payload: bool,
-    stack: bool,
-    count: bool,
-    path: PathMode,
-) -> Instantiation {
+const fn preset(name: &'static str, payload: bool, stack: bool, count: bool, path: PathMode) -> Instantiation {
     Instantiation {
         name: Cow::Borrowed(name),
         payload,

@@ -7,9 +7,7 @@ use crate::wire::{self, Limits};
 use opentelemetry::Context;
 use opentelemetry::baggage::{Baggage, BaggageExt};
 use opentelemetry::propagation::text_map_propagator::FieldIter;
-use opentelemetry::propagation::{
-    Extractor, Injector, TextMapCompositePropagator, TextMapPropagator,
-};
+use opentelemetry::propagation::{Extractor, Injector, TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use std::cell::OnceCell;
 
@@ -82,11 +80,7 @@ impl Default for DeiPropagator {
 impl DeiPropagator {
     /// Writes both carriers, default limits.
     pub fn new() -> Self {
-        DeiPropagator::with_config(
-            Carriers::default(),
-            Limits::default(),
-            PlanLimits::default(),
-        )
+        DeiPropagator::with_config(Carriers::default(), Limits::default(), PlanLimits::default())
     }
 
     /// Chooses the carriers and limits.
@@ -149,9 +143,9 @@ impl<'a> CarrierBaggage<'a> {
         if !self.extractor.get(BAGGAGE_HEADER)?.contains(key) {
             return None;
         }
-        let cx = self.parsed.get_or_init(|| {
-            Some(BaggagePropagator::new().extract_with_context(&Context::new(), self.extractor))
-        });
+        let cx = self
+            .parsed
+            .get_or_init(|| Some(BaggagePropagator::new().extract_with_context(&Context::new(), self.extractor)));
         cx.as_ref()?.baggage().get(key).map(|v| v.as_str())
     }
 }
@@ -163,10 +157,7 @@ impl TextMapPropagator for DeiPropagator {
     /// ours, replacing any `dei`/`dei-faults` entries the context's baggage held (an incoming request's).
     fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
         let index = cx.dei_index().map(|i| i.encode());
-        let plan = cx
-            .fault_plan()
-            .filter(|p| !p.is_empty())
-            .map(|p| p.encode());
+        let plan = cx.fault_plan().filter(|p| !p.is_empty()).map(|p| p.encode());
         if index.is_none() && plan.is_none() {
             return;
         }
@@ -179,9 +170,7 @@ impl TextMapPropagator for DeiPropagator {
             }
         }
         let ours_len = index.as_ref().map_or(0, |v| INDEX_KEY.len() + 1 + v.len())
-            + plan
-                .as_ref()
-                .map_or(0, |v| FAULT_PLAN_KEY.len() + 2 + v.len());
+            + plan.as_ref().map_or(0, |v| FAULT_PLAN_KEY.len() + 2 + v.len());
         if self.carriers.baggage && cx.baggage().is_empty() && ours_len <= MAX_BAGGAGE_BYTES {
             // Nothing else to carry: write the header directly. Our values use an alphabet that the baggage
             // propagator never percent-encodes, and they fit its size limit, so this is byte for byte what it
@@ -221,8 +210,7 @@ impl TextMapPropagator for DeiPropagator {
                     }
                 }
             }
-            BaggagePropagator::new()
-                .inject_context(&Context::new().with_baggage(baggage), injector);
+            BaggagePropagator::new().inject_context(&Context::new().with_baggage(baggage), injector);
         }
     }
 
@@ -246,11 +234,7 @@ impl TextMapPropagator for DeiPropagator {
         let plan = extractor
             .get(FAULT_PLAN_KEY)
             .and_then(|v| self.decode_plan(v))
-            .or_else(|| {
-                baggage
-                    .get(FAULT_PLAN_KEY)
-                    .and_then(|v| self.decode_plan(v))
-            });
+            .or_else(|| baggage.get(FAULT_PLAN_KEY).and_then(|v| self.decode_plan(v)));
         if let Some(plan) = plan {
             out = out.with_fault_plan(plan);
         }

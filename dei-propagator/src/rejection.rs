@@ -61,9 +61,7 @@ fn count_and_check(slot: usize) -> Option<(u64, u64)> {
     if !due {
         return None;
     }
-    let suppressed = entry.map_or(0, |(_, logged_total)| {
-        total.saturating_sub(logged_total + 1)
-    });
+    let suppressed = entry.map_or(0, |(_, logged_total)| total.saturating_sub(logged_total + 1));
     *entry = Some((now, total));
     Some((total, suppressed))
 }
@@ -108,8 +106,5 @@ pub fn rejected_total(source: Source) -> u64 {
 
 /// Rejections from every source, as `(name, count)` pairs.
 pub fn snapshot() -> Vec<(&'static str, u64)> {
-    Source::ALL
-        .iter()
-        .map(|s| (s.name(), rejected_total(*s)))
-        .collect()
+    Source::ALL.iter().map(|s| (s.name(), rejected_total(*s))).collect()
 }

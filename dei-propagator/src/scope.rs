@@ -263,10 +263,7 @@ mod tests {
         assert!(ambiguous_total() >= before + 2);
         drop((a, b));
         let c = scope.issue(&inv(b"x", 1));
-        assert!(
-            !c.is_ambiguous(),
-            "sequential identical calls are not ambiguous"
-        );
+        assert!(!c.is_ambiguous(), "sequential identical calls are not ambiguous");
         let d = scope.issue(&inv(b"y", 1));
         assert!(!d.is_ambiguous(), "a different payload is not ambiguous");
     }
@@ -283,10 +280,7 @@ mod tests {
         let second = hist.issue(&inv(b"b", 2)).index().clone();
         assert_eq!(first.depth(), 2);
         assert_eq!(second.depth(), 3);
-        assert!(
-            second.starts_with(&first),
-            "history carries every earlier element"
-        );
+        assert!(second.starts_with(&first), "history carries every earlier element");
     }
 
     #[test]

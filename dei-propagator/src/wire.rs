@@ -147,18 +147,14 @@ pub fn decode(value: &str, limits: &Limits) -> Result<Index, WireError> {
         None | Some("") => return Err(WireError::Empty),
         Some("1") => {}
         Some(other) => {
-            return Err(WireError::UnsupportedVersion(
-                other.chars().take(16).collect(),
-            ));
+            return Err(WireError::UnsupportedVersion(other.chars().take(16).collect()));
         }
     }
     let dots = value.bytes().filter(|&b| b == b'.').count();
     let mut elements = Vec::with_capacity(dots.min(limits.max_depth));
     for (position, part) in parts.enumerate() {
         if position >= limits.max_depth {
-            return Err(WireError::TooDeep {
-                max: limits.max_depth,
-            });
+            return Err(WireError::TooDeep { max: limits.max_depth });
         }
         elements.push(decode_element(part, position)?);
     }
@@ -226,10 +222,7 @@ mod tests {
                 Index::from_elements(vec![el(1, 1), el(2, 12)]),
                 "1.AQEBAQEBAQE1.AgICAgICAgI12",
             ),
-            (
-                Index::from_elements(vec![el(0xfb, 2).preliminary()]),
-                "1.-_v7-_v7-_s2~",
-            ),
+            (Index::from_elements(vec![el(0xfb, 2).preliminary()]), "1.-_v7-_v7-_s2~"),
         ];
         for (index, text) in cases {
             assert_eq!(index.encode(), text);

@@ -3,8 +3,7 @@
 //! current-thread runtime would hide a missing context.
 
 use dei_propagator::{
-    CallStack, DeiContextExt, Frame, Instantiation, InvocationSignature, PayloadDigest,
-    RequestScope, Signature,
+    CallStack, DeiContextExt, Frame, Instantiation, InvocationSignature, PayloadDigest, RequestScope, Signature,
 };
 use opentelemetry::Context;
 use opentelemetry::trace::TracerProvider as _;
@@ -87,20 +86,14 @@ async fn plain_tokio_spawn_does_not_carry_the_scope() {
     let scope = RequestScope::root(Instantiation::dei());
     let _guard = Context::current().with_dei_scope(scope.clone()).attach();
     assert!(RequestScope::current().is_some());
-    let seen = tokio::spawn(async { RequestScope::current() })
-        .await
-        .expect("task");
+    let seen = tokio::spawn(async { RequestScope::current() }).await.expect("task");
     assert!(
         seen.is_none(),
         "tokio::spawn loses the context on a multi-thread runtime"
     );
-    let seen = tokio::task::spawn_blocking(RequestScope::current)
-        .await
-        .expect("task");
+    let seen = tokio::task::spawn_blocking(RequestScope::current).await.expect("task");
     assert!(seen.is_none(), "so does spawn_blocking");
-    let seen = std::thread::spawn(RequestScope::current)
-        .join()
-        .expect("thread");
+    let seen = std::thread::spawn(RequestScope::current).join().expect("thread");
     assert!(seen.is_none(), "and std::thread::spawn");
     let seen = dei_propagator::spawn(async { RequestScope::current() })
         .await
@@ -152,10 +145,7 @@ async fn the_scope_follows_a_tracing_span_through_tracing_opentelemetry() {
         let _child = child.enter();
         assert_eq!(issue_here(&scope), 2, "and inside its child span");
     }
-    assert!(
-        RequestScope::current().is_none(),
-        "gone once the span is exited"
-    );
+    assert!(RequestScope::current().is_none(), "gone once the span is exited");
 
     // A future instrumented with the span carries the scope into a plain tokio::spawn.
     let task = tokio::spawn({
@@ -171,8 +161,5 @@ async fn the_scope_follows_a_tracing_span_through_tracing_opentelemetry() {
     // set_parent after the span was entered fails, as the known trap says
     let late = tracing::info_span!("late");
     drop(late.enter());
-    assert!(
-        late.set_parent(Context::new().with_dei_scope(scope))
-            .is_err()
-    );
+    assert!(late.set_parent(Context::new().with_dei_scope(scope)).is_err());
 }

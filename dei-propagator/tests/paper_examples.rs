@@ -8,8 +8,8 @@
 //! failed; `[x :: y]` is a path.
 
 use dei_propagator::{
-    CallStack, DeiContextExt, DeiPropagator, Element, Fault, FaultPlan, Frame, Index,
-    Instantiation, InvocationSignature, PathMode, PayloadDigest, RequestScope, Signature,
+    CallStack, DeiContextExt, DeiPropagator, Element, Fault, FaultPlan, Frame, Index, Instantiation,
+    InvocationSignature, PathMode, PayloadDigest, RequestScope, Signature,
 };
 use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator;
@@ -29,12 +29,7 @@ fn signature_sent_by(from: char) -> Signature {
 /// first) in `from`'s source file.
 fn invocation(from: char, payload: &str, lines: &[u32]) -> InvocationSignature {
     let file = format!("service_{}.py", from.to_ascii_lowercase());
-    let stack = CallStack::new(
-        lines
-            .iter()
-            .map(|&l| Frame::new(file.clone(), l, 0))
-            .collect(),
-    );
+    let stack = CallStack::new(lines.iter().map(|&l| Frame::new(file.clone(), l, 0)).collect());
     InvocationSignature::new(
         signature_sent_by(from),
         PayloadDigest::of(payload.as_bytes()),
@@ -48,12 +43,7 @@ fn invocation(from: char, payload: &str, lines: &[u32]) -> InvocationSignature {
 /// element or a bracketed path `[e1 :: e2]`. An element is `X(P)^L1,L2|C`: invoking service `X`, payload
 /// abbreviation `P` (looked up in `payloads`; omitted means `default_payload`), stack lines (innermost last,
 /// as the paper writes them) and count `C`.
-fn notation(
-    text: &str,
-    inst: &Instantiation,
-    payloads: &[(&str, &str)],
-    default_payload: &str,
-) -> Trace {
+fn notation(text: &str, inst: &Instantiation, payloads: &[(&str, &str)], default_payload: &str) -> Trace {
     let mut out = Vec::new();
     for rpc in split_top_level(text) {
         let rpc = rpc.trim();
@@ -61,26 +51,17 @@ fn notation(
             Some(rest) => (true, rest.trim()),
             None => (false, rpc),
         };
-        let inner = rpc
-            .strip_prefix('[')
-            .and_then(|r| r.strip_suffix(']'))
-            .unwrap_or(rpc);
+        let inner = rpc.strip_prefix('[').and_then(|r| r.strip_suffix(']')).unwrap_or(rpc);
         let mut elements = Vec::new();
         for element in inner.split("::") {
             let element = element.trim().trim_start_matches('¬');
             let (head, count) = element.split_once('|').expect("element has |count");
             let (head, lines) = head.split_once('^').expect("element has ^lines");
-            let mut lines: Vec<u32> = lines
-                .split(',')
-                .map(|l| l.trim().parse().expect("line"))
-                .collect();
+            let mut lines: Vec<u32> = lines.split(',').map(|l| l.trim().parse().expect("line")).collect();
             lines.reverse(); // the paper writes the outermost frame first
             let mut chars = head.chars();
             let from = chars.next().expect("service");
-            let payload = match head[1..]
-                .strip_prefix('(')
-                .and_then(|p| p.strip_suffix(')'))
-            {
+            let payload = match head[1..].strip_prefix('(').and_then(|p| p.strip_suffix(')')) {
                 Some(abbrev) => payloads
                     .iter()
                     .find(|(a, _)| *a == abbrev)
@@ -123,12 +104,7 @@ fn split_top_level(text: &str) -> Vec<&str> {
 }
 
 /// Issues one RPC into `scope`; it fails when the plan names its index.
-fn rpc(
-    scope: &RequestScope,
-    plan: &FaultPlan,
-    inv: &InvocationSignature,
-    trace: &mut Trace,
-) -> Result<Index, ()> {
+fn rpc(scope: &RequestScope, plan: &FaultPlan, inv: &InvocationSignature, trace: &mut Trace) -> Result<Index, ()> {
     let issued = scope.issue(inv);
     let index = issued.index().clone();
     let failed = plan.fault_for(&index).is_some();
@@ -139,24 +115,15 @@ fn rpc(
 /// The callee's scope for a request sent with `index`: the index crosses the wire through the propagator.
 fn callee_scope(index: &Index, inst: &Instantiation) -> RequestScope {
     let mut headers: HashMap<String, String> = HashMap::new();
-    DeiPropagator::new()
-        .inject_context(&Context::new().with_dei_index(index.clone()), &mut headers);
+    DeiPropagator::new().inject_context(&Context::new().with_dei_index(index.clone()), &mut headers);
     let incoming = DeiPropagator::new().extract(&headers);
-    let prefix = incoming
-        .dei_index()
-        .cloned()
-        .expect("the index crossed the wire");
+    let prefix = incoming.dei_index().cloned().expect("the index crossed the wire");
     assert_eq!(&prefix, index);
     RequestScope::enter(prefix, inst.clone())
 }
 
 fn plan_failing(trace: &Trace) -> FaultPlan {
-    FaultPlan::new(
-        trace
-            .iter()
-            .map(|(i, _)| (i.clone(), Fault::UNAVAILABLE))
-            .collect(),
-    )
+    FaultPlan::new(trace.iter().map(|(i, _)| (i.clone(), Fault::UNAVAILABLE)).collect())
 }
 
 fn without_count(inst: Instantiation) -> Instantiation {
@@ -227,10 +194,7 @@ fn fig1_signature_alone_is_too_coarse() {
     // the paper's names under count and stack together: A^{3,10}|1 and A^{4,10}|1
     let inst = Instantiation::filibuster();
     let expected = notation("A^3,10|1, A^4,10|1", &inst, &[], "");
-    assert_eq!(
-        fig1(&inst),
-        expected.into_iter().map(|(i, _)| i).collect::<Vec<_>>()
-    );
+    assert_eq!(fig1(&inst), expected.into_iter().map(|(i, _)| i).collect::<Vec<_>>());
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -249,12 +213,7 @@ fn fig2(inst: &Instantiation, ss: &[&str], plan: &FaultPlan) -> Trace {
         }
     }
     if failure {
-        let _ = rpc(
-            &scope,
-            plan,
-            &invocation('A', "Hello World", &[16]),
-            &mut trace,
-        );
+        let _ = rpc(&scope, plan, &invocation('A', "Hello World", &[16]), &mut trace);
     }
     trace
 }
@@ -269,13 +228,7 @@ const FIG2_EXECUTIONS: [&str; 5] = [
 ];
 
 fn fig2_failing(expected: &Trace) -> FaultPlan {
-    plan_failing(
-        &expected
-            .iter()
-            .filter(|(_, failed)| *failed)
-            .cloned()
-            .collect(),
-    )
+    plan_failing(&expected.iter().filter(|(_, failed)| *failed).cloned().collect())
 }
 
 #[test]
@@ -319,19 +272,12 @@ fn fig2_under_the_full_dei_with_equal_payloads() {
 #[test]
 fn fig2_without_the_count_two_loop_iterations_collide() {
     // "Call stack alone is insufficient": e1 = (A^8, A^8).
-    for inst in [
-        without_count(Instantiation::filibuster()),
-        Instantiation::no_count(),
-    ] {
+    for inst in [without_count(Instantiation::filibuster()), Instantiation::no_count()] {
         let e1 = fig2(&inst, &["Hello", "Hello"], &FaultPlan::default());
         assert_eq!(e1.len(), 2);
         assert_eq!(e1[0].0, e1[1].0, "{inst}: two iterations, one name");
     }
-    let e1 = fig2(
-        &Instantiation::dei(),
-        &["Hello", "Hello"],
-        &FaultPlan::default(),
-    );
+    let e1 = fig2(&Instantiation::dei(), &["Hello", "Hello"], &FaultPlan::default());
     assert_ne!(e1[0].0, e1[1].0);
 }
 
@@ -342,19 +288,13 @@ fn fig2_without_the_stack_the_loop_and_the_fallback_collide() {
     let e1 = fig2(&inst, &["Hello", "World"], &FaultPlan::default());
     let e4 = fig2(&inst, &["Hello", "World"], &plan_failing(&e1[..1].to_vec()));
     assert!(e4[0].1 && !e4[1].1);
-    assert_eq!(
-        e1[1].0, e4[1].0,
-        "line 8 in e1 and line 16 in e4 get the same name A|2"
-    );
+    assert_eq!(e1[1].0, e4[1].0, "line 8 in e1 and line 16 in e4 get the same name A|2");
     assert_eq!(e1[1].0.last().map(|e| e.count), Some(2));
 
     let full = Instantiation::filibuster();
     let e1 = fig2(&full, &["Hello", "World"], &FaultPlan::default());
     let e4 = fig2(&full, &["Hello", "World"], &plan_failing(&e1[..1].to_vec()));
-    assert_ne!(
-        e1[1].0, e4[1].0,
-        "with the stack they differ: A^8|2 and A^16|1"
-    );
+    assert_ne!(e1[1].0, e4[1].0, "with the stack they differ: A^8|2 and A^16|1");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -387,10 +327,7 @@ fn fig3(inst: &Instantiation, order: &[usize]) -> BTreeMap<&'static str, Index> 
         .map(|&i| {
             (
                 FIG3_STRINGS[i],
-                scope
-                    .issue(&invocation('A', FIG3_STRINGS[i], &[7]))
-                    .index()
-                    .clone(),
+                scope.issue(&invocation('A', FIG3_STRINGS[i], &[7])).index().clone(),
             )
         })
         .collect()
@@ -405,11 +342,7 @@ fn fig3_every_schedule_gives_the_same_names_with_payload_and_not_without() {
         .iter()
         .map(|order| fig3(&Instantiation::dei(), order))
         .collect();
-    assert_eq!(
-        with_payload.len(),
-        1,
-        "one assignment of names under every schedule"
-    );
+    assert_eq!(with_payload.len(), 1, "one assignment of names under every schedule");
     let names = with_payload.iter().next().expect("one");
     assert!(
         names.values().all(|i| i.last().map(|e| e.count) == Some(1)),
@@ -431,10 +364,7 @@ fn fig3_every_schedule_gives_the_same_names_with_payload_and_not_without() {
         .map(|order| fig3(&Instantiation::filibuster(), order))
         .collect();
     assert_eq!(without.len(), 24);
-    let name_sets: BTreeSet<BTreeSet<Index>> = without
-        .iter()
-        .map(|m| m.values().cloned().collect())
-        .collect();
+    let name_sets: BTreeSet<BTreeSet<Index>> = without.iter().map(|m| m.values().cloned().collect()).collect();
     assert_eq!(
         name_sets.len(),
         1,
@@ -467,19 +397,13 @@ fn fig3_cloning_the_state_per_block_is_wrong() {
 
 #[test]
 fn fig3_concurrent_calls_in_flight_are_flagged_only_when_names_can_swap() {
-    for (inst, ambiguous) in [
-        (Instantiation::dei(), false),
-        (Instantiation::filibuster(), true),
-    ] {
+    for (inst, ambiguous) in [(Instantiation::dei(), false), (Instantiation::filibuster(), true)] {
         let scope = RequestScope::root(inst.clone());
         let in_flight: Vec<_> = FIG3_STRINGS
             .iter()
             .map(|s| scope.issue(&invocation('A', s, &[7])))
             .collect();
-        assert!(
-            in_flight.iter().all(|i| i.is_ambiguous() == ambiguous),
-            "{inst}"
-        );
+        assert!(in_flight.iter().all(|i| i.is_ambiguous() == ambiguous), "{inst}");
         assert_eq!(scope.ambiguous(), if ambiguous { 4 } else { 0 });
     }
 }
@@ -543,8 +467,7 @@ fn fig4(inst: &Instantiation, plan: &FaultPlan) -> Trace {
 
 const FIG4_PAYLOADS: [(&str, &str); 2] = [("H", "Hello"), ("W", "World")];
 const FIG4_E1: &str = "[A(H)^9|1], [A(H)^9|1 :: B(H)^29|1], [A(W)^9|1], [A(W)^9|1 :: B(W)^29|1]";
-const FIG4_E2: &str =
-    "[A(H)^9|1], [A(H)^9|1 :: B(H)^29|1], ¬[A(W)^9|1], [A(W)^19|1], [A(W)^19|1 :: B(W)^29|1]";
+const FIG4_E2: &str = "[A(H)^9|1], [A(H)^9|1 :: B(H)^29|1], ¬[A(W)^9|1], [A(W)^19|1], [A(W)^19|1 :: B(W)^29|1]";
 
 #[test]
 fn fig4_e1_and_e2_get_exactly_the_papers_indexes() {
@@ -572,8 +495,5 @@ fn fig4_without_the_path_b_to_c_collides() {
     assert!(e2[2].1);
     // B(W)^29|1 in both executions: one name for two different RPCs
     assert_eq!(e1[3].0, e2[4].0);
-    assert_eq!(
-        notation("B(W)^29|1", &inst, &FIG4_PAYLOADS, "")[0].0,
-        e1[3].0
-    );
+    assert_eq!(notation("B(W)^29|1", &inst, &FIG4_PAYLOADS, "")[0].0, e1[3].0);
 }

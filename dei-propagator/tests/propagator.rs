@@ -2,8 +2,8 @@
 
 use dei_propagator::rejection::{self, Source};
 use dei_propagator::{
-    Carriers, DeiContextExt, DeiPropagator, Element, ElementDigest, Fault, FaultPlan, INDEX_KEY,
-    Index, Limits, WireError,
+    Carriers, DeiContextExt, DeiPropagator, Element, ElementDigest, Fault, FaultPlan, INDEX_KEY, Index, Limits,
+    WireError,
 };
 use opentelemetry::baggage::{Baggage, BaggageExt, BaggageMetadata};
 use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
@@ -121,15 +121,9 @@ fn composes_with_trace_context_and_baggage_in_both_orders() {
 #[test]
 fn the_crates_composite_is_dei_last() {
     let index = index(3);
-    let headers = inject(
-        &dei_propagator::composite_propagator(),
-        &sending_context(&index),
-    );
+    let headers = inject(&dei_propagator::composite_propagator(), &sending_context(&index));
     assert!(headers["baggage"].contains(&format!("dei={}", index.encode())));
-    assert_everything_arrived(
-        &dei_propagator::composite_propagator().extract(&headers),
-        &index,
-    );
+    assert_everything_arrived(&dei_propagator::composite_propagator().extract(&headers), &index);
 }
 
 #[test]
@@ -161,23 +155,13 @@ fn a_relay_that_runs_only_the_baggage_propagator_passes_the_index_on() {
         index.child(Element::new(ElementDigest([9; 8]), 1)),
         Fault::UNAVAILABLE,
     )]);
-    let sent = inject(
-        &dei_last(),
-        &sending_context(&index).with_fault_plan(plan.clone()),
-    );
+    let sent = inject(&dei_last(), &sending_context(&index).with_fault_plan(plan.clone()));
     // The relay: a service in any language with only the standard W3C baggage propagator.
     let relay_cx = BaggagePropagator::new().extract(&sent);
     let relayed = inject(&BaggagePropagator::new(), &relay_cx);
-    assert!(
-        !relayed.contains_key("dei"),
-        "the relay does not know the dei header"
-    );
+    assert!(!relayed.contains_key("dei"), "the relay does not know the dei header");
     let received = DeiPropagator::new().extract(&relayed);
-    assert_eq!(
-        received.dei_index(),
-        Some(&index),
-        "taken from the baggage entry"
-    );
+    assert_eq!(received.dei_index(), Some(&index), "taken from the baggage entry");
     assert_eq!(received.fault_plan(), Some(&plan));
     assert_eq!(dei_first().extract(&relayed).dei_index(), Some(&index));
 }
@@ -186,11 +170,7 @@ fn a_relay_that_runs_only_the_baggage_propagator_passes_the_index_on() {
 fn carriers_are_configurable() {
     let index = index(4);
     let only = |header, baggage| {
-        DeiPropagator::with_config(
-            Carriers { header, baggage },
-            Limits::default(),
-            Default::default(),
-        )
+        DeiPropagator::with_config(Carriers { header, baggage }, Limits::default(), Default::default())
     };
     let cx = Context::new().with_dei_index(index.clone());
     let header_only = inject(&only(true, false), &cx);
@@ -201,10 +181,7 @@ fn carriers_are_configurable() {
     assert_eq!(baggage_only["baggage"], format!("dei={}", index.encode()));
     assert!(inject(&only(false, false), &cx).is_empty());
     for headers in [header_only, baggage_only] {
-        assert_eq!(
-            DeiPropagator::new().extract(&headers).dei_index(),
-            Some(&index)
-        );
+        assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&index));
     }
     // nothing to send, nothing written
     assert!(inject(&DeiPropagator::new(), &Context::new()).is_empty());
@@ -214,25 +191,18 @@ fn carriers_are_configurable() {
 fn bad_values_are_rejected_with_typed_errors_counted_and_treated_as_absent() {
     let limits = Limits::default();
     let too_long = format!("1{}", ".AAAAAAAAAAA4294967295".repeat(80));
-    assert!(
-        matches!(Index::decode(&too_long), Err(WireError::TooLong { max, .. }) if max == limits.max_len)
-    );
+    assert!(matches!(Index::decode(&too_long), Err(WireError::TooLong { max, .. }) if max == limits.max_len));
     let too_deep = format!("1{}", ".AAAAAAAAAAA1".repeat(limits.max_depth + 1));
     assert!(too_deep.len() <= limits.max_len);
     assert_eq!(
         Index::decode(&too_deep),
-        Err(WireError::TooDeep {
-            max: limits.max_depth
-        })
+        Err(WireError::TooDeep { max: limits.max_depth })
     );
     assert_eq!(
         Index::decode("7.AAAAAAAAAAA1"),
         Err(WireError::UnsupportedVersion("7".into()))
     );
-    assert_eq!(
-        Index::decode("1.AAAAAAAAAAA0"),
-        Err(WireError::BadCount { element: 0 })
-    );
+    assert_eq!(Index::decode("1.AAAAAAAAAAA0"), Err(WireError::BadCount { element: 0 }));
     assert_eq!(
         Index::decode("1.AAAAAAAAAAA1.AAAA"),
         Err(WireError::BadDigest { element: 1 })
@@ -268,35 +238,20 @@ fn bad_values_are_rejected_with_typed_errors_counted_and_treated_as_absent() {
                 headers.insert(k, v);
             });
             let cx = dei_last().extract(&headers);
-            assert!(
-                cx.dei_index().is_none(),
-                "{key}={value:.40}: treated as absent"
-            );
-            assert_eq!(
-                cx.span().span_context().trace_id(),
-                trace_id,
-                "the request goes on"
-            );
+            assert!(cx.dei_index().is_none(), "{key}={value:.40}: treated as absent");
+            assert_eq!(cx.span().span_context().trace_id(), trace_id, "the request goes on");
             // the baggage propagator drops a header over 8192 bytes before we see it, and a `,` starts a new
             // entry; anything else reaches the decoder and is counted
             let reached_us = key != "baggage" || (value.len() <= 8000 && !value.contains(','));
             if reached_us && !value.is_empty() {
-                assert!(
-                    rejection::rejected_total(source) > before,
-                    "{key}={value:.40}: counted"
-                );
+                assert!(rejection::rejected_total(source) > before, "{key}={value:.40}: counted");
             }
         }
     }
     // fault plans: typed errors, counted, absent
     let before = rejection::rejected_total(Source::FaultPlan);
     let headers: Headers = [("dei-faults".to_string(), "1*1.AAAAAAAAAAA1:g99".to_string())].into();
-    assert!(
-        DeiPropagator::new()
-            .extract(&headers)
-            .fault_plan()
-            .is_none()
-    );
+    assert!(DeiPropagator::new().extract(&headers).fault_plan().is_none());
     assert!(rejection::rejected_total(Source::FaultPlan) > before);
     let snapshot = rejection::snapshot();
     assert!(snapshot.iter().all(|(_, n)| *n > 0), "{snapshot:?}");
@@ -305,23 +260,10 @@ fn bad_values_are_rejected_with_typed_errors_counted_and_treated_as_absent() {
 #[test]
 fn limits_are_configurable() {
     let index = index(6);
-    let strict = DeiPropagator::with_config(
-        Carriers::default(),
-        Limits::for_depth(5),
-        Default::default(),
-    );
-    let headers = inject(
-        &DeiPropagator::new(),
-        &Context::new().with_dei_index(index.clone()),
-    );
-    assert!(
-        strict.extract(&headers).dei_index().is_none(),
-        "deeper than 5"
-    );
-    assert_eq!(
-        DeiPropagator::new().extract(&headers).dei_index(),
-        Some(&index)
-    );
+    let strict = DeiPropagator::with_config(Carriers::default(), Limits::for_depth(5), Default::default());
+    let headers = inject(&DeiPropagator::new(), &Context::new().with_dei_index(index.clone()));
+    assert!(strict.extract(&headers).dei_index().is_none(), "deeper than 5");
+    assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&index));
     assert_eq!(Limits::for_depth(5).max_len, 1 + 5 * 23);
 }
 
@@ -329,16 +271,11 @@ fn limits_are_configurable() {
 fn baggage_pitfalls() {
     let index = index(3);
     // other entries and their properties survive; a stale incoming `dei` entry is replaced, not duplicated
-    let mut baggage: Baggage = [
-        KeyValue::new("dei", "1.AAAAAAAAAAA9"),
-        KeyValue::new("a", "1"),
-    ]
-    .into_iter()
-    .collect();
+    let mut baggage: Baggage = [KeyValue::new("dei", "1.AAAAAAAAAAA9"), KeyValue::new("a", "1")]
+        .into_iter()
+        .collect();
     baggage.insert_with_metadata("b", "x y", BaggageMetadata::from("p=1"));
-    let cx = Context::new()
-        .with_baggage(baggage)
-        .with_dei_index(index.clone());
+    let cx = Context::new().with_baggage(baggage).with_dei_index(index.clone());
     let headers = inject(&DeiPropagator::new(), &cx);
     let entries: Vec<&str> = headers["baggage"].split(',').collect();
     assert_eq!(entries.len(), 3, "{entries:?}");
@@ -351,29 +288,19 @@ fn baggage_pitfalls() {
     let ours = headers["dei"].clone();
     assert!(!ours.contains(['=', ',', ';', '%', ' ', '"']));
     let extracted = BaggagePropagator::new().extract(&headers);
-    assert_eq!(
-        extracted.baggage().get("dei").map(|v| v.as_str()),
-        Some(ours.as_str())
-    );
+    assert_eq!(extracted.baggage().get("dei").map(|v| v.as_str()), Some(ours.as_str()));
 
     // a full baggage (64 entries) silently refuses our entry: counted, and the header still carries it
-    let full: Baggage = (0..64)
-        .map(|i| KeyValue::new(format!("k{i}"), "v"))
-        .collect();
+    let full: Baggage = (0..64).map(|i| KeyValue::new(format!("k{i}"), "v")).collect();
     assert_eq!(full.len(), 64);
     let before = rejection::baggage_full_total();
     let headers = inject(
         &DeiPropagator::new(),
-        &Context::new()
-            .with_baggage(full)
-            .with_dei_index(index.clone()),
+        &Context::new().with_baggage(full).with_dei_index(index.clone()),
     );
     assert!(rejection::baggage_full_total() > before);
     assert!(!headers["baggage"].contains("dei="));
-    assert_eq!(
-        DeiPropagator::new().extract(&headers).dei_index(),
-        Some(&index)
-    );
+    assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&index));
 }
 
 #[test]
@@ -393,10 +320,7 @@ fn the_direct_baggage_header_is_what_the_baggage_propagator_writes() {
     ]
     .into_iter()
     .collect();
-    let standard = inject(
-        &BaggagePropagator::new(),
-        &Context::new().with_baggage(baggage),
-    );
+    let standard = inject(&BaggagePropagator::new(), &Context::new().with_baggage(baggage));
     let entries = |h: &Headers| {
         let mut e: Vec<String> = h["baggage"].split(',').map(str::to_string).collect();
         e.sort();
@@ -404,16 +328,8 @@ fn the_direct_baggage_header_is_what_the_baggage_propagator_writes() {
     };
     assert_eq!(entries(&ours), entries(&standard));
     // an index too large for baggage under generous limits is left out of the baggage, counted, never sent
-    let huge = Index::from_elements(
-        (0..700)
-            .map(|i| Element::new(ElementDigest([i as u8; 8]), 1))
-            .collect(),
-    );
-    let generous = DeiPropagator::with_config(
-        Carriers::default(),
-        Limits::for_depth(1000),
-        Default::default(),
-    );
+    let huge = Index::from_elements((0..700).map(|i| Element::new(ElementDigest([i as u8; 8]), 1)).collect());
+    let generous = DeiPropagator::with_config(Carriers::default(), Limits::for_depth(1000), Default::default());
     let before = rejection::baggage_full_total();
     let headers = inject(&generous, &Context::new().with_dei_index(huge.clone()));
     assert!(rejection::baggage_full_total() > before);

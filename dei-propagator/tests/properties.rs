@@ -2,8 +2,8 @@
 
 use dei_propagator::projection::{RecordedRpc, project};
 use dei_propagator::{
-    CallStack, DeiContextExt, DeiPropagator, Element, ElementDigest, Fault, FaultPlan, Frame,
-    Index, Instantiation, InvocationSignature, Limits, PayloadDigest, RequestScope, Signature,
+    CallStack, DeiContextExt, DeiPropagator, Element, ElementDigest, Fault, FaultPlan, Frame, Index, Instantiation,
+    InvocationSignature, Limits, PayloadDigest, RequestScope, Signature,
 };
 use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator;
@@ -31,14 +31,14 @@ fn program() -> impl Strategy<Value = Vec<Node>> {
         children: vec![],
     });
     let node = leaf.prop_recursive(4, 64, 6, |inner| {
-        (0u8..3, 0u8..3, 0u8..3, prop::collection::vec(inner, 0..6)).prop_map(
-            |(signature, payload, site, children)| Node {
+        (0u8..3, 0u8..3, 0u8..3, prop::collection::vec(inner, 0..6)).prop_map(|(signature, payload, site, children)| {
+            Node {
                 signature,
                 payload,
                 site,
                 children,
-            },
-        )
+            }
+        })
     });
     prop::collection::vec(node, 1..8)
 }
@@ -51,11 +51,7 @@ fn invocation(node: &Node, sibling: usize, distinct_payloads: bool) -> Invocatio
     } else {
         format!("p{}", node.payload)
     };
-    let stack = CallStack::new(vec![Frame::new(
-        "src/service.rs",
-        10 + u32::from(node.site),
-        5,
-    )]);
+    let stack = CallStack::new(vec![Frame::new("src/service.rs", 10 + u32::from(node.site), 5)]);
     InvocationSignature::new(
         Signature::new(&format!("svc{}", node.signature), "call", ""),
         PayloadDigest::of(payload.as_bytes()),
@@ -96,15 +92,7 @@ fn run_sequential(program: &[Node], inst: &Instantiation, distinct: bool) -> Vec
             });
             let me = out.len() - 1;
             let callee = RequestScope::enter(index, inst.clone());
-            serve(
-                &callee,
-                &node.children,
-                &child_id,
-                Some(me),
-                inst,
-                distinct,
-                out,
-            );
+            serve(&callee, &node.children, &child_id, Some(me), inst, distinct, out);
         }
     }
     let mut out = Vec::new();
@@ -137,10 +125,7 @@ fn run_scheduled(program: &[Node], inst: &Instantiation, seed: u64) -> BTreeMap<
     let mut out = BTreeMap::new();
     while !ready.is_empty() {
         let (scope, id, sibling, node) = ready.swap_remove(rng.random_range(0..ready.len()));
-        let index = scope
-            .issue(&invocation(node, sibling, true))
-            .index()
-            .clone();
+        let index = scope.issue(&invocation(node, sibling, true)).index().clone();
         let callee = RequestScope::enter(index.clone(), inst.clone());
         for (i, child) in node.children.iter().enumerate() {
             let mut child_id = id.clone();
@@ -153,11 +138,7 @@ fn run_scheduled(program: &[Node], inst: &Instantiation, seed: u64) -> BTreeMap<
 }
 
 fn arb_index(max_depth: usize) -> impl Strategy<Value = Index> {
-    prop::collection::vec(
-        (any::<[u8; 8]>(), 1u32..=u32::MAX, any::<bool>()),
-        0..=max_depth,
-    )
-    .prop_map(|els| {
+    prop::collection::vec((any::<[u8; 8]>(), 1u32..=u32::MAX, any::<bool>()), 0..=max_depth).prop_map(|els| {
         Index::from_elements(
             els.into_iter()
                 .map(|(d, c, p)| {
@@ -303,17 +284,8 @@ fn invalid_faults_are_refused_by_try_new_and_latency_is_clamped() {
     let root = Index::root();
     assert!(FaultPlan::try_new(vec![(root.clone(), Fault::Grpc(17))]).is_err());
     assert!(FaultPlan::try_new(vec![(root.clone(), Fault::Http(99))]).is_err());
-    assert!(
-        FaultPlan::try_new(vec![(
-            root.clone(),
-            Fault::Latency(Duration::from_micros(1500))
-        )])
-        .is_err()
-    );
-    let long = FaultPlan::new(vec![(
-        root.clone(),
-        Fault::Latency(Duration::from_secs(5000)),
-    )]);
+    assert!(FaultPlan::try_new(vec![(root.clone(), Fault::Latency(Duration::from_micros(1500)))]).is_err());
+    let long = FaultPlan::new(vec![(root.clone(), Fault::Latency(Duration::from_secs(5000)))]);
     assert_eq!(
         long.encode(),
         "1*1:l999999",

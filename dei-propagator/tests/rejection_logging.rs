@@ -15,8 +15,7 @@ struct CountWarnings(Arc<AtomicUsize>);
 
 impl<S: Subscriber> Layer<S> for CountWarnings {
     fn on_event(&self, event: &tracing::Event<'_>, _cx: Context<'_, S>) {
-        if *event.metadata().level() == tracing::Level::WARN
-            && event.metadata().target().starts_with("dei_propagator")
+        if *event.metadata().level() == tracing::Level::WARN && event.metadata().target().starts_with("dei_propagator")
         {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
@@ -26,9 +25,8 @@ impl<S: Subscriber> Layer<S> for CountWarnings {
 #[test]
 fn a_flood_of_bad_headers_is_counted_in_full_and_logged_once() {
     let warnings = Arc::new(AtomicUsize::new(0));
-    let _default = tracing::subscriber::set_default(
-        tracing_subscriber::registry().with(CountWarnings(warnings.clone())),
-    );
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(CountWarnings(warnings.clone())));
     let headers: HashMap<String, String> = [("dei".to_string(), "not an index".to_string())].into();
     let before = rejection::rejected_total(Source::Header);
     for _ in 0..1000 {

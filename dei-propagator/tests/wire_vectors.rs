@@ -2,8 +2,8 @@
 //! recomputed, so the spec and the code cannot drift apart.
 
 use dei_propagator::{
-    Element, ElementDigest, Fault, FaultPlan, Instantiation, InvocationSignature, PathMode,
-    PayloadDigest, Signature, StackDigest,
+    Element, ElementDigest, Fault, FaultPlan, Instantiation, InvocationSignature, PathMode, PayloadDigest, Signature,
+    StackDigest,
 };
 use dei_propagator::{Index, WireError};
 use sha2::{Digest, Sha256};
@@ -14,10 +14,7 @@ const SPEC: &str = include_str!("../../docs/wire-format.md");
 /// turned to the empty string and `\n` turned into newlines.
 fn table(title: &str) -> Vec<Vec<String>> {
     let heading = format!("### {title}\n");
-    let start = SPEC
-        .find(&heading)
-        .unwrap_or_else(|| panic!("no section {title}"))
-        + heading.len();
+    let start = SPEC.find(&heading).unwrap_or_else(|| panic!("no section {title}")) + heading.len();
     let section = &SPEC[start..];
     let section = &section[..section.find("\n#").unwrap_or(section.len())];
     let rows: Vec<Vec<String>> = section
@@ -132,11 +129,7 @@ fn index_values() {
                     None => (count, false),
                 };
                 let element = Element::new(ElementDigest(hex8(hex)), count.parse().expect("count"));
-                if preliminary {
-                    element.preliminary()
-                } else {
-                    element
-                }
+                if preliminary { element.preliminary() } else { element }
             })
             .collect();
         let index = Index::from_elements(elements);
@@ -149,9 +142,7 @@ fn index_values() {
 #[test]
 fn rejected_index_values() {
     for row in table("Rejected index values") {
-        let [value, why] = &row[..] else {
-            panic!("{row:?}")
-        };
+        let [value, why] = &row[..] else { panic!("{row:?}") };
         let value = match value.split_once(" then 65 times ") {
             Some((head, element)) => format!("{head}{}", element.repeat(65)),
             None => value.clone(),
@@ -177,9 +168,7 @@ fn rejected_index_values() {
 #[test]
 fn fault_plans() {
     for row in table("Fault plans") {
-        let [value, entries] = &row[..] else {
-            panic!("{row:?}")
-        };
+        let [value, entries] = &row[..] else { panic!("{row:?}") };
         match entries.strip_prefix("rejected") {
             Some(_) => assert!(FaultPlan::decode(value).is_err(), "{value}"),
             None => {

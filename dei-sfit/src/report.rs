@@ -58,7 +58,10 @@ pub struct ExecutionRecord {
     pub rpcs: Vec<ObservedRpc>,
     /// Time spent in the test itself, microseconds.
     pub test_us: u64,
-    /// Time the search spent around it (span collection, rewriting, scheduling), microseconds.
+    /// Time the search spent preparing the source and collecting, rewriting and indexing the spans,
+    /// microseconds.
+    pub collect_us: u64,
+    /// Time the search spent around the test in all (`collect_us` plus scheduling), microseconds.
     pub overhead_us: u64,
 }
 

@@ -207,15 +207,10 @@ impl Search {
             Err(join) => TestOutcome::Fail { message: format!("test panicked: {join}") },
         };
         let test_time = test_started.elapsed();
-        let t0 = Instant::now();
         let mut obs = self.source.collect().await?;
-        let t1 = Instant::now();
         obs.finalize();
         if let Some(reference) = &self.options.reference {
             obs.compute_reference(reference);
-        }
-        if std::env::var_os("SFIT_TIMING").is_some() {
-            eprintln!("timing: begin {:?} collect {:?} finalize+ref {:?} test {:?}", test_started - started, t1 - t0, t1.elapsed(), test_time);
         }
         let effective = obs.effective();
         let plan_set: FaultSet = planned.iter().map(|p| (p.index.clone(), p.fault)).collect();
@@ -247,6 +242,7 @@ impl Search {
             scheduled_by: None,
             rpcs: obs.rpcs,
             test_us: test_time.as_micros() as u64,
+            collect_us: total.saturating_sub(test_time).as_micros() as u64,
             overhead_us: total.saturating_sub(test_time).as_micros() as u64,
         })
     }

@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 
 /// The generated protobuf code.
@@ -39,7 +40,9 @@ pub fn spans() -> InMemorySpans {
         let exporter = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
         let tracer = provider.tracer("dei-corpus");
-        let subscriber = tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
+        // INFO and above: the DEI client and server spans, not the transport crates' debug and trace spans
+        let layer = tracing_opentelemetry::layer().with_tracer(tracer).with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+        let subscriber = tracing_subscriber::registry().with(layer);
         let _ = tracing::subscriber::set_global_default(subscriber);
         opentelemetry::global::set_tracer_provider(provider);
         exporter

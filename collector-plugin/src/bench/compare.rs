@@ -27,6 +27,9 @@ pub struct CompareConfig {
     pub traces_per_request: usize,
     /// Also measure dei-collector with analysis off.
     pub include_forward_only: bool,
+    /// rotel's `--otlp-exporter-compression` (`none` matches dei-collector, which forwards uncompressed;
+    /// rotel's own default is `gzip`).
+    pub rotel_compression: String,
 }
 
 /// One target's figures.
@@ -265,6 +268,7 @@ pub async fn run(
                         &format!("http://{}", sink.grpc_addr),
                     ]);
                     cmd.args(["--otlp-exporter-protocol", "grpc"]);
+                    cmd.args(["--otlp-exporter-compression", &config.rotel_compression]);
                     cmd.args(["--pid-file", &format!("/tmp/rotel-bench-{g}.pid")]);
                     ("rotel", cmd, g)
                 }

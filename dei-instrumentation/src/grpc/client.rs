@@ -108,10 +108,7 @@ where
         let config = self.config.clone();
         let path = request.uri().path().to_string();
         let signature = Signature::grpc_path(&path);
-        let (service, method) = signature
-            .name()
-            .split_once('/')
-            .unwrap_or((signature.name(), ""));
+        let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
         let span = tracing::info_span!(
             target: "dei",
             "grpc.client",
@@ -120,8 +117,12 @@ where
             rpc.system = "grpc",
             rpc.service = %service,
             rpc.method = %method,
-            server.address = request.uri().host().unwrap_or(""),
+            server.address = tracing::field::Empty,
         );
+        // A generated client's requests carry only the path; the channel adds the authority later.
+        if let Some(host) = request.uri().host() {
+            span.record("server.address", host);
+        }
         let kind = config.method_kind(&path);
         Box::pin(call(
             inner,
@@ -255,10 +256,7 @@ where
                 record_grpc_status(&span, status.code());
             }
             let (rparts, ()) = response.into_parts();
-            return Ok(http::Response::from_parts(
-                rparts,
-                DeiResponseBody::empty(guard),
-            ));
+            return Ok(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
         }
         Action::Delay(d) => tokio::time::sleep(d).await,
         Action::Send => {}

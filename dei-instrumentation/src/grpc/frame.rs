@@ -43,19 +43,13 @@ impl MessageDigester {
                     return;
                 }
                 let take = (HEADER_LEN - self.header_filled).min(bytes.len());
-                self.header[self.header_filled..self.header_filled + take]
-                    .copy_from_slice(&bytes[..take]);
+                self.header[self.header_filled..self.header_filled + take].copy_from_slice(&bytes[..take]);
                 self.header_filled += take;
                 bytes = &bytes[take..];
                 if self.header_filled < HEADER_LEN {
                     return;
                 }
-                let len = u32::from_be_bytes([
-                    self.header[1],
-                    self.header[2],
-                    self.header[3],
-                    self.header[4],
-                ]);
+                let len = u32::from_be_bytes([self.header[1], self.header[2], self.header[3], self.header[4]]);
                 self.remaining = len as usize;
                 self.header_filled = 0;
                 self.hasher = Some(PayloadHasher::new());

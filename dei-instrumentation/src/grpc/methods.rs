@@ -51,18 +51,14 @@ pub(crate) struct MethodKinds(HashMap<String, MethodKind>);
 
 impl MethodKinds {
     pub(crate) fn insert(&mut self, path: &str, kind: MethodKind) {
-        self.0
-            .insert(path.trim_start_matches('/').to_string(), kind);
+        self.0.insert(path.trim_start_matches('/').to_string(), kind);
     }
 
     pub(crate) fn get(&self, path: &str) -> Option<MethodKind> {
         self.0.get(path.trim_start_matches('/')).copied()
     }
 
-    pub(crate) fn extend_from_descriptor_set(
-        &mut self,
-        encoded: &[u8],
-    ) -> Result<(), prost::DecodeError> {
+    pub(crate) fn extend_from_descriptor_set(&mut self, encoded: &[u8]) -> Result<(), prost::DecodeError> {
         let set = prost_types::FileDescriptorSet::decode(encoded)?;
         for file in &set.file {
             let package = file.package();
@@ -73,10 +69,7 @@ impl MethodKinds {
                     format!("{package}.{}", service.name())
                 };
                 for method in &service.method {
-                    let kind = MethodKind::from_flags(
-                        method.client_streaming(),
-                        method.server_streaming(),
-                    );
+                    let kind = MethodKind::from_flags(method.client_streaming(), method.server_streaming());
                     self.insert(&format!("{service_name}/{}", method.name()), kind);
                 }
             }

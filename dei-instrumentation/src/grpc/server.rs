@@ -81,10 +81,7 @@ where
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let path = request.uri().path().to_string();
         let signature = Signature::grpc_path(&path);
-        let (service, method) = signature
-            .name()
-            .split_once('/')
-            .unwrap_or((signature.name(), ""));
+        let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
         let span = tracing::info_span!(
             target: "dei",
             "grpc.server",
@@ -96,13 +93,7 @@ where
         );
         let kind = self.config.method_kind(&path);
         let single_request = kind == Some(MethodKind::ServerStreaming);
-        let call = incoming::open(
-            &self.config,
-            request.headers(),
-            &signature,
-            &span,
-            single_request,
-        );
+        let call = incoming::open(&self.config, request.headers(), &signature, &span, single_request);
         let (mut parts, body) = request.into_parts();
         let digest = if call.index.is_preliminary() {
             // A stream: its preliminary index has the empty payload.

@@ -49,10 +49,7 @@ pub struct StreamClosed;
 impl<T: Send + 'static> StreamSender<T> {
     /// Sends a message, recording the caller's location and stack as its send site.
     #[track_caller]
-    pub fn send(
-        &self,
-        message: T,
-    ) -> impl Future<Output = Result<(), StreamClosed>> + Send + 'static {
+    pub fn send(&self, message: T) -> impl Future<Output = Result<(), StreamClosed>> + Send + 'static {
         let site = self.capturer.capture_at(Some(Location::caller()));
         let tx = self.tx.clone();
         async move { tx.send((message, site)).await.map_err(|_| StreamClosed) }
@@ -73,11 +70,7 @@ impl<T> Stream for OutboundMessages<T> {
             Poll::Ready(Some((message, site))) => {
                 // tonic encodes messages in the order the stream yields them: the sites queue stays in step
                 // with the frames the client layer sees.
-                self.sites
-                    .0
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push_back(site);
+                self.sites.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(site);
                 Poll::Ready(Some(message))
             }
             Poll::Ready(None) => Poll::Ready(None),
@@ -101,10 +94,7 @@ impl<T> Stream for OutboundMessages<T> {
 /// # Ok(()) }
 /// ```
 #[track_caller]
-pub fn channel<T>(
-    config: &DeiConfig,
-    buffer: usize,
-) -> (StreamSender<T>, tonic::Request<OutboundMessages<T>>) {
+pub fn channel<T>(config: &DeiConfig, buffer: usize) -> (StreamSender<T>, tonic::Request<OutboundMessages<T>>) {
     let (tx, rx) = mpsc::channel(buffer.max(1));
     let sites = SendSites::default();
     let mut request = tonic::Request::new(OutboundMessages {
@@ -194,10 +184,7 @@ impl<T> DeiStreaming<T> {
             Some(call) if call.index.is_preliminary() => {
                 let index = call.index.stream_message(k);
                 let scope = RequestScope::enter(index.clone(), call.instantiation.clone());
-                let context = call
-                    .context
-                    .with_dei_scope(scope)
-                    .with_dei_index(index.clone());
+                let context = call.context.with_dei_scope(scope).with_dei_index(index.clone());
                 StreamMessage {
                     message,
                     k,
@@ -231,10 +218,7 @@ impl<T> DeiStreaming<T> {
 
 impl<T> Stream for DeiStreaming<T> {
     type Item = Result<StreamMessage<T>, tonic::Status>;
-    fn poll_next(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> Poll<Option<Self::Item>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Option<Self::Item>> {
         match Pin::new(&mut self.inner).poll_next(cx) {
             Poll::Ready(Some(Ok(m))) => Poll::Ready(Some(Ok(self.wrap(m)))),
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),

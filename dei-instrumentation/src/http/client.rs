@@ -43,8 +43,7 @@ fn fault_response(fault: Fault) -> reqwest::Response {
         Fault::Connection | Fault::Latency(_) => 503,
     };
     let mut response = http::Response::new(Vec::<u8>::new());
-    *response.status_mut() =
-        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     reqwest::Response::from(response)
 }
 
@@ -97,15 +96,11 @@ impl Middleware for DeiReqwestMiddleware {
         );
         match out.action {
             Action::Fail(Fault::Connection) => {
-                span.set_status(opentelemetry::trace::Status::error(
-                    "injected connection error",
-                ));
+                span.set_status(opentelemetry::trace::Status::error("injected connection error"));
                 span.set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
-                return Err(reqwest_middleware::Error::middleware(
-                    InjectedConnectionError {
-                        index: out.issued.index().encode(),
-                    },
-                ));
+                return Err(reqwest_middleware::Error::middleware(InjectedConnectionError {
+                    index: out.issued.index().encode(),
+                }));
             }
             Action::Fail(f) => {
                 let response = fault_response(f);
@@ -123,9 +118,7 @@ impl Middleware for DeiReqwestMiddleware {
             Ok(response) => {
                 span.record("http.response.status_code", response.status().as_u16());
                 if response.status().is_server_error() {
-                    span.set_status(opentelemetry::trace::Status::error(
-                        response.status().to_string(),
-                    ));
+                    span.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
                 }
             }
             Err(e) => span.set_status(opentelemetry::trace::Status::error(e.to_string())),

@@ -117,9 +117,7 @@ where
                 status_span.record("http.response.status_code", response.status().as_u16());
                 if response.status().is_server_error() {
                     use tracing_opentelemetry::OpenTelemetrySpanExt;
-                    status_span.set_status(opentelemetry::trace::Status::error(
-                        response.status().to_string(),
-                    ));
+                    status_span.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
                 }
                 Ok(response.map(|b| DeiResponseBody::new(b, guard, Some(body_cx))))
             }

@@ -46,9 +46,7 @@ impl Hasher for AddressHasher {
         }
     }
     fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
     }
 }
 
@@ -152,11 +150,9 @@ impl SymbolCache {
                 Class::Foreign => {}
                 Class::App => {
                     let frame = match (mode, file) {
-                        (StackMode::LineTables, Some(file)) => Frame::new(
-                            file,
-                            symbol.lineno().unwrap_or(0),
-                            symbol.colno().unwrap_or(0),
-                        ),
+                        (StackMode::LineTables, Some(file)) => {
+                            Frame::new(file, symbol.lineno().unwrap_or(0), symbol.colno().unwrap_or(0))
+                        }
                         // Without line tables the function name is the best key there is.
                         _ => Frame::new(name.clone().unwrap_or_default(), 0, 0),
                     };
@@ -165,8 +161,7 @@ impl SymbolCache {
                         None => frame,
                     };
                     frames.push(AppFrame {
-                        key: format!("{}:{}:{}\n", frame.file, frame.line, frame.column)
-                            .into_boxed_str(),
+                        key: format!("{}:{}:{}\n", frame.file, frame.line, frame.column).into_boxed_str(),
                         frame,
                     });
                 }

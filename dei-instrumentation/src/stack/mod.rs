@@ -124,11 +124,7 @@ impl CapturedStack {
     fn iter(&self) -> impl Iterator<Item = &Frame> {
         self.call_site
             .iter()
-            .chain(
-                self.frames
-                    .iter()
-                    .flat_map(|group| group.iter().map(|f| &f.frame)),
-            )
+            .chain(self.frames.iter().flat_map(|group| group.iter().map(|f| &f.frame)))
             .take(self.max_depth)
     }
 
@@ -181,12 +177,8 @@ impl StackCapturer {
         let mode = match config.mode {
             None => detected,
             Some(StackMode::CallSiteOnly) => StackMode::CallSiteOnly,
-            Some(StackMode::LineTables) if detected == StackMode::LineTables => {
-                StackMode::LineTables
-            }
-            Some(StackMode::SymbolsOnly | StackMode::LineTables)
-                if detected != StackMode::Stripped =>
-            {
+            Some(StackMode::LineTables) if detected == StackMode::LineTables => StackMode::LineTables,
+            Some(StackMode::SymbolsOnly | StackMode::LineTables) if detected != StackMode::Stripped => {
                 StackMode::SymbolsOnly
             }
             Some(_) => StackMode::Stripped,
@@ -200,11 +192,7 @@ impl StackCapturer {
         }
         StackCapturer {
             inner: Arc::new(CapturerInner {
-                filter: FrameFilter::new(
-                    config.workspace_root.as_deref(),
-                    config.allow,
-                    config.deny,
-                ),
+                filter: FrameFilter::new(config.workspace_root.as_deref(), config.allow, config.deny),
                 cache: SymbolCache::new(),
                 mode,
                 max_depth: config.max_depth,
@@ -230,10 +218,7 @@ impl StackCapturer {
 
     /// Captures the current stack with `call_site` (a `#[track_caller]` location) as innermost frame.
     #[inline(never)]
-    pub fn capture_at(
-        &self,
-        call_site: Option<&'static std::panic::Location<'static>>,
-    ) -> CapturedStack {
+    pub fn capture_at(&self, call_site: Option<&'static std::panic::Location<'static>>) -> CapturedStack {
         let inner = &*self.inner;
         let call_site = call_site.map(|loc| {
             Frame::new(
@@ -334,44 +319,25 @@ mod tests {
         }
         let (a1, a2) = (&a[0], &a[1]);
         let b = site_b(&c);
-        assert_eq!(
-            a1.digest(),
-            a2.digest(),
-            "{}\n--\n{}",
-            a1.readable(),
-            a2.readable()
-        );
+        assert_eq!(a1.digest(), a2.digest(), "{}\n--\n{}", a1.readable(), a2.readable());
         assert_ne!(a1.digest(), b.digest());
         assert_eq!(
             a1.digest(),
             a1.to_call_stack().digest(),
             "digest matches the model's rule"
         );
-        assert!(
-            !a1.readable().contains(".cargo/registry"),
-            "{}",
-            a1.readable()
-        );
+        assert!(!a1.readable().contains(".cargo/registry"), "{}", a1.readable());
         assert!(a1.readable().contains("site_a"), "{}", a1.readable());
     }
 
     #[test]
     fn max_depth_and_call_site_only() {
-        let c = StackCapturer::new(
-            StackConfig::default()
-                .allow("src/stack/mod.rs")
-                .max_depth(1),
-        );
+        let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs").max_depth(1));
         assert_eq!(site_a(&c).len(), 1);
         let fast = StackCapturer::new(StackConfig::default().mode(StackMode::CallSiteOnly));
         assert!(site_a(&fast).is_empty());
-        let marked =
-            futures::executor::block_on(async { async { site_a(&fast) }.at_call_site().await });
+        let marked = futures::executor::block_on(async { async { site_a(&fast) }.at_call_site().await });
         assert_eq!(marked.len(), 1);
-        assert!(
-            marked.readable().contains("src/stack/mod.rs"),
-            "{}",
-            marked.readable()
-        );
+        assert!(marked.readable().contains("src/stack/mod.rs"), "{}", marked.readable());
     }
 }

@@ -9,8 +9,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use dei_instrumentation::testing::{TestTelemetry, attribute, telemetry};
 use dei_instrumentation::{
-    DeiClientLayer, DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware, DeiServerLayer,
-    DeiStreaming, root_context,
+    DeiClientLayer, DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware, DeiServerLayer, DeiStreaming, root_context,
 };
 use dei_propagator::DeiContextExt;
 use futures::{Stream, StreamExt};
@@ -87,18 +86,14 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let router = Server::builder()
         .layer(DeiServerLayer::new(config.clone()))
         .add_service(svc);
     tokio::spawn(async move {
         router
-            .serve_with_incoming(
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            )
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)))
             .await
     });
     addr
@@ -132,10 +127,7 @@ impl Leaf {
             .send()
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
-        response
-            .text()
-            .await
-            .map_err(|e| Status::internal(e.to_string()))
+        response.text().await.map_err(|e| Status::internal(e.to_string()))
     }
 }
 
@@ -150,10 +142,7 @@ impl pb::leaf_server::Leaf for Leaf {
         }))
     }
 
-    async fn collect(
-        &self,
-        request: Request<tonic::Streaming<Msg>>,
-    ) -> Result<Response<Msg>, Status> {
+    async fn collect(&self, request: Request<tonic::Streaming<Msg>>) -> Result<Response<Msg>, Status> {
         let mut stream = DeiStreaming::new(request);
         let mut replies = Vec::new();
         while let Some(m) = stream.message().await? {
@@ -168,17 +157,13 @@ impl pb::leaf_server::Leaf for Leaf {
     async fn watch(&self, request: Request<Msg>) -> Result<Response<MsgStream>, Status> {
         let text = request.into_inner().text;
         let index = served_index();
-        let out =
-            futures::stream::iter((1..=3).map(move |i| Ok(msg(&format!("{text}{i}@{index}")))));
+        let out = futures::stream::iter((1..=3).map(move |i| Ok(msg(&format!("{text}{i}@{index}")))));
         Ok(Response::new(Box::pin(out)))
     }
 
     type ChatStream = MsgStream;
 
-    async fn chat(
-        &self,
-        request: Request<tonic::Streaming<Msg>>,
-    ) -> Result<Response<MsgStream>, Status> {
+    async fn chat(&self, request: Request<tonic::Streaming<Msg>>) -> Result<Response<MsgStream>, Status> {
         let stream = DeiStreaming::new(request);
         let leaf = self.clone();
         let out = stream.then(move |m| {
@@ -198,12 +183,10 @@ pub fn leaf_http(config: &DeiConfig) -> Router {
     Router::new()
         .route(
             "/items/{id}",
-            get(
-                |axum::extract::Path(id): axum::extract::Path<String>| async move {
-                    jitter().await;
-                    format!("item:{id}@{}", served_index())
-                },
-            ),
+            get(|axum::extract::Path(id): axum::extract::Path<String>| async move {
+                jitter().await;
+                format!("item:{id}@{}", served_index())
+            }),
         )
         .route(
             "/echo",
@@ -213,9 +196,7 @@ pub fn leaf_http(config: &DeiConfig) -> Router {
 }
 
 pub async fn serve_http(router: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
@@ -281,11 +262,7 @@ impl pb::middle_server::Middle for Middle {
             outcomes.push(outcome(&format!("spawn-{p}"), r));
         }
         // C over HTTP.
-        let http = self
-            .http
-            .get(format!("{}/items/{text}", self.leaf_http))
-            .send()
-            .await;
+        let http = self.http.get(format!("{}/items/{text}", self.leaf_http)).send().await;
         outcomes.push(match http {
             Ok(r) if r.status().is_success() => "http:ok".to_string(),
             Ok(r) => format!("http:{}", r.status().as_u16()),
@@ -386,11 +363,7 @@ impl System {
 
 /// Runs `f` as a functional test's entry point: in a root scope (plus `extra`, e.g. a fault plan), under a
 /// root span whose trace id is returned with the result.
-pub async fn in_root<F, T>(
-    config: &DeiConfig,
-    extra: impl FnOnce(Context) -> Context,
-    f: F,
-) -> (T, TraceId)
+pub async fn in_root<F, T>(config: &DeiConfig, extra: impl FnOnce(Context) -> Context, f: F) -> (T, TraceId)
 where
     F: std::future::Future<Output = T>,
 {

@@ -12,9 +12,6 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(plan) = FaultPlan::decode(text) {
         assert_eq!(plan.encode(), text, "accepted a non-canonical plan");
         assert!(plan.entries().iter().all(|(_, fault)| fault.is_valid()));
-        assert_eq!(
-            FaultPlan::try_new(plan.entries().to_vec()).as_ref(),
-            Ok(&plan)
-        );
+        assert_eq!(FaultPlan::try_new(plan.entries().to_vec()).as_ref(), Ok(&plan));
     }
 });
