@@ -14,6 +14,9 @@ async fn main() {
     let config = dei_instrumentation::DeiConfig::default();
     let cinema = cinema::start(Variant::Cinema9, &config).await;
     let test = cinema::functional_test(cinema);
-    let options = SearchOptions { catalog: cinema::catalog(), ..SearchOptions::default() };
+    let options = SearchOptions {
+        catalog: cinema::catalog(),
+        ..SearchOptions::default()
+    };
     common::search_main("cinema9", &test, options).await;
 }

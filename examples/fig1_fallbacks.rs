@@ -15,6 +15,9 @@ async fn main() {
     let (url, client) = hello::start_fig1_http(&config).await;
     let test = hello::fig1_test(url, client);
     let catalog = FaultCatalog::protocol_defaults().with_rule("GET */helloworld", vec![]);
-    let options = SearchOptions { catalog, ..SearchOptions::default() };
+    let options = SearchOptions {
+        catalog,
+        ..SearchOptions::default()
+    };
     common::search_main("fig1_fallbacks", &test, options).await;
 }

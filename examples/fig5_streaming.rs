@@ -13,6 +13,9 @@ async fn main() {
     let config = hello::config(dei_propagator::Instantiation::dei());
     let a = hello::start(Figure::Fig5, &config).await;
     let test = hello::fig_test(Figure::Fig5, a);
-    let options = SearchOptions { catalog: hello::catalog(), ..SearchOptions::default() };
+    let options = SearchOptions {
+        catalog: hello::catalog(),
+        ..SearchOptions::default()
+    };
     common::search_main("fig5_streaming", &test, options).await;
 }

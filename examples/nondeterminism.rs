@@ -38,7 +38,12 @@ async fn measure(instantiation: Instantiation, n: u32, iterations: usize) -> (f6
         let indexes = served.into_inner().indexes;
         let counts: Vec<u32> = indexes
             .iter()
-            .map(|i| Index::decode(i).ok().and_then(|x| x.last().map(|e| e.count)).unwrap_or(0))
+            .map(|i| {
+                Index::decode(i)
+                    .ok()
+                    .and_then(|x| x.last().map(|e| e.count))
+                    .unwrap_or(0)
+            })
             .collect();
         let in_order = if instantiation.payload {
             counts.iter().all(|&c| c == 1) && indexes.iter().collect::<HashSet<_>>().len() == indexes.len()
@@ -79,16 +84,33 @@ fn svg(rows: &[(u32, f64, f64)]) -> String {
         );
     }
     for (i, (n, _, _)) in rows.iter().enumerate() {
-        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{n}</text>"#, x(i), h - bottom + 20.0);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{n}</text>"#,
+            x(i),
+            h - bottom + 20.0
+        );
     }
-    let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">concurrent RPCs from one call site (N)</text>"#, left + pw / 2.0, h - 15.0);
-    for (series, color, label, dy) in [(1usize, "#c0392b", "without payload (Filibuster)", 0.0), (2, "#2471a3", "with payload (DEI)", 18.0)] {
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">concurrent RPCs from one call site (N)</text>"#,
+        left + pw / 2.0,
+        h - 15.0
+    );
+    for (series, color, label, dy) in [
+        (1usize, "#c0392b", "without payload (Filibuster)", 0.0),
+        (2, "#2471a3", "with payload (DEI)", 18.0),
+    ] {
         let pts: Vec<String> = rows
             .iter()
             .enumerate()
             .map(|(i, r)| format!("{:.1},{:.1}", x(i), y(if series == 1 { r.1 } else { r.2 })))
             .collect();
-        let _ = writeln!(s, r#"<polyline fill="none" stroke="{color}" stroke-width="2.5" points="{}"/>"#, pts.join(" "));
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2.5" points="{}"/>"#,
+            pts.join(" ")
+        );
         for p in &pts {
             let (px, py) = p.split_once(',').unwrap_or(("0", "0"));
             let _ = writeln!(s, r#"<circle cx="{px}" cy="{py}" r="4" fill="{color}"/>"#);
@@ -121,7 +143,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             without * 100.0,
             with * 100.0
         );
-        let _ = writeln!(csv, "{n},{iterations},{:.1},{:.1},{d_without},{d_with}", without * 100.0, with * 100.0);
+        let _ = writeln!(
+            csv,
+            "{n},{iterations},{:.1},{:.1},{d_without},{d_with}",
+            without * 100.0,
+            with * 100.0
+        );
         rows.push((n, without, with));
     }
     std::fs::create_dir_all("target/sfit")?;

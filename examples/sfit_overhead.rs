@@ -33,7 +33,16 @@ async fn main() {
     println!("medians per execution (p90 in brackets); overhead = the search's own time (collect + schedule)");
     println!(
         "{:>3} {:>6} {:>16} {:>18} {:>11} {:>11} {:>9} {:>13} {:>13} {:>7}",
-        "K", "execs", "test us", "overhead us", "collect us", "sched us", "overhead", "first 10% us", "last 10% us", "wall s"
+        "K",
+        "execs",
+        "test us",
+        "overhead us",
+        "collect us",
+        "sched us",
+        "overhead",
+        "first 10% us",
+        "last 10% us",
+        "wall s"
     );
     for k in widths {
         let items: Vec<String> = (0..k).map(|i| format!("w{i}")).collect();
@@ -42,15 +51,27 @@ async fn main() {
             let a = a.clone();
             let items = items.clone();
             async move {
-                let got = hello::call_a_with(&a, run.context(), items.clone()).await.map_err(|e| e.to_string())?;
+                let got = hello::call_a_with(&a, run.context(), items.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let injected = run.injected().await.map_err(|e| e.to_string())?.len();
                 let answered = got.split(' ').filter(|w| !w.is_empty()).count();
-                if answered + injected == items.len() { Ok(()) } else { Err(format!("{answered} answers, {injected} faults")) }
+                if answered + injected == items.len() {
+                    Ok(())
+                } else {
+                    Err(format!("{answered} answers, {injected} faults"))
+                }
             }
         });
-        let options = SearchOptions { catalog: hello::catalog(), ..SearchOptions::default() };
+        let options = SearchOptions {
+            catalog: hello::catalog(),
+            ..SearchOptions::default()
+        };
         let started = Instant::now();
-        let report = Search::with_shared_source(options, source.clone()).run(&test).await.expect("search");
+        let report = Search::with_shared_source(options, source.clone())
+            .run(&test)
+            .await
+            .expect("search");
         let wall = started.elapsed().as_secs_f64();
         assert!(report.failing().is_empty() && report.redundant().is_empty());
         let test_us: Vec<u64> = report.executions.iter().map(|e| e.test_us).collect();

@@ -10,13 +10,25 @@ use dei_sfit::{FaultCatalog, FunctionalTest, Oracle, Report, Search, SearchOptio
 use std::sync::Arc;
 
 async fn check(name: &str, test: &dyn FunctionalTest, catalog: FaultCatalog, source: Arc<dyn SpanSource>) -> Report {
-    let options = SearchOptions { catalog, ..SearchOptions::default() };
-    let truth = Oracle::new(options.clone(), source.clone(), 10).run(test).await.expect("oracle");
-    let report = Search::with_shared_source(options, source).run(test).await.expect("search");
+    let options = SearchOptions {
+        catalog,
+        ..SearchOptions::default()
+    };
+    let truth = Oracle::new(options.clone(), source.clone(), 10)
+        .run(test)
+        .await
+        .expect("oracle");
+    let report = Search::with_shared_source(options, source)
+        .run(test)
+        .await
+        .expect("search");
     assert!(report.redundant().is_empty(), "{name}: redundant\n{report}");
     assert_eq!(report.reference_sets(), truth.reference, "{name}: incomplete\n{report}");
     assert_eq!(report.executions.len(), truth.reference.len(), "{name}");
-    assert!(report.executions.iter().all(|e| e.unreached.is_empty()), "{name}: unreachable plan\n{report}");
+    assert!(
+        report.executions.iter().all(|e| e.unreached.is_empty()),
+        "{name}: unreachable plan\n{report}"
+    );
     report
 }
 
@@ -34,7 +46,13 @@ async fn figures_complete_and_non_redundant_on_real_services() {
 
     // Fig. 2: exactly the five executions of §3.2
     let a = hello::start(Figure::Fig2, &config).await;
-    let r = check("fig2", &hello::fig_test(Figure::Fig2, a), hello::catalog(), source.clone()).await;
+    let r = check(
+        "fig2",
+        &hello::fig_test(Figure::Fig2, a),
+        hello::catalog(),
+        source.clone(),
+    )
+    .await;
     assert_eq!(r.executions.len(), 5);
     assert!(r.failing().is_empty(), "{r}");
     let patterns: std::collections::BTreeSet<String> = r
@@ -52,12 +70,24 @@ async fn figures_complete_and_non_redundant_on_real_services() {
 
     // Fig. 3: concurrent calls from one site, told apart by their payloads
     let a = hello::start(Figure::Fig3, &config).await;
-    let r = check("fig3", &hello::fig_test(Figure::Fig3, a), hello::catalog(), source.clone()).await;
+    let r = check(
+        "fig3",
+        &hello::fig_test(Figure::Fig3, a),
+        hello::catalog(),
+        source.clone(),
+    )
+    .await;
     assert_eq!(r.executions.len(), 4);
 
     // Fig. 4: per string {ok, C, B9, B9+C', B9+B19}: 5 x 5
     let a = hello::start(Figure::Fig4, &config).await;
-    let r = check("fig4", &hello::fig_test(Figure::Fig4, a), hello::catalog(), source.clone()).await;
+    let r = check(
+        "fig4",
+        &hello::fig_test(Figure::Fig4, a),
+        hello::catalog(),
+        source.clone(),
+    )
+    .await;
     assert_eq!(r.executions.len(), 25);
     assert!(r.failing().is_empty(), "{r}");
 
@@ -71,7 +101,9 @@ async fn figures_complete_and_non_redundant_on_real_services() {
     r.save(&path).expect("save");
     let loaded = Report::load(&path).expect("load");
     let _ = std::fs::remove_file(&path);
-    let again = Search::replay(&test, &loaded, loaded.failing()[0].number, source.clone()).await.expect("replay");
+    let again = Search::replay(&test, &loaded, loaded.failing()[0].number, source.clone())
+        .await
+        .expect("replay");
     assert!(!again.outcome.passed());
     // the stream's messages were observed with their final indexes
     let first = &r.executions[0];

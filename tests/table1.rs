@@ -13,10 +13,18 @@ async fn table1_reproduced_on_real_services() {
     for row in &rows {
         let all = &row.cells[0];
         assert_eq!(Some(all.executions), all.paper, "{:?}: All", row.variant);
-        assert_eq!(all.executions, row.oracle, "{:?}: the full DEI reaches every set once", row.variant);
+        assert_eq!(
+            all.executions, row.oracle,
+            "{:?}: the full DEI reaches every set once",
+            row.variant
+        );
         assert!(all.missed.is_empty() && all.redundant == (0, 0) && all.multi_hit == 0);
         for c in &row.cells {
-            assert_eq!(c.failing, 0, "{:?}: the functional test's conditional assertions hold", row.variant);
+            assert_eq!(
+                c.failing, 0,
+                "{:?}: the functional test's conditional assertions hold",
+                row.variant
+            );
         }
     }
     let cell = |v: Variant, col: usize| &rows.iter().find(|r| r.variant == v).expect("row").cells[col];

@@ -130,9 +130,7 @@ impl Analyzer {
         }
         if !span.dei.stream_messages.is_empty() {
             for m in &span.dei.stream_messages {
-                trace
-                    .mappings
-                    .insert(m.preliminary.clone(), m.final_index.clone());
+                trace.mappings.insert(m.preliminary.clone(), m.final_index.clone());
             }
             let pending = std::mem::take(&mut trace.pending);
             for m in span.dei.stream_messages.clone() {

@@ -63,16 +63,11 @@ fn parse_index(s: Option<&str>) -> Result<Index, BadRequest> {
 }
 
 fn parse_trace_id(s: &str) -> Result<[u8; 16], BadRequest> {
-    let bytes = hex::decode(s.trim()).map_err(|_| {
-        bad_request(format!(
-            "invalid trace id {s:?}: expected 32 hex characters"
-        ))
-    })?;
-    bytes.try_into().map_err(|_| {
-        bad_request(format!(
-            "invalid trace id {s:?}: expected 32 hex characters"
-        ))
-    })
+    let bytes = hex::decode(s.trim())
+        .map_err(|_| bad_request(format!("invalid trace id {s:?}: expected 32 hex characters")))?;
+    bytes
+        .try_into()
+        .map_err(|_| bad_request(format!("invalid trace id {s:?}: expected 32 hex characters")))
 }
 
 async fn metrics(State(c): State<Arc<Collector>>) -> Response {
@@ -80,21 +75,14 @@ async fn metrics(State(c): State<Arc<Collector>>) -> Response {
     let counters = c.counters().snapshot();
     let body = prometheus::render(&c.analyzer(), &counters, queued);
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,
     )
         .into_response()
 }
 
 /// A JSON snapshot of the counters and the sizes of the state.
-pub fn stats_json(
-    a: &Analyzer,
-    counters: &crate::counters::CountersSnapshot,
-    queued: usize,
-) -> serde_json::Value {
+pub fn stats_json(a: &Analyzer, counters: &crate::counters::CountersSnapshot, queued: usize) -> serde_json::Value {
     json!({
         "counters": counters,
         "tree_nodes": a.tree.len(),
@@ -130,10 +118,7 @@ async fn graph(State(c): State<Arc<Collector>>, Query(q): Query<GraphQuery>) -> 
             render::to_mermaid(&view),
         )
             .into_response(),
-        Some(other) => bad_request(format!(
-            "unknown format {other:?}: use json, dot or mermaid"
-        ))
-        .into_response(),
+        Some(other) => bad_request(format!("unknown format {other:?}: use json, dot or mermaid")).into_response(),
     }
 }
 
@@ -238,12 +223,7 @@ struct DiffQuery {
 }
 
 /// Parses one side of a diff from window bounds (Unix ns) or a comma-separated list of trace ids.
-fn selection(
-    from: Option<u64>,
-    to: Option<u64>,
-    traces: Option<&str>,
-    side: &str,
-) -> Result<Selection, BadRequest> {
+fn selection(from: Option<u64>, to: Option<u64>, traces: Option<&str>, side: &str) -> Result<Selection, BadRequest> {
     match (from, to, traces) {
         (_, _, Some(list)) => {
             let ids = list
@@ -269,13 +249,7 @@ async fn diff(State(c): State<Arc<Collector>>, Query(q): Query<DiffQuery>) -> Re
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
-    Json(views::diff(
-        &c.analyzer(),
-        &sa,
-        &sb,
-        q.limit.unwrap_or(1000),
-    ))
-    .into_response()
+    Json(views::diff(&c.analyzer(), &sa, &sb, q.limit.unwrap_or(1000))).into_response()
 }
 
 #[derive(Deserialize)]
@@ -297,10 +271,7 @@ fn instantiations(names: Option<&str>) -> Result<Vec<Instantiation>, BadRequest>
                     .into_iter()
                     .map(|p| p.name.to_string())
                     .collect();
-                bad_request(format!(
-                    "unknown instantiation {n:?}; known: {}",
-                    known.join(", ")
-                ))
+                bad_request(format!("unknown instantiation {n:?}; known: {}", known.join(", ")))
             })
         })
         .collect()
@@ -327,11 +298,7 @@ async fn repeated_calls(State(c): State<Arc<Collector>>) -> Response {
 }
 
 async fn chained_calls(State(c): State<Arc<Collector>>) -> Response {
-    Json(chained_call::detect(
-        &c.analyzer(),
-        &chained_call::Params::default(),
-    ))
-    .into_response()
+    Json(chained_call::detect(&c.analyzer(), &chained_call::Params::default())).into_response()
 }
 
 async fn ambiguous_indexes(State(c): State<Arc<Collector>>) -> Response {
@@ -339,8 +306,7 @@ async fn ambiguous_indexes(State(c): State<Arc<Collector>>) -> Response {
 }
 
 async fn projection(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQuery>) -> Response {
-    let targets = match instantiations(q.instantiation.as_deref().or(Some("filibuster,3milebeach")))
-    {
+    let targets = match instantiations(q.instantiation.as_deref().or(Some("filibuster,3milebeach"))) {
         Ok(v) => v,
         Err(r) => return r.into_response(),
     };

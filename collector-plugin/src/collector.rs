@@ -4,12 +4,10 @@
 use crate::analyzer::{Analyzer, AnalyzerConfig};
 use crate::counters::{Counters, RateLimitedLog};
 use crate::forward::{Batch, Forwarder};
-use crate::otlp::{self, Rejection};
+use crate::otlp::{self, Rejection, lite};
 use crate::span_record::{self, AttributeIssue};
 use bytes::Bytes;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -54,9 +52,7 @@ impl Accepted {
     pub fn response(&self) -> ExportTraceServiceResponse {
         let mut messages = Vec::new();
         if self.not_forwarded {
-            messages.push(
-                "forwarding queue full: the batch was analyzed but not forwarded".to_string(),
-            );
+            messages.push("forwarding queue full: the batch was analyzed but not forwarded".to_string());
         }
         if self.ignored_attributes > 0 {
             messages.push(format!(
@@ -67,11 +63,7 @@ impl Accepted {
         }
         ExportTraceServiceResponse {
             partial_success: (!messages.is_empty()).then(|| ExportTracePartialSuccess {
-                rejected_spans: if self.not_forwarded {
-                    self.spans as i64
-                } else {
-                    0
-                },
+                rejected_spans: if self.not_forwarded { self.spans as i64 } else { 0 },
                 error_message: messages.join("; "),
             }),
         }
@@ -139,8 +131,8 @@ impl Collector {
                 limit: self.config.max_body_bytes,
             }));
         }
-        let req = otlp::decode_protobuf(&body).map_err(|r| self.reject(r))?;
-        self.accept(req, Some(body)).await
+        let req = otlp::decode_lite(body.clone()).map_err(|r| self.reject(r))?;
+        self.accept(req, body).await
     }
 
     /// Accepts an OTLP/JSON body (already decompressed); it is forwarded re-encoded as protobuf.
@@ -150,19 +142,19 @@ impl Collector {
                 limit: self.config.max_body_bytes,
             }));
         }
-        let req = otlp::decode_json(body).map_err(|r| self.reject(r))?;
-        self.accept(req, None).await
+        let full = otlp::decode_json(body).map_err(|r| self.reject(r))?;
+        let encoded = otlp::encode_protobuf(&full);
+        drop(full);
+        let req = otlp::decode_lite(encoded.clone()).map_err(|r| self.reject(r))?;
+        self.accept(req, encoded).await
     }
 
-    async fn accept(
-        &self,
-        req: ExportTraceServiceRequest,
-        raw: Option<Bytes>,
-    ) -> Result<Accepted, Rejection> {
-        let spans = otlp::validate_ids(&req).map_err(|r| self.reject(r))?;
+    /// `body` is the protobuf encoding of `req`, forwarded as is.
+    async fn accept(&self, req: lite::Request, body: Bytes) -> Result<Accepted, Rejection> {
+        let spans = otlp::validate_lite_ids(&req).map_err(|r| self.reject(r))?;
         let mut issues: Vec<AttributeIssue> = Vec::new();
         let records = if self.config.analyze || self.config.strict_attributes {
-            span_record::extract(&req, &mut issues)
+            span_record::extract_lite(&req, &mut issues)
         } else {
             Vec::new()
         };
@@ -179,10 +171,7 @@ impl Collector {
         }
         Counters::add(&self.counters.requests_accepted, 1);
         Counters::add(&self.counters.spans_received, spans as u64);
-        let forward = self
-            .forwarder
-            .as_ref()
-            .map(|_| raw.unwrap_or_else(|| otlp::encode_protobuf(&req)));
+        let forward = self.forwarder.as_ref().map(|_| body);
         drop(req);
         if self.config.analyze {
             self.analyzer().ingest(records, Instant::now());

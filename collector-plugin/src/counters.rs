@@ -102,9 +102,7 @@ fn counter_help(name: &str) -> &'static str {
         n if n.starts_with("rejected_") => "OTLP export requests rejected, by reason",
         n if n.starts_with("forward_") => "forwarding to the downstream OTLP endpoint",
         n if n.starts_with("graph_") => "service-graph pairing store and edges",
-        n if n.starts_with("tree_") || n.starts_with("trace") => {
-            "DEI prefix tree and per-trace store"
-        }
+        n if n.starts_with("tree_") || n.starts_with("trace") => "DEI prefix tree and per-trace store",
         n if n.starts_with("preliminary_") => "stream index rewriting (preliminary to final)",
         _ => "dei-collector counter",
     }

@@ -202,9 +202,7 @@ fn init_logging() {
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
 }
 
 fn main() -> ExitCode {
@@ -229,14 +227,13 @@ fn main() -> ExitCode {
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = term.recv() => {},
@@ -310,18 +307,12 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
     let mut sink = std::io::sink();
     let mut stderr = std::io::stderr();
     let progress: &mut dyn std::io::Write = if a.quiet { &mut sink } else { &mut stderr };
-    let summary =
-        offline::ingest_files(&mut analyzer, &a.files, progress).map_err(|e| e.to_string())?;
+    let summary = offline::ingest_files(&mut analyzer, &a.files, progress).map_err(|e| e.to_string())?;
     let view = || collector_plugin::graph::render::graph_view(&analyzer);
     let out = match a.format {
         Format::Text => offline::text_report(&analyzer, &summary, a.tree_depth, &extra),
-        Format::Json => serde_json::to_string_pretty(&offline::json_report(
-            &analyzer,
-            &summary,
-            a.tree_depth,
-            &extra,
-        ))
-        .map_err(|e| e.to_string())?,
+        Format::Json => serde_json::to_string_pretty(&offline::json_report(&analyzer, &summary, a.tree_depth, &extra))
+            .map_err(|e| e.to_string())?,
         Format::Dot => collector_plugin::graph::render::to_dot(&view()),
         Format::Mermaid => collector_plugin::graph::render::to_mermaid(&view()),
     };
@@ -351,10 +342,7 @@ fn run_sink(a: SinkArgs) -> Result<(), String> {
         let s = sink::start(a.grpc_listen, a.http_listen)
             .await
             .map_err(|e| e.to_string())?;
-        println!(
-            "dei-collector sink listening grpc={} http={}",
-            s.grpc_addr, s.http_addr
-        );
+        println!("dei-collector sink listening grpc={} http={}", s.grpc_addr, s.http_addr);
         shutdown_signal().await;
         println!(
             "{{\"spans\":{},\"requests\":{}}}",
@@ -383,17 +371,10 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
     for s in &summary {
         eprintln!(
             "  {:<30} accepted {:>9.0} spans/s  delivered {:>9.0} spans/s  peak RSS {:>6.1} MiB  undelivered {}",
-            s.target,
-            s.accepted_per_second,
-            s.delivered_per_second,
-            s.peak_rss_mib,
-            s.undelivered_spans
+            s.target, s.accepted_per_second, s.delivered_per_second, s.peak_rss_mib, s.undelivered_spans
         );
     }
-    if let (Some(d), Some(r)) = (
-        summary.first(),
-        summary.iter().find(|s| s.target == "rotel"),
-    ) {
+    if let (Some(d), Some(r)) = (summary.first(), summary.iter().find(|s| s.target == "rotel")) {
         eprintln!(
             "dei-collector (analysis on) / rotel: delivered throughput {:.2}x, peak RSS {:.2}x",
             d.delivered_per_second / r.delivered_per_second.max(1e-9),
@@ -402,10 +383,7 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
     }
     if a.json {
         let doc = serde_json::json!({ "runs": results, "medians": summary });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
     }
     Ok(())
 }

@@ -113,20 +113,20 @@ struct CountingReader<R> {
 impl<R: Read> Read for CountingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.read
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(n)
     }
 }
 
 fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary) {
-    if otlp::validate_ids(req).is_err() {
+    let lite = otlp::to_lite(req);
+    if otlp::validate_lite_ids(&lite).is_err() {
         s.bad_documents += 1;
         Counters::add(&a.counters().offline_bad_documents, 1);
         return;
     }
     let mut issues = Vec::new();
-    let records = span_record::extract(req, &mut issues);
+    let records = span_record::extract_lite(&lite, &mut issues);
     s.documents += 1;
     s.spans += records.len() as u64;
     s.ignored_attributes += issues.len() as u64;
@@ -135,11 +135,7 @@ fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary
 }
 
 /// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer.
-pub fn ingest_files(
-    a: &mut Analyzer,
-    paths: &[PathBuf],
-    progress: &mut dyn Write,
-) -> Result<Summary, OfflineError> {
+pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Write) -> Result<Summary, OfflineError> {
     let mut s = Summary {
         files: paths.len(),
         ..Default::default()
@@ -207,8 +203,7 @@ pub fn ingest_files(
             );
         }
         if let Some(text) = whole {
-            let stream =
-                serde_json::Deserializer::from_str(&text).into_iter::<ExportTraceServiceRequest>();
+            let stream = serde_json::Deserializer::from_str(&text).into_iter::<ExportTraceServiceRequest>();
             for doc in stream {
                 match doc {
                     Ok(req) => ingest_doc(a, &req, &mut s),
@@ -237,12 +232,7 @@ pub fn ingest_files(
 }
 
 /// The full JSON report: summary, graph, tree (to `tree_depth`) and every analysis.
-pub fn json_report(
-    a: &Analyzer,
-    s: &Summary,
-    tree_depth: usize,
-    extra: &[Instantiation],
-) -> serde_json::Value {
+pub fn json_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> serde_json::Value {
     let mut budget = 100_000;
     json!({
         "summary": s,
@@ -254,12 +244,7 @@ pub fn json_report(
 }
 
 /// A readable text report.
-pub fn text_report(
-    a: &Analyzer,
-    s: &Summary,
-    tree_depth: usize,
-    extra: &[Instantiation],
-) -> String {
+pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -300,10 +285,7 @@ pub fn text_report(
         let st = &n.stats;
         let pad = "  ".repeat(n.index.depth());
         let services = |m: &std::collections::BTreeMap<Arc<str>, u64>| {
-            m.keys()
-                .map(|k| k.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
+            m.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(",")
         };
         let _ = writeln!(
             o,

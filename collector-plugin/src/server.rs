@@ -135,20 +135,14 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
     let app = http::router(collector.clone());
     let rx = stopped.clone();
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(http_l, app)
-            .with_graceful_shutdown(signal(rx))
-            .await
-        {
+        if let Err(e) = axum::serve(http_l, app).with_graceful_shutdown(signal(rx)).await {
             tracing::error!(error = %e, "HTTP receiver stopped");
         }
     }));
     let app = api::router(collector.clone());
     let rx = stopped.clone();
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(api_l, app)
-            .with_graceful_shutdown(signal(rx))
-            .await
-        {
+        if let Err(e) = axum::serve(api_l, app).with_graceful_shutdown(signal(rx)).await {
             tracing::error!(error = %e, "API stopped");
         }
     }));

@@ -4,10 +4,9 @@
 //! Attributes of the wrong type or with malformed values are dropped one by one and reported as
 //! [`AttributeIssue`]s; the span itself is kept (and forwarded unchanged).
 
+use crate::otlp::lite::{self, AnyValue, KeyValue, Span, Value};
 use dei_propagator::{Index, PayloadDigest, StackDigest};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
-use opentelemetry_proto::tonic::trace::v1::Span;
 use std::sync::Arc;
 
 /// A 16-byte trace id.
@@ -161,18 +160,20 @@ impl std::fmt::Display for AttributeIssue {
     }
 }
 
-/// Extracts every span of a request whose ids were validated by [`crate::otlp::validate_ids`].
-/// Spans with invalid ids are skipped.
-pub fn extract(
-    req: &ExportTraceServiceRequest,
-    issues: &mut Vec<AttributeIssue>,
-) -> Vec<SpanRecord> {
-    let mut out = Vec::new();
+/// Extracts every span of a fully decoded request whose ids were validated by
+/// [`crate::otlp::validate_ids`]. Spans with invalid ids are skipped.
+pub fn extract(req: &ExportTraceServiceRequest, issues: &mut Vec<AttributeIssue>) -> Vec<SpanRecord> {
+    extract_lite(&crate::otlp::to_lite(req), issues)
+}
+
+/// Extracts every span of a [`lite`] request (the receivers' hot path).
+pub fn extract_lite(req: &lite::Request, issues: &mut Vec<AttributeIssue>) -> Vec<SpanRecord> {
+    let mut out = Vec::with_capacity(req.span_count());
     for rs in &req.resource_spans {
         let service: Arc<str> = rs
             .resource
             .as_ref()
-            .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+            .and_then(|r| r.attributes.iter().find(|kv| &kv.key[..] == b"service.name"))
             .and_then(|kv| as_str(kv.value.as_ref()))
             .map(Arc::from)
             .unwrap_or_else(|| Arc::from("unknown_service"));
@@ -187,14 +188,10 @@ pub fn extract(
     out
 }
 
-fn extract_span(
-    span: &Span,
-    service: &Arc<str>,
-    issues: &mut Vec<AttributeIssue>,
-) -> Option<SpanRecord> {
-    let trace_id: TraceId = span.trace_id.as_slice().try_into().ok()?;
-    let span_id: SpanId = span.span_id.as_slice().try_into().ok()?;
-    let parent_span_id: Option<SpanId> = span.parent_span_id.as_slice().try_into().ok();
+fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue>) -> Option<SpanRecord> {
+    let trace_id: TraceId = span.trace_id[..].try_into().ok()?;
+    let span_id: SpanId = span.span_id[..].try_into().ok()?;
+    let parent_span_id: Option<SpanId> = span.parent_span_id[..].try_into().ok();
     let mut peer = None;
     for (key, source) in PEER_ATTRIBUTES {
         if let Some(v) = span
@@ -210,11 +207,11 @@ fn extract_span(
     }
     let mut dei = DeiAttributes::default();
     for kv in &span.attributes {
-        if kv.key.starts_with("dei.")
+        if kv.key.starts_with(b"dei.")
             && let Err(problem) = apply_attribute(&mut dei, kv)
         {
             issues.push(AttributeIssue {
-                key: kv.key.clone(),
+                key: String::from_utf8_lossy(&kv.key).into_owned(),
                 problem,
             });
         }
@@ -227,11 +224,7 @@ fn extract_span(
             problem: format!("{depth} does not match the index depth {}", index.depth()),
         });
     }
-    for event in span
-        .events
-        .iter()
-        .filter(|e| e.name == "dei.stream.message")
-    {
+    for event in span.events.iter().filter(|e| e.name == "dei.stream.message") {
         match stream_mapping(&event.attributes) {
             Ok(m) => dei.stream_messages.push(m),
             Err(problem) => issues.push(AttributeIssue {
@@ -247,7 +240,7 @@ fn extract_span(
         service: service.clone(),
         // only needed as a fallback signature
         name: if dei.index.is_some() && dei.signature.is_none() {
-            span.name.clone()
+            String::from_utf8_lossy(&span.name).into_owned()
         } else {
             String::new()
         },
@@ -262,47 +255,39 @@ fn extract_span(
 
 fn as_str(v: Option<&AnyValue>) -> Option<&str> {
     match v?.value.as_ref()? {
-        Value::StringValue(s) => Some(s),
+        Value::StringValue(s) => std::str::from_utf8(s).ok(),
         _ => None,
     }
 }
 
 fn type_name(v: Option<&AnyValue>) -> &'static str {
     match v.and_then(|v| v.value.as_ref()) {
-        None => "empty",
+        None => "empty or kvlist",
+        Some(Value::StringValue(s)) if std::str::from_utf8(s).is_err() => "invalid UTF-8 string",
         Some(Value::StringValue(_)) => "string",
         Some(Value::BoolValue(_)) => "bool",
         Some(Value::IntValue(_)) => "int",
         Some(Value::DoubleValue(_)) => "double",
         Some(Value::ArrayValue(_)) => "array",
-        Some(Value::KvlistValue(_)) => "kvlist",
         Some(Value::BytesValue(_)) => "bytes",
-        Some(_) => "other",
     }
 }
 
 fn want_str(kv: &KeyValue) -> Result<&str, String> {
-    as_str(kv.value.as_ref())
-        .ok_or_else(|| format!("expected a string, got {}", type_name(kv.value.as_ref())))
+    as_str(kv.value.as_ref()).ok_or_else(|| format!("expected a string, got {}", type_name(kv.value.as_ref())))
 }
 
 fn want_bool(kv: &KeyValue) -> Result<bool, String> {
     match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
         Some(Value::BoolValue(b)) => Ok(*b),
-        _ => Err(format!(
-            "expected a bool, got {}",
-            type_name(kv.value.as_ref())
-        )),
+        _ => Err(format!("expected a bool, got {}", type_name(kv.value.as_ref()))),
     }
 }
 
 fn want_u32(kv: &KeyValue) -> Result<u32, String> {
     match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
         Some(Value::IntValue(i)) => u32::try_from(*i).map_err(|_| format!("{i} is out of range")),
-        _ => Err(format!(
-            "expected an int, got {}",
-            type_name(kv.value.as_ref())
-        )),
+        _ => Err(format!("expected an int, got {}", type_name(kv.value.as_ref()))),
     }
 }
 
@@ -320,25 +305,24 @@ fn bounded(s: &str) -> Result<&str, String> {
 }
 
 fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String> {
-    match kv.key.as_str() {
-        "dei.index" => {
+    match &kv.key[..] {
+        b"dei.index" => {
             let s = want_str(kv)?;
             dei.index = Some(Index::decode(s).map_err(|e| format!("malformed index: {e}"))?);
         }
-        "dei.signature" => dei.signature = Some(Arc::from(bounded(want_str(kv)?)?)),
-        "dei.payload.digest" => {
+        b"dei.signature" => dei.signature = Some(Arc::from(bounded(want_str(kv)?)?)),
+        b"dei.payload.digest" => {
             let s = want_str(kv)?;
-            dei.payload_digest =
-                Some(PayloadDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
+            dei.payload_digest = Some(PayloadDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
         }
-        "dei.stack.digest" => {
+        b"dei.stack.digest" => {
             let s = want_str(kv)?;
-            dei.stack_digest =
-                Some(StackDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
+            dei.stack_digest = Some(StackDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
         }
-        "dei.stack" => {
+        b"dei.stack" => {
             let frames: Vec<String> = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(Value::StringValue(s)) => s
+                Some(Value::StringValue(s)) => std::str::from_utf8(s)
+                    .map_err(|_| "invalid UTF-8".to_string())?
                     .lines()
                     .filter(|l| !l.is_empty())
                     .map(str::to_string)
@@ -347,7 +331,11 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
                     let mut frames = Vec::with_capacity(a.values.len());
                     for v in &a.values {
                         match v.value.as_ref() {
-                            Some(Value::StringValue(s)) => frames.push(s.clone()),
+                            Some(Value::StringValue(s)) => frames.push(
+                                std::str::from_utf8(s)
+                                    .map_err(|_| "invalid UTF-8".to_string())?
+                                    .to_string(),
+                            ),
                             _ => return Err("expected an array of strings".into()),
                         }
                     }
@@ -371,22 +359,21 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
                     .collect(),
             );
         }
-        "dei.count" => {
+        b"dei.count" => {
             let c = want_u32(kv)?;
             if c == 0 {
                 return Err("count must be at least 1".into());
             }
             dei.count = Some(c);
         }
-        "dei.depth" => dei.depth = Some(want_u32(kv)?),
-        "dei.instantiation" => dei.instantiation = Some(Arc::from(bounded(want_str(kv)?)?)),
-        "dei.preliminary" => dei.preliminary = want_bool(kv)?,
-        "dei.ambiguous" => dei.ambiguous = want_bool(kv)?,
-        "dei.fault" => {
+        b"dei.depth" => dei.depth = Some(want_u32(kv)?),
+        b"dei.instantiation" => dei.instantiation = Some(Arc::from(bounded(want_str(kv)?)?)),
+        b"dei.preliminary" => dei.preliminary = want_bool(kv)?,
+        b"dei.ambiguous" => dei.ambiguous = want_bool(kv)?,
+        b"dei.fault" => {
             let s = want_str(kv)?;
-            s.parse::<dei_propagator::Fault>().map_err(|_| {
-                format!("malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)")
-            })?;
+            s.parse::<dei_propagator::Fault>()
+                .map_err(|_| format!("malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)"))?;
             dei.fault = Some(s.to_string());
         }
         // Unknown `dei.*` keys (future attributes) are ignored silently.

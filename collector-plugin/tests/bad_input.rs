@@ -14,13 +14,7 @@ const GOOD: &str = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"servi
  "attributes":[{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}}]}]}]}]}"#;
 
 /// (name, content type, content encoding, body, expected message).
-type Case = (
-    &'static str,
-    &'static str,
-    Option<&'static str>,
-    Vec<u8>,
-    &'static str,
-);
+type Case = (&'static str, &'static str, Option<&'static str>, Vec<u8>, &'static str);
 
 async fn start(strict: bool) -> Running {
     let mut config = ServerConfig::ephemeral();
@@ -29,12 +23,7 @@ async fn start(strict: bool) -> Running {
     server::start(config).await.unwrap()
 }
 
-async fn post(
-    r: &Running,
-    content_type: &str,
-    encoding: Option<&str>,
-    body: Vec<u8>,
-) -> (u16, String) {
+async fn post(r: &Running, content_type: &str, encoding: Option<&str>, body: Vec<u8>) -> (u16, String) {
     let mut req = reqwest::Client::new()
         .post(format!("http://{}/v1/traces", r.http_addr))
         .header("content-type", content_type)
@@ -127,27 +116,22 @@ async fn http_rejections() {
             "bogus span id",
             "application/json",
             None,
-            GOOD.replace("0102030405060708\"", "01020304\"")
-                .into_bytes(),
+            GOOD.replace("0102030405060708\"", "01020304\"").into_bytes(),
             "spanId must be 8 bytes",
         ),
         (
             "zero trace id",
             "application/json",
             None,
-            GOOD.replace(
-                "0102030405060708090a0b0c0d0e0f10",
-                "00000000000000000000000000000000",
-            )
-            .into_bytes(),
+            GOOD.replace("0102030405060708090a0b0c0d0e0f10", "00000000000000000000000000000000")
+                .into_bytes(),
             "traceId must be 16 bytes and not all zero",
         ),
         (
             "non-hex id",
             "application/json",
             None,
-            GOOD.replace("0102030405060708\"", "zz02030405060708\"")
-                .into_bytes(),
+            GOOD.replace("0102030405060708\"", "zz02030405060708\"").into_bytes(),
             "malformed OTLP/JSON",
         ),
     ];
@@ -211,9 +195,7 @@ async fn wrong_attribute_types_are_ignored_one_by_one_or_rejected_in_strict_mode
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_rejections() {
     let r = start(false).await;
-    let e = grpc(&r, vec![0xff, 0xff, 0xff, 0xff, 0x0f])
-        .await
-        .unwrap_err();
+    let e = grpc(&r, vec![0xff, 0xff, 0xff, 0xff, 0x0f]).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("malformed protobuf"), "{e:?}");
     let e = grpc(&r, vec![0x0a; 10_000]).await.unwrap_err();

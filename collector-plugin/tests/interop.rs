@@ -11,9 +11,7 @@
 mod common;
 
 use common::{CollectorProcess, Downstream, eventually};
-use dei_propagator::{
-    Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest,
-};
+use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
@@ -86,11 +84,7 @@ fn element(sig: &str, payload: &str) -> Element {
 
 fn provider(service: &str, exporter: SpanExporter) -> SdkTracerProvider {
     SdkTracerProvider::builder()
-        .with_resource(
-            Resource::builder()
-                .with_service_name(service.to_string())
-                .build(),
-        )
+        .with_resource(Resource::builder().with_service_name(service.to_string()).build())
         .with_simple_exporter(exporter)
         .build()
 }
@@ -103,11 +97,7 @@ fn one_trace(front: &SdkTracerProvider, users: &SdkTracerProvider, index: &Index
         KeyValue::new("dei.signature", "users.Users/GetUser"),
         KeyValue::new("dei.depth", 1i64),
     ];
-    let root = Context::current_with_span(
-        ft.span_builder("GET /")
-            .with_kind(SpanKind::Server)
-            .start(&ft),
-    );
+    let root = Context::current_with_span(ft.span_builder("GET /").with_kind(SpanKind::Server).start(&ft));
     let client = root.with_span(
         ft.span_builder("users.Users/GetUser")
             .with_kind(SpanKind::Client)
@@ -258,10 +248,7 @@ print("ok")
 #[test]
 fn python_sdk_exports_dei_spans() {
     let has_sdk = Command::new(python())
-        .args([
-            "-c",
-            "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http",
-        ])
+        .args(["-c", "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_sdk {
@@ -274,25 +261,14 @@ fn python_sdk_exports_dei_spans() {
     let nested = msg1.child(element("c.C/Store", "Hello"));
     let out = Command::new(python())
         .args(["-c", PY, &format!("http://{}/v1/traces", c.http)])
-        .args([
-            prelim.encode(),
-            msg1.encode(),
-            final1.encode(),
-            nested.encode(),
-        ])
+        .args([prelim.encode(), msg1.encode(), final1.encode(), nested.encode()])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
     let rewritten = nested.rewrite_prefix(&msg1, &final1).unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || c.get_json(&format!(
-            "/api/v1/tree/node?index={}",
-            rewritten.encode()
-        ))["seen"]
+        eventually(Duration::from_secs(10), || c
+            .get_json(&format!("/api/v1/tree/node?index={}", rewritten.encode()))["seen"]
             == 1),
         "the nested call is recorded under the stream message's final index: {}",
         c.get_json("/api/v1/tree?depth=5")
@@ -302,16 +278,10 @@ fn python_sdk_exports_dei_spans() {
     assert_eq!(n["client_services"]["py-back"], 1);
     assert_eq!(n["server_services"]["py-store"], 1);
     assert_eq!(n["faults"]["l250"], 1);
-    assert_eq!(
-        n["stack"],
-        serde_json::json!(["src/back.py:20:9", "src/back.py:5:1"])
-    );
+    assert_eq!(n["stack"], serde_json::json!(["src/back.py:20:9", "src/back.py:5:1"]));
     let s = c.get_json(&format!("/api/v1/tree/node?index={}", prelim.encode()));
     assert_eq!(s["preliminary"], true);
-    assert_eq!(
-        s["stack"],
-        serde_json::json!(["src/front.py:10:5", "src/main.py:3:1"])
-    );
+    assert_eq!(s["stack"], serde_json::json!(["src/front.py:10:5", "src/main.py:3:1"]));
     assert_eq!(
         c.get_json(&format!("/api/v1/tree/node?index={}", final1.encode()))["seen"],
         1

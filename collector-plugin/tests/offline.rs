@@ -21,11 +21,7 @@ fn analyze(args: &[&str]) -> (serde_json::Value, String) {
         .args(args)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let v = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     (v, String::from_utf8_lossy(&out.stderr).to_string())
@@ -40,10 +36,7 @@ fn check(report: &serde_json::Value, traces: u64) {
     };
     assert_eq!(edge("frontend", "users").unwrap()["requests"], traces);
     assert_eq!(edge("catalog", "pricing").unwrap()["requests"], 3 * traces);
-    assert_eq!(
-        edge("catalog", "pricing").unwrap()["index_requests"],
-        3 * traces
-    );
+    assert_eq!(edge("catalog", "pricing").unwrap()["index_requests"], 3 * traces);
     assert_eq!(edge("user", "frontend").unwrap()["requests"], traces);
     let db = edge("users", "postgresql").expect("virtual database node");
     assert_eq!(db["connection_type"], "database");
@@ -66,16 +59,10 @@ fn check(report: &serde_json::Value, traces: u64) {
     assert_eq!(list["traces"], traces);
     // analyses ran; pricing calls differ only by payload, so signature-only projection collapses them
     let projections = report["analyses"]["projections"].as_array().unwrap();
-    let sig = projections
-        .iter()
-        .find(|p| p["instantiation"] == "signature")
-        .unwrap();
+    let sig = projections.iter().find(|p| p["instantiation"] == "signature").unwrap();
     assert_eq!(sig["collapsed_names"], 1);
     assert_eq!(sig["collapses"][0]["max_in_one_trace"], 3);
-    let fil = projections
-        .iter()
-        .find(|p| p["instantiation"] == "filibuster")
-        .unwrap();
+    let fil = projections.iter().find(|p| p["instantiation"] == "filibuster").unwrap();
     assert_eq!(fil["distinct_full"], 6);
 }
 
@@ -112,10 +99,7 @@ fn json_lines_with_a_bad_line() {
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        text.contains("catalog -> pricing [direct] requests=15"),
-        "{text}"
-    );
+    assert!(text.contains("catalog -> pricing [direct] requests=15"), "{text}");
     assert!(text.contains("pricing.Pricing/Price"), "{text}");
     let out = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
         .args(["analyze", "-q", "--format", "dot", path.to_str().unwrap()])
@@ -127,13 +111,7 @@ fn json_lines_with_a_bad_line() {
         "{dot}"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
-        .args([
-            "analyze",
-            "-q",
-            "--format",
-            "mermaid",
-            path.to_str().unwrap(),
-        ])
+        .args(["analyze", "-q", "--format", "mermaid", path.to_str().unwrap()])
         .output()
         .unwrap();
     let mmd = String::from_utf8(out.stdout).unwrap();

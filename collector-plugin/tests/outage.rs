@@ -83,18 +83,10 @@ async fn downstream_outage_under_steady_load_loses_nothing_within_capacity() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let total = (batches * per) as usize;
-    let got = downstream
-        .wait_for_spans(total, Duration::from_secs(30))
-        .await;
-    assert_eq!(
-        got, total,
-        "every span within capacity arrives after the outage"
-    );
+    let got = downstream.wait_for_spans(total, Duration::from_secs(30)).await;
+    assert_eq!(got, total, "every span within capacity arrives after the outage");
     let c = running.collector.counters().snapshot();
-    assert!(
-        c.forward_retries > 0,
-        "the outage was noticed and retried: {c:?}"
-    );
+    assert!(c.forward_retries > 0, "the outage was noticed and retried: {c:?}");
     assert_eq!(c.forward_spans_dropped_overflow, 0);
     assert_eq!(c.forward_spans_dropped_rejected, 0);
     assert_eq!(c.forward_spans_sent, total as u64);
@@ -127,10 +119,7 @@ async fn overflow_is_dropped_and_counted_and_shutdown_drains() {
         "the client is told what was not forwarded"
     );
     let accepted = 300 - c.forward_spans_dropped_overflow;
-    assert!(
-        accepted >= 100,
-        "at least the queue's capacity was kept: {c:?}"
-    );
+    assert!(accepted >= 100, "at least the queue's capacity was kept: {c:?}");
     downstream.restart().await;
     // shutdown while batches are still queued: it drains them
     running.collector.shutdown().await;

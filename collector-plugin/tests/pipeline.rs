@@ -5,9 +5,7 @@
 mod common;
 
 use common::{CollectorProcess, Downstream, eventually};
-use dei_propagator::{
-    Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest,
-};
+use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
@@ -17,11 +15,7 @@ use std::time::Duration;
 
 fn provider(service: &str, exporter: SpanExporter) -> SdkTracerProvider {
     SdkTracerProvider::builder()
-        .with_resource(
-            Resource::builder()
-                .with_service_name(service.to_string())
-                .build(),
-        )
+        .with_resource(Resource::builder().with_service_name(service.to_string()).build())
         .with_simple_exporter(exporter)
         .build()
 }
@@ -30,10 +24,7 @@ fn dei_attrs(index: &Index, sig: &str, payload: &str) -> Vec<KeyValue> {
     vec![
         KeyValue::new("dei.index", index.encode()),
         KeyValue::new("dei.signature", sig.to_string()),
-        KeyValue::new(
-            "dei.payload.digest",
-            PayloadDigest::of(payload.as_bytes()).to_hex(),
-        ),
+        KeyValue::new("dei.payload.digest", PayloadDigest::of(payload.as_bytes()).to_hex()),
         KeyValue::new("dei.stack.digest", StackDigest([1; 32]).to_hex()),
         KeyValue::new("dei.count", index.last().map_or(1, |e| e.count) as i64),
         KeyValue::new("dei.depth", index.depth() as i64),
@@ -56,10 +47,7 @@ fn make_trace(frontend: &SdkTracerProvider, users: &SdkTracerProvider) -> (usize
     let ut = users.tracer("test");
     let get_user = Index::root().child(element("users.Users/GetUser", "u1"));
     let query = get_user.child(element("SELECT users", "u1"));
-    let root = ft
-        .span_builder("GET /")
-        .with_kind(SpanKind::Server)
-        .start(&ft);
+    let root = ft.span_builder("GET /").with_kind(SpanKind::Server).start(&ft);
     let root_cx = Context::current_with_span(root);
     let client = ft
         .span_builder("users.Users/GetUser")
@@ -91,13 +79,16 @@ fn check_graph_and_tree(c: &CollectorProcess, get_user: &Index, query: &Index, t
     assert!(
         eventually(Duration::from_secs(10), || {
             let g = c.get_json("/api/v1/graph");
-            g["edges"].as_array().unwrap().iter().any(|e| {
-                e["client"] == "frontend" && e["server"] == "users" && e["requests"] == traces
-            }) && g["edges"]
+            g["edges"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|e| e["client"] == "user" && e["server"] == "frontend")
+                .any(|e| e["client"] == "frontend" && e["server"] == "users" && e["requests"] == traces)
+                && g["edges"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|e| e["client"] == "user" && e["server"] == "frontend")
         }),
         "graph: {}",
         c.get_json("/api/v1/graph")
@@ -109,11 +100,7 @@ fn check_graph_and_tree(c: &CollectorProcess, get_user: &Index, query: &Index, t
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|e| {
-                    e["client"] == "users"
-                        && e["server"] == "postgresql"
-                        && e["connection_type"] == "database"
-                })
+                .any(|e| e["client"] == "users" && e["server"] == "postgresql" && e["connection_type"] == "database")
         }),
         "graph: {}",
         c.get_json("/api/v1/graph")
@@ -124,10 +111,7 @@ fn check_graph_and_tree(c: &CollectorProcess, get_user: &Index, query: &Index, t
     assert_eq!(node["traces"], traces);
     assert_eq!(node["client_services"]["frontend"], traces);
     assert_eq!(node["server_services"]["users"], traces);
-    let children = c.get_json(&format!(
-        "/api/v1/tree/children?index={}",
-        get_user.encode()
-    ));
+    let children = c.get_json(&format!("/api/v1/tree/children?index={}", get_user.encode()));
     assert_eq!(children.as_array().unwrap().len(), 1);
     assert_eq!(children[0]["index"], query.encode());
     assert_eq!(children[0]["peers"]["postgresql"], traces);
@@ -138,9 +122,7 @@ fn check_graph_and_tree(c: &CollectorProcess, get_user: &Index, query: &Index, t
         )),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("traces_service_graph_request_server_seconds_bucket{client=\"frontend\"")
-    );
+    assert!(metrics.contains("traces_service_graph_request_server_seconds_bucket{client=\"frontend\""));
 }
 
 #[test]
@@ -151,12 +133,7 @@ fn grpc_exporter_through_collector_to_downstream() {
         .build()
         .unwrap();
     let downstream = rt.block_on(Downstream::start());
-    let c = CollectorProcess::start(&[
-        "--forward-grpc",
-        &downstream.endpoint(),
-        "--pairing-ttl-ms",
-        "300",
-    ]);
+    let c = CollectorProcess::start(&["--forward-grpc", &downstream.endpoint(), "--pairing-ttl-ms", "300"]);
     let _guard = rt.enter();
     let exp = |()| {
         SpanExporter::builder()
@@ -192,12 +169,7 @@ fn http_exporter_through_collector_to_downstream() {
         .build()
         .unwrap();
     let downstream = rt.block_on(Downstream::start());
-    let c = CollectorProcess::start(&[
-        "--forward-grpc",
-        &downstream.endpoint(),
-        "--pairing-ttl-ms",
-        "300",
-    ]);
+    let c = CollectorProcess::start(&["--forward-grpc", &downstream.endpoint(), "--pairing-ttl-ms", "300"]);
     let exp = |()| {
         SpanExporter::builder()
             .with_http()

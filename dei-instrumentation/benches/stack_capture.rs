@@ -63,6 +63,36 @@ fn capture(c: &mut Criterion) {
             })
         })
     });
+    // The floor: the unwind alone (no lookups, no digest), to the same depth as the capture.
+    let raw_depth = rt.block_on(async {
+        nest(28, &mut || {
+            let mut n = 0;
+            backtrace::trace(|_| {
+                n += 1;
+                true
+            });
+            n
+        })
+    });
+    println!("raw frames to the bottom of the stack: {raw_depth}");
+    group.bench_function("unwind_only_30_frames_in_tokio_task", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    nest(28, &mut || {
+                        let mut n = 0usize;
+                        backtrace::trace(|_| {
+                            n += 1;
+                            n < 36
+                        });
+                        black_box(n)
+                    });
+                }
+                start.elapsed()
+            })
+        })
+    });
     // Outside a runtime the walk goes on to `main` (through the bench harness's frames).
     group.bench_function("warm_30_frames_plain_thread", |b| {
         b.iter(|| nest(28, &mut || black_box(capturer.capture().digest())))

@@ -72,7 +72,9 @@ impl Protocol {
     /// assert_eq!(Protocol::of("cinema.Users/Get"), Protocol::Grpc);
     /// ```
     pub fn of(signature: &str) -> Protocol {
-        const METHODS: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT"];
+        const METHODS: [&str; 9] = [
+            "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT",
+        ];
         match signature.split_once(' ') {
             Some((m, _)) if METHODS.contains(&m) => Protocol::Http,
             _ => Protocol::Grpc,
@@ -118,17 +120,29 @@ pub struct FaultCatalog {
 impl FaultCatalog {
     /// The protocol defaults and no rules.
     pub fn protocol_defaults() -> Self {
-        FaultCatalog { rules: Vec::new(), protocol_defaults: true }
+        FaultCatalog {
+            rules: Vec::new(),
+            protocol_defaults: true,
+        }
     }
 
     /// One fault for every RPC (the paper's §5.1 setting: "a single connection error exception per RPC").
     pub fn single(fault: Fault) -> Self {
-        FaultCatalog { rules: vec![Rule { pattern: Pattern::new("*"), faults: vec![fault] }], protocol_defaults: false }
+        FaultCatalog {
+            rules: vec![Rule {
+                pattern: Pattern::new("*"),
+                faults: vec![fault],
+            }],
+            protocol_defaults: false,
+        }
     }
 
     /// This catalog with one more rule, tried after the existing ones.
     pub fn with_rule(mut self, pattern: &str, faults: Vec<Fault>) -> Self {
-        self.rules.push(Rule { pattern: Pattern::new(pattern), faults });
+        self.rules.push(Rule {
+            pattern: Pattern::new(pattern),
+            faults,
+        });
         self
     }
 

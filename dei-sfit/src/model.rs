@@ -12,7 +12,8 @@ use crate::observation::Outcome;
 use crate::source::Recorder;
 use crate::test::TestRun;
 use dei_propagator::{
-    CallStack, Fault, FaultPlan, Frame, Index, Instantiation, InvocationSignature, PayloadDigest, RequestScope, Signature,
+    CallStack, Fault, FaultPlan, Frame, Index, Instantiation, InvocationSignature, PayloadDigest, RequestScope,
+    Signature,
 };
 use std::collections::hash_map::DefaultHasher;
 use std::fmt::Debug;
@@ -37,7 +38,12 @@ impl Caller {
 
     /// A root caller with an explicit plan and instantiation.
     pub fn with_plan(plan: FaultPlan, instantiation: Instantiation, recorder: &Recorder) -> Caller {
-        Caller { scope: RequestScope::root(instantiation), plan: Arc::new(plan), recorder: recorder.clone(), parent: None }
+        Caller {
+            scope: RequestScope::root(instantiation),
+            plan: Arc::new(plan),
+            recorder: recorder.clone(),
+            parent: None,
+        }
     }
 
     /// The scope RPCs issued here take their indexes from.
@@ -82,7 +88,9 @@ impl Caller {
         }
         let result = serve(self.callee(index, position)).await;
         let outcome = match &result {
-            Ok(v) => Outcome::Ok { response: Some(digest_of(v)) },
+            Ok(v) => Outcome::Ok {
+                response: Some(digest_of(v)),
+            },
             Err(f) => Outcome::of_fault(*f),
         };
         self.recorder.finish(position, None, outcome);
@@ -138,7 +146,9 @@ impl Caller {
                 self.recorder.map_stream(served_under.clone(), final_index);
                 let result = serve(self.callee(served_under, position), m.to_string()).await;
                 let outcome = match &result {
-                    Ok(v) => Outcome::Ok { response: Some(digest_of(v)) },
+                    Ok(v) => Outcome::Ok {
+                        response: Some(digest_of(v)),
+                    },
                     Err(f) => Outcome::of_fault(*f),
                 };
                 self.recorder.finish(position, None, outcome);

@@ -33,7 +33,9 @@ impl Outcome {
 
     /// The failure a fault produces.
     pub fn of_fault(fault: Fault) -> Self {
-        Outcome::Err { code: fault.to_string() }
+        Outcome::Err {
+            code: fault.to_string(),
+        }
     }
 
     /// True for [`Outcome::Ok`].
@@ -157,7 +159,12 @@ impl Observation {
         let recorded: Option<Vec<RecordedRpc>> = self
             .rpcs
             .iter()
-            .map(|r| r.invocation.clone().map(|invocation| RecordedRpc { parent: r.parent, invocation }))
+            .map(|r| {
+                r.invocation.clone().map(|invocation| RecordedRpc {
+                    parent: r.parent,
+                    invocation,
+                })
+            })
             .collect();
         let Some(recorded) = recorded else { return };
         for (rpc, index) in self.rpcs.iter_mut().zip(project(&recorded, reference)) {

@@ -43,7 +43,10 @@ impl Oracle {
     /// An oracle running executions with these options (instantiation and catalog matter) through `source`.
     /// It refuses examples with more than `max_indexes` observed indexes.
     pub fn new(options: SearchOptions, source: Arc<dyn SpanSource>, max_indexes: usize) -> Self {
-        Oracle { search: Search::with_shared_source(options, source), max_indexes }
+        Oracle {
+            search: Search::with_shared_source(options, source),
+            max_indexes,
+        }
     }
 
     /// Runs every combination until the set of observed indexes stops growing.
@@ -57,8 +60,10 @@ impl Oracle {
             if before > self.max_indexes {
                 return Err(OracleError::TooLarge(before, self.max_indexes));
             }
-            let keys: Vec<(Index, Vec<Fault>, String)> =
-                known.iter().map(|(i, (f, s))| (i.clone(), f.clone(), s.clone())).collect();
+            let keys: Vec<(Index, Vec<Fault>, String)> = known
+                .iter()
+                .map(|(i, (f, s))| (i.clone(), f.clone(), s.clone()))
+                .collect();
             // mixed-radix counter over "no fault or one of the catalog's faults" per index
             let radix: Vec<usize> = keys.iter().map(|(_, f, _)| f.len() + 1).collect();
             let mut digits = vec![0usize; keys.len()];
@@ -67,13 +72,19 @@ impl Oracle {
                     .iter()
                     .zip(&digits)
                     .filter(|(_, d)| **d > 0)
-                    .map(|((i, f, s), d)| PlannedFault { index: i.clone(), fault: f[d - 1], signature: s.clone() })
+                    .map(|((i, f, s), d)| PlannedFault {
+                        index: i.clone(),
+                        fault: f[d - 1],
+                        signature: s.clone(),
+                    })
                     .collect();
                 let set: FaultSet = planned.iter().map(|p| (p.index.clone(), p.fault)).collect();
                 if ran.insert(set) {
                     result.executions += 1;
                     let record = self.search.execute(test, result.executions, planned).await?;
-                    result.effective.insert(record.effective.iter().map(|p| (p.index.clone(), p.fault)).collect());
+                    result
+                        .effective
+                        .insert(record.effective.iter().map(|p| (p.index.clone(), p.fault)).collect());
                     if let Some(r) = record.reference_set() {
                         result.reference.insert(r);
                     }

@@ -108,7 +108,14 @@ impl Report {
         truncated: bool,
         pending: usize,
     ) -> Self {
-        Report { test: test.to_string(), options, executions, skipped, truncated, pending }
+        Report {
+            test: test.to_string(),
+            options,
+            executions,
+            skipped,
+            truncated,
+            pending,
+        }
     }
 
     /// The failing executions.
@@ -145,7 +152,11 @@ impl Report {
 }
 
 fn short(p: &PlannedFault) -> String {
-    let sig = if p.signature.is_empty() { "?" } else { p.signature.as_str() };
+    let sig = if p.signature.is_empty() {
+        "?"
+    } else {
+        p.signature.as_str()
+    };
     format!("{sig}@{}:{}", p.index, p.fault)
 }
 
@@ -162,7 +173,11 @@ impl fmt::Display for Report {
             failing,
             self.redundant().len(),
             self.skipped.len(),
-            if self.truncated { format!(", STOPPED at the limit with {} pending", self.pending) } else { String::new() }
+            if self.truncated {
+                format!(", STOPPED at the limit with {} pending", self.pending)
+            } else {
+                String::new()
+            }
         )?;
         for e in &self.executions {
             let eff: Vec<String> = e.effective.iter().map(short).collect();
@@ -175,10 +190,18 @@ impl fmt::Display for Report {
                 eff.join(", ")
             )?;
             if !e.unreached.is_empty() {
-                write!(f, " unreached [{}]", e.unreached.iter().map(short).collect::<Vec<_>>().join(", "))?;
+                write!(
+                    f,
+                    " unreached [{}]",
+                    e.unreached.iter().map(short).collect::<Vec<_>>().join(", ")
+                )?;
             }
             if !e.multiply_injected.is_empty() {
-                write!(f, " hit-several {:?}", e.multiply_injected.iter().map(|i| i.to_string()).collect::<Vec<_>>())?;
+                write!(
+                    f,
+                    " hit-several {:?}",
+                    e.multiply_injected.iter().map(|i| i.to_string()).collect::<Vec<_>>()
+                )?;
             }
             if let Some(r) = e.redundant_with {
                 write!(f, " REDUNDANT with #{r}")?;

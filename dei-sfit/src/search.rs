@@ -168,7 +168,10 @@ struct Knowledge {
 impl Search {
     /// A search with these options reading spans from `source`.
     pub fn new(options: SearchOptions, source: impl SpanSource + 'static) -> Self {
-        Search { options, source: Arc::new(source) }
+        Search {
+            options,
+            source: Arc::new(source),
+        }
     }
 
     /// A search over a shared source.
@@ -190,7 +193,12 @@ impl Search {
     ) -> Result<ExecutionRecord, SearchError> {
         let started = Instant::now();
         self.source.begin().await?;
-        let run = TestRun::new(number, planned.clone(), self.options.instantiation.clone(), self.source.clone());
+        let run = TestRun::new(
+            number,
+            planned.clone(),
+            self.options.instantiation.clone(),
+            self.source.clone(),
+        );
         let test_started = Instant::now();
         let fut = test.run(run);
         let handle = tokio::spawn(fut);
@@ -204,7 +212,9 @@ impl Search {
         let outcome = match verdict {
             Ok(Ok(())) => TestOutcome::Pass,
             Ok(Err(message)) => TestOutcome::Fail { message },
-            Err(join) => TestOutcome::Fail { message: format!("test panicked: {join}") },
+            Err(join) => TestOutcome::Fail {
+                message: format!("test panicked: {join}"),
+            },
         };
         let test_time = test_started.elapsed();
         let mut obs = self.source.collect().await?;
@@ -214,18 +224,36 @@ impl Search {
         }
         let effective = obs.effective();
         let plan_set: FaultSet = planned.iter().map(|p| (p.index.clone(), p.fault)).collect();
-        let unreached: Vec<PlannedFault> =
-            planned.iter().filter(|p| !effective.contains(&(p.index.clone(), p.fault))).cloned().collect();
+        let unreached: Vec<PlannedFault> = planned
+            .iter()
+            .filter(|p| !effective.contains(&(p.index.clone(), p.fault)))
+            .cloned()
+            .collect();
         let mut hits: HashMap<&Index, usize> = HashMap::new();
         for r in obs.rpcs.iter().filter(|r| r.fault.is_some()) {
             *hits.entry(&r.index).or_default() += 1;
         }
-        let mut multiply_injected: Vec<Index> =
-            hits.into_iter().filter(|(_, n)| *n > 1).map(|(i, _)| i.clone()).collect();
+        let mut multiply_injected: Vec<Index> = hits
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(i, _)| i.clone())
+            .collect();
         multiply_injected.sort();
-        let sig = |i: &Index| obs.rpcs.iter().find(|r| &r.index == i).map(|r| r.signature.clone()).unwrap_or_default();
+        let sig = |i: &Index| {
+            obs.rpcs
+                .iter()
+                .find(|r| &r.index == i)
+                .map(|r| r.signature.clone())
+                .unwrap_or_default()
+        };
         let to_planned = |set: &FaultSet| -> Vec<PlannedFault> {
-            set.iter().map(|(i, f)| PlannedFault { index: i.clone(), fault: *f, signature: sig(i) }).collect()
+            set.iter()
+                .map(|(i, f)| PlannedFault {
+                    index: i.clone(),
+                    fault: *f,
+                    signature: sig(i),
+                })
+                .collect()
         };
         let effective_reference = obs.effective_reference().map(|s| s.into_iter().collect());
         let total = started.elapsed();
@@ -283,18 +311,27 @@ impl Search {
             if let Some(&first) = know.by_effective.get(&effective) {
                 record.redundant_with = Some(executions[first].number);
             }
-            let obs = Observation { rpcs: record.rpcs.clone(), streams: Vec::new() };
+            let obs = Observation {
+                rpcs: record.rpcs.clone(),
+                streams: Vec::new(),
+            };
             self.learn(&mut know, &obs, &effective, executions.len());
             for new_plan in self.extensions(&obs, &know) {
                 if !scheduled.insert(new_plan.clone()) {
                     continue;
                 }
-                if let Reduction::ServiceEncapsulation { compare_responses } = opts.reduction {
-                    if let Some(witness) = self.encapsulated(&new_plan, &know, &executions, &record, compare_responses)
-                    {
-                        skipped.push(SkippedPlan { plan: describe_set(&new_plan), witness });
-                        continue;
+                let witness = match opts.reduction {
+                    Reduction::ServiceEncapsulation { compare_responses } => {
+                        self.encapsulated(&new_plan, &know, &executions, &record, compare_responses)
                     }
+                    Reduction::None => None,
+                };
+                if let Some(witness) = witness {
+                    skipped.push(SkippedPlan {
+                        plan: describe_set(&new_plan),
+                        witness,
+                    });
+                    continue;
                 }
                 queue.push_back((new_plan, Some(number)));
             }
@@ -307,13 +344,23 @@ impl Search {
                     if record.outcome.passed() { "pass" } else { "FAIL" },
                     describe_set(&plan),
                     describe_set(&effective),
-                    record.redundant_with.map(|r| format!(" REDUNDANT with #{r}")).unwrap_or_default(),
+                    record
+                        .redundant_with
+                        .map(|r| format!(" REDUNDANT with #{r}"))
+                        .unwrap_or_default(),
                     queue.len()
                 );
             }
             executions.push(record);
         }
-        Ok(Report::new(test.name(), opts.clone(), executions, skipped, truncated, queue.len()))
+        Ok(Report::new(
+            test.name(),
+            opts.clone(),
+            executions,
+            skipped,
+            truncated,
+            queue.len(),
+        ))
     }
 
     fn learn(&self, know: &mut Knowledge, obs: &Observation, effective: &FaultSet, position: usize) {
@@ -321,7 +368,9 @@ impl Search {
         for (i, r) in obs.rpcs.iter().enumerate() {
             let parent = r.parent.and_then(|p| obs.rpcs.get(p)).map(|p| p.index.clone());
             know.parents.entry(r.index.clone()).or_insert(parent);
-            know.signatures.entry(r.index.clone()).or_insert_with(|| r.signature.clone());
+            know.signatures
+                .entry(r.index.clone())
+                .or_insert_with(|| r.signature.clone());
             if matches!(r.outcome, Outcome::Unknown) || r.fault.is_some() {
                 continue;
             }
@@ -332,7 +381,9 @@ impl Search {
                 .filter(|(j, q)| q.fault.is_some() && obs.is_descendant(*j, i))
                 .filter_map(|(_, q)| q.fault.map(|f| (q.index.clone(), f)))
                 .collect();
-            know.subtree_outcomes.entry((r.index.clone(), sub)).or_insert_with(|| r.outcome.clone());
+            know.subtree_outcomes
+                .entry((r.index.clone(), sub))
+                .or_insert_with(|| r.outcome.clone());
         }
     }
 
@@ -355,7 +406,11 @@ impl Search {
             if opts.single_fault && !before.is_empty() {
                 continue;
             }
-            if opts.prune_ancestors && before.iter().any(|(q, _)| self.is_ancestor(&r.index, q, know, path_mode)) {
+            if opts.prune_ancestors
+                && before
+                    .iter()
+                    .any(|(q, _)| self.is_ancestor(&r.index, q, know, path_mode))
+            {
                 continue;
             }
             for fault in opts.catalog.faults_for(&r.signature) {
@@ -424,21 +479,32 @@ impl Search {
             if plan.iter().any(|(i, _)| i == &p) {
                 continue;
             }
-            let inside: FaultSet =
-                plan.iter().filter(|(i, _)| self.ancestors(i, know).contains(&p)).cloned().collect();
+            let inside: FaultSet = plan
+                .iter()
+                .filter(|(i, _)| self.ancestors(i, know).contains(&p))
+                .cloned()
+                .collect();
             if inside.len() == plan.len() || inside.is_empty() {
                 continue;
             }
-            let Some(o) = know.subtree_outcomes.get(&(p.clone(), inside.clone())) else { continue };
+            let Some(o) = know.subtree_outcomes.get(&(p.clone(), inside.clone())) else {
+                continue;
+            };
             let outside: FaultSet = plan.difference(&inside).cloned().collect();
             let mut alternatives: Vec<FaultSet> = vec![outside.clone()];
-            for f in self.options.catalog.faults_for(know.signatures.get(&p).map(String::as_str).unwrap_or("")) {
+            for f in self
+                .options
+                .catalog
+                .faults_for(know.signatures.get(&p).map(String::as_str).unwrap_or(""))
+            {
                 let mut alt = outside.clone();
                 alt.insert((p.clone(), f));
                 alternatives.push(alt);
             }
             for alt in alternatives {
-                let Some(&pos) = know.by_effective.get(&alt) else { continue };
+                let Some(&pos) = know.by_effective.get(&alt) else {
+                    continue;
+                };
                 let rec = record_at(pos);
                 if rec.rpcs.iter().any(|r| r.index == p && same(&r.outcome, o)) {
                     return Some(format!(
@@ -473,11 +539,21 @@ impl Search {
             .map(|(i, f)| PlannedFault {
                 index: i.clone(),
                 fault: *f,
-                signature: exec.plan.iter().find(|p| &p.index == i).map(|p| p.signature.clone()).unwrap_or_default(),
+                signature: exec
+                    .plan
+                    .iter()
+                    .find(|p| &p.index == i)
+                    .map(|p| p.signature.clone())
+                    .unwrap_or_default(),
             })
             .collect();
-        let options = SearchOptions { progress: Progress::Silent, ..report.options.clone() };
-        Search::with_shared_source(options, source).execute(test, number, planned).await
+        let options = SearchOptions {
+            progress: Progress::Silent,
+            ..report.options.clone()
+        };
+        Search::with_shared_source(options, source)
+            .execute(test, number, planned)
+            .await
     }
 }
 

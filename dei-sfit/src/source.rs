@@ -114,7 +114,10 @@ impl Recorder {
 
     /// Records a stream message's preliminary-to-final mapping.
     pub fn map_stream(&self, preliminary: Index, final_index: Index) {
-        self.lock().streams.push(StreamMapping { preliminary, final_index });
+        self.lock().streams.push(StreamMapping {
+            preliminary,
+            final_index,
+        });
     }
 }
 
@@ -143,7 +146,10 @@ pub struct InMemorySpans {
 impl InMemorySpans {
     /// A source reading `exporter`.
     pub fn new(exporter: InMemorySpanExporter) -> Self {
-        InMemorySpans { exporter, provider: None }
+        InMemorySpans {
+            exporter,
+            provider: None,
+        }
     }
 
     /// Also flush `provider` before reading (needed with a batch processor).
@@ -171,7 +177,10 @@ impl SpanSource for InMemorySpans {
         if let Some(p) = &self.provider {
             let _ = p.force_flush();
         }
-        let spans = self.exporter.get_finished_spans().map_err(|e| SourceError::Backend(e.to_string()));
+        let spans = self
+            .exporter
+            .get_finished_spans()
+            .map_err(|e| SourceError::Backend(e.to_string()));
         Box::pin(async move { Ok(observation_from_spans(&spans?)) })
     }
 }
@@ -202,13 +211,19 @@ fn outcome_of(span: &SpanData, fault: Option<Fault>) -> Outcome {
         return Outcome::of_fault(f);
     }
     if let Some(code) = attr_i64(&span.attributes, attr::GRPC_STATUS).filter(|c| *c != 0) {
-        return Outcome::Err { code: format!("g{code}") };
+        return Outcome::Err {
+            code: format!("g{code}"),
+        };
     }
     if let Some(code) = attr_i64(&span.attributes, attr::HTTP_STATUS).filter(|c| *c >= 400) {
-        return Outcome::Err { code: format!("h{code}") };
+        return Outcome::Err {
+            code: format!("h{code}"),
+        };
     }
     match &span.status {
-        Status::Error { description } => Outcome::Err { code: format!("error: {description}") },
+        Status::Error { description } => Outcome::Err {
+            code: format!("error: {description}"),
+        },
         _ => Outcome::ok(),
     }
 }
@@ -223,13 +238,18 @@ pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
             && attr_str(&s.attributes, attr::INDEX).is_some_and(|i| Index::decode(&i).is_ok())
     };
     let rpc_spans: Vec<&SpanData> = spans.iter().filter(|s| is_rpc(s)).collect();
-    let position: HashMap<SpanId, usize> =
-        rpc_spans.iter().enumerate().map(|(i, s)| (s.span_context.span_id(), i)).collect();
+    let position: HashMap<SpanId, usize> = rpc_spans
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.span_context.span_id(), i))
+        .collect();
     let mut obs = Observation::default();
     let mut messages: Vec<ObservedRpc> = Vec::new();
     for span in &rpc_spans {
         let a = &span.attributes;
-        let Some(index) = attr_str(a, attr::INDEX).and_then(|i| Index::decode(&i).ok()) else { continue };
+        let Some(index) = attr_str(a, attr::INDEX).and_then(|i| Index::decode(&i).ok()) else {
+            continue;
+        };
         let signature = attr_str(a, attr::SIGNATURE).unwrap_or_default();
         let invocation = match (
             attr_str(a, attr::PAYLOAD_DIGEST).and_then(|d| PayloadDigest::from_hex(&d).ok()),
@@ -268,7 +288,10 @@ pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
                     Some(k) if pre.is_preliminary() => pre.stream_message(k),
                     _ => pre,
                 };
-                obs.streams.push(StreamMapping { preliminary, final_index: final_index.clone() });
+                obs.streams.push(StreamMapping {
+                    preliminary,
+                    final_index: final_index.clone(),
+                });
                 // the message itself, as an RPC issued under the stream (it cannot be failed on its own)
                 messages.push(ObservedRpc {
                     index: final_index,

@@ -48,7 +48,15 @@ impl TestRun {
         source: Arc<dyn SpanSource>,
     ) -> Self {
         let plan = FaultPlan::new(planned.iter().map(|p| (p.index.clone(), p.fault)).collect());
-        TestRun { inner: Arc::new(RunInner { number, planned, plan, instantiation, source }) }
+        TestRun {
+            inner: Arc::new(RunInner {
+                number,
+                planned,
+                plan,
+                instantiation,
+                source,
+            }),
+        }
     }
 
     /// The execution's number in its search (1 is the fault-free run).
@@ -102,7 +110,9 @@ impl TestRun {
     /// True when a fault was injected so far on an RPC whose signature matches `pattern`.
     pub async fn injected_on(&self, pattern: &str) -> bool {
         let p = Pattern::new(pattern);
-        self.injected().await.is_ok_and(|rpcs| rpcs.iter().any(|r| p.matches(&r.signature)))
+        self.injected()
+            .await
+            .is_ok_and(|rpcs| rpcs.iter().any(|r| p.matches(&r.signature)))
     }
 
     /// True when any fault was injected so far.

@@ -33,13 +33,19 @@ struct Handler {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
     }
 }
 
 fn gen_handler(rng: &mut Lcg, depth: u32, budget: &mut u32, site: &mut u32) -> Handler {
-    let mut h = Handler { concurrent: rng.next(3) == 0, ..Handler::default() };
+    let mut h = Handler {
+        concurrent: rng.next(3) == 0,
+        ..Handler::default()
+    };
     let n = if depth >= 3 { 0 } else { rng.next(3) };
     for _ in 0..n {
         if *budget == 0 {
@@ -47,12 +53,25 @@ fn gen_handler(rng: &mut Lcg, depth: u32, budget: &mut u32, site: &mut u32) -> H
         }
         *budget -= 1;
         *site += 1;
-        let policy = [Policy::Fallback, Policy::Propagate, Policy::RetryOnce, Policy::BreakLoop][rng.next(4) as usize];
+        let policy = [
+            Policy::Fallback,
+            Policy::Propagate,
+            Policy::RetryOnce,
+            Policy::BreakLoop,
+        ][rng.next(4) as usize];
         let loops = if rng.next(3) == 0 { 2 } else { 1 };
         let same_payload = rng.next(2) == 0;
-        let payloads = (0..loops).map(|i| if same_payload { "p".to_string() } else { format!("p{i}") }).collect();
+        let payloads = (0..loops)
+            .map(|i| if same_payload { "p".to_string() } else { format!("p{i}") })
+            .collect();
         let callee = Arc::new(gen_handler(rng, depth + 1, budget, site));
-        h.calls.push(Call { service: format!("S{}/m", rng.next(3)), payloads, site: *site, policy, callee });
+        h.calls.push(Call {
+            service: format!("S{}/m", rng.next(3)),
+            payloads,
+            site: *site,
+            policy,
+            callee,
+        });
     }
     h
 }
@@ -88,7 +107,11 @@ fn serve(h: Arc<Handler>, me: Caller) -> BoxFuture<'static, Result<String, Fault
                             r = me.call(&c.service, p, &[c.site], |cx| serve(callee, cx)).await;
                         }
                         Policy::BreakLoop => {
-                            let _ = me.call(&c.service, "fallback", &[c.site + 1000], |_| async { Ok(String::new()) }).await;
+                            let _ = me
+                                .call(&c.service, "fallback", &[c.site + 1000], |_| async {
+                                    Ok(String::new())
+                                })
+                                .await;
                             break;
                         }
                     }
@@ -115,22 +138,50 @@ async fn search_matches_oracle_on_generated_programs() {
         let test = test_fn(format!("gen-{seed}"), move |run| {
             let t = Caller::root(&run, &r);
             let root = root2.clone();
-            async move { t.call("Entry/run", "", &[0], |cx| serve(root, cx)).await.map(|_| ()).map_err(|e| e.to_string()) }
+            async move {
+                t.call("Entry/run", "", &[0], |cx| serve(root, cx))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
         });
         // the test's own request is never failed: that rule comes first
-        let catalog = FaultCatalog { rules: Vec::new(), protocol_defaults: false }
-            .with_rule("Entry/*", vec![])
-            .with_rule("*", vec![Fault::Connection]);
-        let options = SearchOptions { catalog, instantiation: Instantiation::dei(), ..SearchOptions::default() };
+        let catalog = FaultCatalog {
+            rules: Vec::new(),
+            protocol_defaults: false,
+        }
+        .with_rule("Entry/*", vec![])
+        .with_rule("*", vec![Fault::Connection]);
+        let options = SearchOptions {
+            catalog,
+            instantiation: Instantiation::dei(),
+            ..SearchOptions::default()
+        };
         let truth = match Oracle::new(options.clone(), Arc::new(rec.clone()), 11).run(&test).await {
             Ok(t) => t,
             Err(OracleError::TooLarge(..)) => continue,
             Err(e) => panic!("{e}"),
         };
         for strategy in [Strategy::DepthFirst, Strategy::BreadthFirst] {
-            let report = Search::new(SearchOptions { strategy, ..options.clone() }, rec.clone()).run(&test).await.expect("search");
-            assert!(report.redundant().is_empty(), "seed {seed}: redundant\n{root:#?}\n{report}");
-            assert_eq!(report.reference_sets(), truth.reference, "seed {seed} {strategy:?}: incomplete\n{root:#?}\n{report}");
+            let report = Search::new(
+                SearchOptions {
+                    strategy,
+                    ..options.clone()
+                },
+                rec.clone(),
+            )
+            .run(&test)
+            .await
+            .expect("search");
+            assert!(
+                report.redundant().is_empty(),
+                "seed {seed}: redundant\n{root:#?}\n{report}"
+            );
+            assert_eq!(
+                report.reference_sets(),
+                truth.reference,
+                "seed {seed} {strategy:?}: incomplete\n{root:#?}\n{report}"
+            );
             assert_eq!(report.executions.len(), truth.reference.len());
         }
         checked += 1;
@@ -139,5 +190,8 @@ async fn search_matches_oracle_on_generated_programs() {
         }
     }
     eprintln!("checked {checked} programs, {nontrivial} with more than 4 fault sets");
-    assert!(checked >= 30 && nontrivial >= 10, "checked {checked}, nontrivial {nontrivial}");
+    assert!(
+        checked >= 30 && nontrivial >= 10,
+        "checked {checked}, nontrivial {nontrivial}"
+    );
 }

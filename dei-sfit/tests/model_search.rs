@@ -10,17 +10,30 @@ type Sets = BTreeSet<FaultSet>;
 
 async fn oracle(p: &programs::ModelProgram, catalog: FaultCatalog) -> OracleResult {
     let rec = Recorder::new();
-    let options = SearchOptions { catalog, ..SearchOptions::default() };
-    Oracle::new(options, Arc::new(rec.clone()), 12).run(&p.test(&rec)).await.expect("oracle")
+    let options = SearchOptions {
+        catalog,
+        ..SearchOptions::default()
+    };
+    Oracle::new(options, Arc::new(rec.clone()), 12)
+        .run(&p.test(&rec))
+        .await
+        .expect("oracle")
 }
 
 async fn search(p: &programs::ModelProgram, options: SearchOptions) -> Report {
     let rec = Recorder::new();
-    Search::new(options, rec.clone()).run(&p.test(&rec)).await.expect("search")
+    Search::new(options, rec.clone())
+        .run(&p.test(&rec))
+        .await
+        .expect("search")
 }
 
 fn opts(p: &programs::ModelProgram, instantiation: Instantiation) -> SearchOptions {
-    SearchOptions { catalog: p.catalog(), instantiation, ..SearchOptions::default() }
+    SearchOptions {
+        catalog: p.catalog(),
+        instantiation,
+        ..SearchOptions::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,11 +42,31 @@ async fn every_program_is_complete_and_non_redundant_in_both_orders() {
         let truth = oracle(&p, p.catalog()).await;
         assert!(!truth.reference.is_empty());
         for strategy in [Strategy::DepthFirst, Strategy::BreadthFirst] {
-            let report = search(&p, SearchOptions { strategy, ..opts(&p, Instantiation::dei()) }).await;
-            assert!(report.redundant().is_empty(), "{}: redundant executions\n{report}", p.name);
-            assert_eq!(report.reference_sets(), truth.reference, "{} ({strategy:?}): incomplete\n{report}", p.name);
+            let report = search(
+                &p,
+                SearchOptions {
+                    strategy,
+                    ..opts(&p, Instantiation::dei())
+                },
+            )
+            .await;
+            assert!(
+                report.redundant().is_empty(),
+                "{}: redundant executions\n{report}",
+                p.name
+            );
+            assert_eq!(
+                report.reference_sets(),
+                truth.reference,
+                "{} ({strategy:?}): incomplete\n{report}",
+                p.name
+            );
             assert_eq!(report.executions.len(), truth.reference.len(), "{}", p.name);
-            assert!(report.executions.iter().all(|e| e.unreached.is_empty()), "{}: unreachable plan\n{report}", p.name);
+            assert!(
+                report.executions.iter().all(|e| e.unreached.is_empty()),
+                "{}: unreachable plan\n{report}",
+                p.name
+            );
         }
     }
 }
@@ -45,16 +78,34 @@ async fn protocol_default_catalog_multiplies_fault_types() {
     let catalog = FaultCatalog::protocol_defaults().with_rule("A/*", vec![]);
     let truth = oracle(&p, catalog.clone()).await;
     assert_eq!(truth.reference.len(), 16);
-    let report = search(&p, SearchOptions { catalog, ..opts(&p, Instantiation::dei()) }).await;
+    let report = search(
+        &p,
+        SearchOptions {
+            catalog,
+            ..opts(&p, Instantiation::dei())
+        },
+    )
+    .await;
     assert_eq!(report.executions.len(), 16);
     assert_eq!(report.reference_sets(), truth.reference);
-    let faults: BTreeSet<Fault> = report.executions.iter().flat_map(|e| e.effective.iter().map(|p| p.fault)).collect();
-    assert_eq!(faults, BTreeSet::from([Fault::UNAVAILABLE, Fault::DEADLINE_EXCEEDED, Fault::Connection]));
+    let faults: BTreeSet<Fault> = report
+        .executions
+        .iter()
+        .flat_map(|e| e.effective.iter().map(|p| p.fault))
+        .collect();
+    assert_eq!(
+        faults,
+        BTreeSet::from([Fault::UNAVAILABLE, Fault::DEADLINE_EXCEEDED, Fault::Connection])
+    );
 }
 
 /// The failure pattern of B's calls in an execution, in issue order: `.` ok, `x` failed.
 fn pattern(e: &ExecutionRecord) -> String {
-    e.rpcs.iter().filter(|r| r.signature == "B/echo").map(|r| if r.fault.is_some() { 'x' } else { '.' }).collect()
+    e.rpcs
+        .iter()
+        .filter(|r| r.signature == "B/echo")
+        .map(|r| if r.fault.is_some() { 'x' } else { '.' })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,7 +123,12 @@ async fn fig2_runs_exactly_the_five_executions_of_section_3_2() {
             .executions
             .iter()
             .filter(|e| e.rpcs.len() == 4 || (e.rpcs.len() == 3 && pattern(e).starts_with('x')))
-            .filter_map(|e| e.rpcs.iter().rfind(|r| r.signature == "B/echo").map(|r| r.index.clone()))
+            .filter_map(|e| {
+                e.rpcs
+                    .iter()
+                    .rfind(|r| r.signature == "B/echo")
+                    .map(|r| r.index.clone())
+            })
             .collect();
         assert_eq!(fallback.len(), 1, "{}: {fallback:?}", inst.name);
     }
@@ -92,10 +148,37 @@ async fn fig4_path_tells_e1_from_e2() {
         // e1: the second B call (World, line 9) and its call to C
         let b_calls: Vec<&ObservedRpc> = e1.rpcs.iter().filter(|r| r.signature == "B/echo").collect();
         let a_w_9 = b_calls[1].index.clone();
-        let c_under_loop = e1.rpcs.iter().filter(|r| r.signature == "C/echo").nth(1).expect("C").index.clone();
-        let e2 = run(inst.clone(), vec![PlannedFault { index: a_w_9, fault: Fault::Connection, signature: String::new() }]).await;
-        let c_under_retry = e2.rpcs.iter().filter(|r| r.signature == "C/echo").nth(1).expect("C").index.clone();
-        assert_eq!(c_under_loop != c_under_retry, distinct, "{}: B(W)^29|1 under A(W)^9 vs under A(W)^19", inst.name);
+        let c_under_loop = e1
+            .rpcs
+            .iter()
+            .filter(|r| r.signature == "C/echo")
+            .nth(1)
+            .expect("C")
+            .index
+            .clone();
+        let e2 = run(
+            inst.clone(),
+            vec![PlannedFault {
+                index: a_w_9,
+                fault: Fault::Connection,
+                signature: String::new(),
+            }],
+        )
+        .await;
+        let c_under_retry = e2
+            .rpcs
+            .iter()
+            .filter(|r| r.signature == "C/echo")
+            .nth(1)
+            .expect("C")
+            .index
+            .clone();
+        assert_eq!(
+            c_under_loop != c_under_retry,
+            distinct,
+            "{}: B(W)^29|1 under A(W)^9 vs under A(W)^19",
+            inst.name
+        );
     }
 }
 
@@ -116,7 +199,13 @@ async fn stream_indexes_are_rewritten_to_deterministic_final_ones() {
             .map_err(|e| e.to_string())
         }
     });
-    let search = Search::new(SearchOptions { catalog: FaultCatalog::single(Fault::Connection), ..SearchOptions::default() }, rec);
+    let search = Search::new(
+        SearchOptions {
+            catalog: FaultCatalog::single(Fault::Connection),
+            ..SearchOptions::default()
+        },
+        rec,
+    );
     let mut finals: BTreeSet<Vec<Index>> = BTreeSet::new();
     for _ in 0..20 {
         let e = search.execute(&test, 1, vec![]).await.expect("run");
@@ -136,7 +225,12 @@ async fn stream_indexes_are_rewritten_to_deterministic_final_ones() {
     // the search targets the messages (final indexes) but not the rewritten nested calls
     let report = search.run(&test).await.expect("search");
     assert!(report.redundant().is_empty());
-    assert!(report.executions.iter().all(|e| e.effective.iter().all(|p| p.signature != "C/log")));
+    assert!(
+        report
+            .executions
+            .iter()
+            .all(|e| e.effective.iter().all(|p| p.signature != "C/log"))
+    );
     assert_eq!(report.executions.len(), 1 + 4, "{report}"); // {stream}, and the 2^2 subsets of the messages
 }
 
@@ -155,13 +249,30 @@ async fn table1_all_column_and_ablation_losses() {
     let truth3: Sets = oracle(&c3, c3.catalog()).await.reference;
     let no_ic = search(&c3, opts(&c3, Instantiation::no_count())).await;
     assert_eq!(no_ic.executions.len(), 3, "{no_ic}");
-    assert!(no_ic.executions.iter().any(|e| !e.multiply_injected.is_empty()), "unsound: a fault lands on several RPCs");
-    assert_eq!(truth3.difference(&no_ic.reference_sets()).count(), 4, "incomplete: 4 of 7 sets never reached");
+    assert!(
+        no_ic.executions.iter().any(|e| !e.multiply_injected.is_empty()),
+        "unsound: a fault lands on several RPCs"
+    );
+    assert_eq!(
+        truth3.difference(&no_ic.reference_sets()).count(),
+        4,
+        "incomplete: 4 of 7 sets never reached"
+    );
     // Filibuster's scheduling (no ancestor pruning) runs the paper's 4, the 4th repeating an earlier set
-    let filibuster_rules = search(&c3, SearchOptions { prune_ancestors: false, ..opts(&c3, Instantiation::no_count()) }).await;
+    let filibuster_rules = search(
+        &c3,
+        SearchOptions {
+            prune_ancestors: false,
+            ..opts(&c3, Instantiation::no_count())
+        },
+    )
+    .await;
     assert_eq!(filibuster_rules.executions.len(), 4);
     assert_eq!(filibuster_rules.redundant().len(), 1);
-    assert_eq!(search(&c3, opts(&c3, Instantiation::no_stack())).await.executions.len(), 7);
+    assert_eq!(
+        search(&c3, opts(&c3, Instantiation::no_stack())).await.executions.len(),
+        7
+    );
 
     // cinema-9 loses only without both count and stack
     let truth9 = oracle(&c9, c9.catalog()).await.reference;
@@ -176,7 +287,11 @@ async fn table1_all_column_and_ablation_losses() {
 
     // cinema-10 loses only without path: the fault meant for bookings->movies also hits users->movies
     let truth10 = oracle(&c10, c10.catalog()).await.reference;
-    for inst in [Instantiation::no_count(), Instantiation::no_stack(), Instantiation::no_count_no_stack()] {
+    for inst in [
+        Instantiation::no_count(),
+        Instantiation::no_stack(),
+        Instantiation::no_count_no_stack(),
+    ] {
         let r = search(&c10, opts(&c10, inst)).await;
         assert_eq!(r.reference_sets(), truth10);
     }
@@ -185,7 +300,11 @@ async fn table1_all_column_and_ablation_losses() {
     let reached10 = r10.reference_sets();
     let missing: Vec<&FaultSet> = truth10.difference(&reached10).collect();
     assert_eq!(missing.len(), 1);
-    assert_eq!(missing[0].len(), 1, "the lost set is bookings->movies failing alone: {missing:?}");
+    assert_eq!(
+        missing[0].len(),
+        1,
+        "the lost set is bookings->movies failing alone: {missing:?}"
+    );
     assert!(r10.executions.iter().any(|e| !e.multiply_injected.is_empty()));
 }
 
@@ -196,7 +315,12 @@ async fn service_encapsulation_skips_e_with_c_or_d() {
     assert_eq!(truth.len(), 12); // B subtree {ok, B, E} x C {ok, C} x D {ok, D}
     let reduced = search(
         &p,
-        SearchOptions { reduction: Reduction::ServiceEncapsulation { compare_responses: false }, ..opts(&p, Instantiation::dei()) },
+        SearchOptions {
+            reduction: Reduction::ServiceEncapsulation {
+                compare_responses: false,
+            },
+            ..opts(&p, Instantiation::dei())
+        },
     )
     .await;
     assert_eq!(reduced.executions.len(), 9, "{reduced}");
@@ -211,14 +335,28 @@ async fn service_encapsulation_skips_e_with_c_or_d() {
     // comparing responses too: B answers the same with or without E, so the same plans are skipped
     let strict = search(
         &p,
-        SearchOptions { reduction: Reduction::ServiceEncapsulation { compare_responses: true }, ..opts(&p, Instantiation::dei()) },
+        SearchOptions {
+            reduction: Reduction::ServiceEncapsulation {
+                compare_responses: true,
+            },
+            ..opts(&p, Instantiation::dei())
+        },
     )
     .await;
     assert_eq!(strict.executions.len(), 9);
     // where the encapsulating service's answer depends on the failure, nothing is skipped: fig4's B falls back
     // to its own argument, the same answer as C's echo, but cinema-3's bookings fails instead
     let c3 = programs::CINEMA3;
-    let r = search(&c3, SearchOptions { reduction: Reduction::ServiceEncapsulation { compare_responses: true }, ..opts(&c3, Instantiation::dei()) }).await;
+    let r = search(
+        &c3,
+        SearchOptions {
+            reduction: Reduction::ServiceEncapsulation {
+                compare_responses: true,
+            },
+            ..opts(&c3, Instantiation::dei())
+        },
+    )
+    .await;
     assert_eq!(r.reference_sets(), oracle(&c3, c3.catalog()).await.reference, "{r}");
 }
 
@@ -227,7 +365,10 @@ async fn failing_execution_replays_from_its_report_file() {
     let p = programs::FIG5; // A has no fallback for the stream itself: failing the stream fails the test
     let rec = Recorder::new();
     let test = p.test(&rec);
-    let report = Search::new(opts(&p, Instantiation::dei()), rec.clone()).run(&test).await.expect("search");
+    let report = Search::new(opts(&p, Instantiation::dei()), rec.clone())
+        .run(&test)
+        .await
+        .expect("search");
     let failing = report.failing();
     assert_eq!(failing.len(), 1, "{report}");
     let path = std::env::temp_dir().join(format!("sfit-replay-{}.json", std::process::id()));
@@ -235,7 +376,9 @@ async fn failing_execution_replays_from_its_report_file() {
     let loaded = Report::load(&path).expect("load");
     let _ = std::fs::remove_file(&path);
     let number = loaded.failing()[0].number;
-    let again = Search::replay(&test, &loaded, number, Arc::new(rec)).await.expect("replay");
+    let again = Search::replay(&test, &loaded, number, Arc::new(rec))
+        .await
+        .expect("replay");
     assert!(!again.outcome.passed());
     assert_eq!(again.effective, failing[0].effective);
     assert!(loaded.to_json().expect("json").contains("\"plan_wire\""));
@@ -245,11 +388,25 @@ async fn failing_execution_replays_from_its_report_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_and_single_fault_mode() {
     let p = programs::CINEMA3;
-    let single = search(&p, SearchOptions { single_fault: true, ..opts(&p, Instantiation::dei()) }).await;
+    let single = search(
+        &p,
+        SearchOptions {
+            single_fault: true,
+            ..opts(&p, Instantiation::dei())
+        },
+    )
+    .await;
     // the fault-free run observes bookings and movies once each
     assert_eq!(single.executions.len(), 3);
     assert!(single.executions.iter().all(|e| e.plan.len() <= 1));
-    let capped = search(&p, SearchOptions { max_executions: Some(2), ..opts(&p, Instantiation::dei()) }).await;
+    let capped = search(
+        &p,
+        SearchOptions {
+            max_executions: Some(2),
+            ..opts(&p, Instantiation::dei())
+        },
+    )
+    .await;
     assert_eq!(capped.executions.len(), 2);
     assert!(capped.truncated && capped.pending > 0);
 }
@@ -269,10 +426,16 @@ async fn conditional_assertions_see_where_faults_were_injected() {
             }
         }
     });
-    let report = Search::new(SearchOptions { catalog: FaultCatalog::single(Fault::UNAVAILABLE), ..SearchOptions::default() }, rec)
-        .run(&test)
-        .await
-        .expect("search");
+    let report = Search::new(
+        SearchOptions {
+            catalog: FaultCatalog::single(Fault::UNAVAILABLE),
+            ..SearchOptions::default()
+        },
+        rec,
+    )
+    .run(&test)
+    .await
+    .expect("search");
     assert_eq!(report.executions.len(), 2);
     assert!(report.failing().is_empty(), "{report}");
 }

@@ -9,30 +9,47 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 
 fn idx(elements: &[(u8, u32)]) -> Index {
-    Index::from_elements(elements.iter().map(|&(d, c)| Element::new(ElementDigest([d; 8]), c)).collect())
+    Index::from_elements(
+        elements
+            .iter()
+            .map(|&(d, c)| Element::new(ElementDigest([d; 8]), c))
+            .collect(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_become_an_observation() {
     let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
     let tracer = provider.tracer("t");
     let source = InMemorySpans::new(exporter.clone()).with_provider(provider.clone());
     source.begin().await.expect("begin");
 
     let a = idx(&[(1, 1)]);
     let b = idx(&[(1, 1), (2, 1)]);
-    let pre = idx(&[(1, 1), (3, 1)]).elements().iter().map(|e| e.preliminary()).collect::<Vec<_>>();
+    let pre = idx(&[(1, 1), (3, 1)])
+        .elements()
+        .iter()
+        .map(|e| e.preliminary())
+        .collect::<Vec<_>>();
     let pre = Index::from_elements(pre);
     let fin = idx(&[(1, 1), (4, 1)]);
     // client A (root) -> server (A's callee) -> client B, which failed with an injected fault
     let client_a = tracer
         .span_builder("a")
         .with_kind(SpanKind::Client)
-        .with_attributes(vec![KeyValue::new(attr::INDEX, a.encode()), KeyValue::new(attr::SIGNATURE, "svc.A/Get")])
+        .with_attributes(vec![
+            KeyValue::new(attr::INDEX, a.encode()),
+            KeyValue::new(attr::SIGNATURE, "svc.A/Get"),
+        ])
         .start(&tracer);
     let cx_a = Context::current().with_span(client_a);
-    let server = tracer.span_builder("serve-a").with_kind(SpanKind::Server).start_with_context(&tracer, &cx_a);
+    let server = tracer
+        .span_builder("serve-a")
+        .with_kind(SpanKind::Server)
+        .start_with_context(&tracer, &cx_a);
     let cx_s = cx_a.with_span(server);
     let mut client_b = tracer
         .span_builder("b")
@@ -48,7 +65,10 @@ async fn spans_become_an_observation() {
     let mut stream = tracer
         .span_builder("stream")
         .with_kind(SpanKind::Client)
-        .with_attributes(vec![KeyValue::new(attr::INDEX, pre.encode()), KeyValue::new(attr::SIGNATURE, "svc.C/Chat")])
+        .with_attributes(vec![
+            KeyValue::new(attr::INDEX, pre.encode()),
+            KeyValue::new(attr::SIGNATURE, "svc.C/Chat"),
+        ])
         .start_with_context(&tracer, &cx_s);
     opentelemetry::trace::Span::add_event(
         &mut stream,
@@ -65,7 +85,10 @@ async fn spans_become_an_observation() {
         let mut s = tracer
             .span_builder("bad")
             .with_kind(SpanKind::Client)
-            .with_attributes(vec![KeyValue::new(attr::INDEX, index), KeyValue::new(attr::FAULT, fault)])
+            .with_attributes(vec![
+                KeyValue::new(attr::INDEX, index),
+                KeyValue::new(attr::FAULT, fault),
+            ])
             .start_with_context(&tracer, &cx_s);
         opentelemetry::trace::Span::end(&mut s);
     }
@@ -89,7 +112,11 @@ async fn spans_become_an_observation() {
     assert_eq!(obs.rpcs.len(), 5, "A, B, the stream, its message, C: {:#?}", obs.rpcs);
     let (pa, pb, pc) = (find(&a), find(&b), find(&c));
     assert_eq!(obs.rpcs[pa].parent, None);
-    assert_eq!(obs.rpcs[pb].parent, Some(pa), "B's parent RPC is A, through A's server span");
+    assert_eq!(
+        obs.rpcs[pb].parent,
+        Some(pa),
+        "B's parent RPC is A, through A's server span"
+    );
     assert_eq!(obs.rpcs[pb].fault, Some(Fault::UNAVAILABLE));
     assert_eq!(obs.rpcs[pb].outcome, Outcome::Err { code: "g14".into() });
     assert_eq!(obs.rpcs[pc].fault, None, "a malformed fault is ignored");
@@ -103,5 +130,8 @@ async fn spans_become_an_observation() {
     assert_eq!(observation_from_spans(&[]).rpcs.len(), 0);
 
     source.begin().await.expect("begin");
-    assert!(source.collect().await.expect("collect").rpcs.is_empty(), "begin forgets earlier spans");
+    assert!(
+        source.collect().await.expect("collect").rpcs.is_empty(),
+        "begin forgets earlier spans"
+    );
 }

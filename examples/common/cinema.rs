@@ -62,9 +62,12 @@ impl Variant {
 
 /// The paper's fault model: one connection error per RPC, none on the test's own request to users.
 pub fn catalog() -> FaultCatalog {
-    FaultCatalog { rules: Vec::new(), protocol_defaults: false }
-        .with_rule("cinema.Users/*", vec![])
-        .with_rule("*", vec![Fault::Connection])
+    FaultCatalog {
+        rules: Vec::new(),
+        protocol_defaults: false,
+    }
+    .with_rule("cinema.Users/*", vec![])
+    .with_rule("*", vec![Fault::Connection])
 }
 
 struct MoviesSvc;
@@ -76,7 +79,10 @@ impl Movies for MoviesSvc {
         if movie != MOVIE {
             return Err(Status::not_found(movie));
         }
-        Ok(Response::new(Movie { movie, details: DETAILS.into() }))
+        Ok(Response::new(Movie {
+            movie,
+            details: DETAILS.into(),
+        }))
     }
 }
 
@@ -86,7 +92,10 @@ struct ShowtimesSvc;
 impl Showtimes for ShowtimesSvc {
     async fn get(&self, request: Request<ShowtimeRequest>) -> Result<Response<Showtime>, Status> {
         let showtime = request.into_inner().showtime;
-        Ok(Response::new(Showtime { showtime, when: "20:00".into() }))
+        Ok(Response::new(Showtime {
+            showtime,
+            when: "20:00".into(),
+        }))
     }
 }
 
@@ -96,7 +105,12 @@ struct BookingsSvc {
 }
 
 fn stored_booking() -> Booking {
-    Booking { movie: MOVIE.into(), showtime: SHOWTIME.into(), details: String::new(), when: String::new() }
+    Booking {
+        movie: MOVIE.into(),
+        showtime: SHOWTIME.into(),
+        details: String::new(),
+        when: String::new(),
+    }
 }
 
 #[tonic::async_trait]
@@ -109,13 +123,24 @@ impl Bookings for BookingsSvc {
         match self.variant {
             // the chain: bookings fills in the movie's details, and fails when movies fails
             Variant::Cinema3 | Variant::Cinema10 => {
-                let movie = self.movies.clone().get(MovieRequest { movie: booking.movie.clone() }).await;
-                booking.details = movie.map_err(|s| Status::internal(format!("movies: {}", s.message())))?.into_inner().details;
+                let movie = self
+                    .movies
+                    .clone()
+                    .get(MovieRequest {
+                        movie: booking.movie.clone(),
+                    })
+                    .await;
+                booking.details = movie
+                    .map_err(|s| Status::internal(format!("movies: {}", s.message())))?
+                    .into_inner()
+                    .details;
             }
             // users fetches the details itself
             Variant::Cinema9 => {}
         }
-        Ok(Response::new(BookingList { bookings: vec![booking] }))
+        Ok(Response::new(BookingList {
+            bookings: vec![booking],
+        }))
     }
 }
 
@@ -129,7 +154,12 @@ struct UsersSvc {
 impl UsersSvc {
     /// cinema-9's helper: one RPC call site, reached from two call sites in `get_bookings`.
     async fn fetch_bookings(&self, user: &str) -> Result<BookingList, Status> {
-        Ok(self.bookings.clone().get(UserRequest { user: user.into() }).await?.into_inner())
+        Ok(self
+            .bookings
+            .clone()
+            .get(UserRequest { user: user.into() })
+            .await?
+            .into_inner())
     }
 
     async fn details_of(&self, movie: &str) -> String {
@@ -172,14 +202,23 @@ impl Users for UsersSvc {
                 Ok(list) => {
                     let mut list = list.into_inner();
                     for b in &mut list.bookings {
-                        let when = self.showtimes.clone().get(ShowtimeRequest { showtime: b.showtime.clone() }).await;
+                        let when = self
+                            .showtimes
+                            .clone()
+                            .get(ShowtimeRequest {
+                                showtime: b.showtime.clone(),
+                            })
+                            .await;
                         b.when = when.map(|w| w.into_inner().when).unwrap_or_default();
                     }
                     list
                 }
                 Err(_) => {
                     // default booking list (no showtime), details straight from movies
-                    let mut b = Booking { showtime: String::new(), ..stored_booking() };
+                    let mut b = Booking {
+                        showtime: String::new(),
+                        ..stored_booking()
+                    };
                     b.details = self.details_of(&b.movie).await;
                     BookingList { bookings: vec![b] }
                 }
@@ -206,7 +245,14 @@ pub async fn start(variant: Variant, config: &DeiConfig) -> Cinema {
     let (l_users, a_users) = bind().await;
     serve(l_movies, config, MoviesServer::new(MoviesSvc));
     serve(l_shows, config, ShowtimesServer::new(ShowtimesSvc));
-    serve(l_bookings, config, BookingsServer::new(BookingsSvc { variant, movies: MoviesClient::new(channel(a_movies, config)) }));
+    serve(
+        l_bookings,
+        config,
+        BookingsServer::new(BookingsSvc {
+            variant,
+            movies: MoviesClient::new(channel(a_movies, config)),
+        }),
+    );
     serve(
         l_users,
         config,
@@ -217,7 +263,10 @@ pub async fn start(variant: Variant, config: &DeiConfig) -> Cinema {
             showtimes: ShowtimesClient::new(channel(a_shows, config)),
         }),
     );
-    Cinema { variant, users: UsersClient::new(channel(a_users, config)) }
+    Cinema {
+        variant,
+        users: UsersClient::new(channel(a_users, config)),
+    }
 }
 
 /// The functional test: fetch the user's bookings with movie details. Conditional assertions: with faults
@@ -230,12 +279,16 @@ pub fn functional_test(cinema: Cinema) -> impl FunctionalTest {
         let variant = cinema.variant;
         async move {
             let cx = run.context();
-            let got = async { users.get_bookings(UserRequest { user: USER.into() }).await }.with_context(cx).await;
+            let got = async { users.get_bookings(UserRequest { user: USER.into() }).await }
+                .with_context(cx)
+                .await;
             let observed = run.observed().await.map_err(|e| e.to_string())?;
             let injected = observed.iter().filter(|r| r.fault.is_some()).count();
             // bookings calls that failed, injected or because movies failed under them
-            let bookings_failed =
-                observed.iter().filter(|r| r.signature.starts_with("cinema.Bookings/") && !r.outcome.is_ok()).count();
+            let bookings_failed = observed
+                .iter()
+                .filter(|r| r.signature.starts_with("cinema.Bookings/") && !r.outcome.is_ok())
+                .count();
             judge(variant, got.map(|r| r.into_inner()), injected, bookings_failed)
         }
     })
@@ -244,7 +297,9 @@ pub fn functional_test(cinema: Cinema) -> impl FunctionalTest {
 fn judge(variant: Variant, got: Result<BookingList, Status>, injected: usize, bookings_failed: usize) -> Verdict {
     match got {
         Ok(list) => {
-            let [b] = list.bookings.as_slice() else { return Err(format!("expected one booking, got {list:?}")) };
+            let [b] = list.bookings.as_slice() else {
+                return Err(format!("expected one booking, got {list:?}"));
+            };
             if b.movie != MOVIE {
                 return Err(format!("wrong movie {:?}", b.movie));
             }
@@ -259,7 +314,11 @@ fn judge(variant: Variant, got: Result<BookingList, Status>, injected: usize, bo
                 Variant::Cinema3 | Variant::Cinema9 => bookings_failed >= 2,
                 Variant::Cinema10 => false,
             };
-            if allowed { Ok(()) } else { Err(format!("users failed: {status} with {injected} faults injected")) }
+            if allowed {
+                Ok(())
+            } else {
+                Err(format!("users failed: {status} with {injected} faults injected"))
+            }
         }
     }
 }

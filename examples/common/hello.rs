@@ -2,14 +2,14 @@
 //!
 //! Fig. 1 is HTTP (axum servers, reqwest with the DEI middleware); the others are gRPC (tonic).
 
+use super::pb::helloworld::hello_client::HelloClient;
+use super::pb::helloworld::hello_server::{Hello, HelloServer};
 use super::pb::helloworld::service_a_client::ServiceAClient;
 use super::pb::helloworld::service_a_server::{ServiceA, ServiceAServer};
 use super::pb::helloworld::service_b_client::ServiceBClient;
 use super::pb::helloworld::service_b_server::{ServiceB, ServiceBServer};
 use super::pb::helloworld::service_c_client::ServiceCClient;
 use super::pb::helloworld::service_c_server::{ServiceC, ServiceCServer};
-use super::pb::helloworld::hello_client::HelloClient;
-use super::pb::helloworld::hello_server::{Hello, HelloServer};
 use super::pb::helloworld::world_client::WorldClient;
 use super::pb::helloworld::world_server::{World, WorldServer};
 use super::pb::helloworld::{FanOut, Served, Strings, Text};
@@ -25,7 +25,10 @@ pub const ECHO_STREAM: &str = "/helloworld.ServiceB/EchoStream";
 
 /// A configuration that knows Fig. 5's streaming method.
 pub fn config(instantiation: dei_propagator::Instantiation) -> DeiConfig {
-    DeiConfig::builder().instantiation(instantiation).streaming_method(ECHO_STREAM, MethodKind::Bidi).build()
+    DeiConfig::builder()
+        .instantiation(instantiation)
+        .streaming_method(ECHO_STREAM, MethodKind::Bidi)
+        .build()
 }
 
 /// Which of A's implementations.
@@ -66,7 +69,14 @@ impl ServiceA for ASvc {
                     }
                 }
                 if failure {
-                    self.b.clone().echo(Text { text: "Hello World".into() }).await?.into_inner().text
+                    self.b
+                        .clone()
+                        .echo(Text {
+                            text: "Hello World".into(),
+                        })
+                        .await?
+                        .into_inner()
+                        .text
                 } else {
                     rs.join(" ")
                 }
@@ -80,7 +90,13 @@ impl ServiceA for ASvc {
                 }
                 let mut rs = Vec::new();
                 for t in tasks {
-                    rs.push(t.await.ok().and_then(|r| r.ok()).map(|r| r.into_inner().text).unwrap_or_default());
+                    rs.push(
+                        t.await
+                            .ok()
+                            .and_then(|r| r.ok())
+                            .map(|r| r.into_inner().text)
+                            .unwrap_or_default(),
+                    );
                 }
                 rs.join(" ")
             }
@@ -113,7 +129,9 @@ impl ServiceA for ASvc {
             }
             Figure::Fig5 => {
                 let config = config(
-                    RequestScope::current().map(|s| s.instantiation().clone()).unwrap_or_default(),
+                    RequestScope::current()
+                        .map(|s| s.instantiation().clone())
+                        .unwrap_or_default(),
                 );
                 let (tx, request) = dei_instrumentation::grpc::stream::channel::<Text>(&config, 16);
                 let mut b = self.b.clone();
@@ -151,7 +169,9 @@ type TextStream = Pin<Box<dyn futures::Stream<Item = Result<Text, Status>> + Sen
 impl ServiceB for BSvc {
     async fn echo(&self, request: Request<Text>) -> Result<Response<Text>, Status> {
         let s = request.into_inner().text;
-        let Some(c) = &self.c else { return Ok(Response::new(Text { text: s })) };
+        let Some(c) = &self.c else {
+            return Ok(Response::new(Text { text: s }));
+        };
         // Fig. 4: decorate through C, falling back to the argument
         let text = match c.clone().echo(Text { text: s.clone() }).await {
             Ok(r) => r.into_inner().text,
@@ -196,7 +216,14 @@ pub async fn start(figure: Figure, config: &DeiConfig) -> ServiceAClient<Channel
         None
     };
     serve(l_b, config, ServiceBServer::new(BSvc { c }));
-    serve(l_a, config, ServiceAServer::new(ASvc { figure, b: ServiceBClient::new(channel(a_b, config)) }));
+    serve(
+        l_a,
+        config,
+        ServiceAServer::new(ASvc {
+            figure,
+            b: ServiceBClient::new(channel(a_b, config)),
+        }),
+    );
     ServiceAClient::new(channel(a_a, config))
 }
 
@@ -206,9 +233,16 @@ pub async fn call_a(a: &ServiceAClient<Channel>, cx: opentelemetry::Context) -> 
 }
 
 /// Calls A with these strings under the run's context.
-pub async fn call_a_with(a: &ServiceAClient<Channel>, cx: opentelemetry::Context, items: Vec<String>) -> Result<String, Status> {
+pub async fn call_a_with(
+    a: &ServiceAClient<Channel>,
+    cx: opentelemetry::Context,
+    items: Vec<String>,
+) -> Result<String, Status> {
     let mut a = a.clone();
-    async move { a.hello_world(Strings { items }).await }.with_context(cx).await.map(|r| r.into_inner().text)
+    async move { a.hello_world(Strings { items }).await }
+        .with_context(cx)
+        .await
+        .map(|r| r.into_inner().text)
 }
 
 // ---- Fig. 1 over HTTP ----
@@ -223,7 +257,10 @@ pub async fn start_fig1_http(config: &DeiConfig) -> (String, reqwest_middleware:
         .build();
     let (l_b, a_b) = bind().await;
     let b = Router::new()
-        .route("/echo", get(|Query(q): Query<HashMap<String, String>>| async move { q.get("s").cloned().unwrap_or_default() }))
+        .route(
+            "/echo",
+            get(|Query(q): Query<HashMap<String, String>>| async move { q.get("s").cloned().unwrap_or_default() }),
+        )
         .layer(DeiHttpServerLayer::new(config.clone()));
     tokio::spawn(async move { axum::serve(l_b, b).await });
     let b_url = format!("http://{a_b}/echo");
@@ -272,7 +309,9 @@ impl Hello for HelloSvc {
         for i in 0..n {
             let mut world = self.world.clone();
             // one call site; the payload carries the creation order
-            tasks.push(dei_propagator::spawn(async move { world.get(Text { text: i.to_string() }).await }));
+            tasks.push(dei_propagator::spawn(async move {
+                world.get(Text { text: i.to_string() }).await
+            }));
         }
         let mut indexes = Vec::with_capacity(n as usize);
         for t in tasks {
@@ -289,7 +328,10 @@ struct WorldSvc;
 impl World for WorldSvc {
     async fn get(&self, _request: Request<Text>) -> Result<Response<Text>, Status> {
         // answer with the index this call was served under
-        let index = opentelemetry::Context::current().dei_scope().map(|s| s.prefix().encode()).unwrap_or_default();
+        let index = opentelemetry::Context::current()
+            .dei_scope()
+            .map(|s| s.prefix().encode())
+            .unwrap_or_default();
         Ok(Response::new(Text { text: index }))
     }
 }
@@ -299,7 +341,13 @@ pub async fn start_hello_world(config: &DeiConfig) -> HelloClient<Channel> {
     let (l_w, a_w) = bind().await;
     let (l_h, a_h) = bind().await;
     serve(l_w, config, WorldServer::new(WorldSvc));
-    serve(l_h, config, HelloServer::new(HelloSvc { world: WorldClient::new(channel(a_w, config)) }));
+    serve(
+        l_h,
+        config,
+        HelloServer::new(HelloSvc {
+            world: WorldClient::new(channel(a_w, config)),
+        }),
+    );
     HelloClient::new(channel(a_h, config))
 }
 
@@ -307,9 +355,12 @@ pub async fn start_hello_world(config: &DeiConfig) -> HelloClient<Channel> {
 
 /// The paper's fault model for the figures: one connection error per RPC, none on the test's request to A.
 pub fn catalog() -> dei_sfit::FaultCatalog {
-    dei_sfit::FaultCatalog { rules: Vec::new(), protocol_defaults: false }
-        .with_rule("helloworld.ServiceA/*", vec![])
-        .with_rule("*", vec![dei_propagator::Fault::Connection])
+    dei_sfit::FaultCatalog {
+        rules: Vec::new(),
+        protocol_defaults: false,
+    }
+    .with_rule("helloworld.ServiceA/*", vec![])
+    .with_rule("*", vec![dei_propagator::Fault::Connection])
 }
 
 /// The functional test of Figs. 2-5: call A with `["Hello", "World"]`; expect "Hello World", or — under
@@ -352,7 +403,11 @@ pub fn fig1_test(url: String, client: reqwest_middleware::ClientWithMiddleware) 
                 Ok(r) => r.text().await.map_err(|e| e.to_string())?,
                 Err(e) => return Err(format!("A failed: {e}")),
             };
-            if text == "Hello World" { Ok(()) } else { Err(format!("A answered {text:?}")) }
+            if text == "Hello World" {
+                Ok(())
+            } else {
+                Err(format!("A answered {text:?}"))
+            }
         }
     })
 }

@@ -15,7 +15,6 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -38,10 +37,14 @@ pub fn spans() -> InMemorySpans {
     let exporter = EXPORTER.get_or_init(|| {
         dei_propagator::install_global_propagator();
         let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
         let tracer = provider.tracer("dei-corpus");
         // INFO and above: the DEI client and server spans, not the transport crates' debug and trace spans
-        let layer = tracing_opentelemetry::layer().with_tracer(tracer).with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
         let subscriber = tracing_subscriber::registry().with(layer);
         let _ = tracing::subscriber::set_global_default(subscriber);
         opentelemetry::global::set_tracer_provider(provider);
@@ -56,7 +59,9 @@ pub type Channel = DeiClientService<tonic::transport::Channel>;
 /// A lazily connecting channel to `addr` with the DEI client layer.
 pub fn channel(addr: SocketAddr, config: &DeiConfig) -> Channel {
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("loopback URI");
-    tower::ServiceBuilder::new().layer(DeiClientLayer::new(config.clone())).service(endpoint.connect_lazy())
+    tower::ServiceBuilder::new()
+        .layer(DeiClientLayer::new(config.clone()))
+        .service(endpoint.tcp_nodelay(true).connect_lazy())
 }
 
 /// Binds an ephemeral loopback port.
@@ -80,9 +85,12 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let router = tonic::transport::Server::builder().layer(DeiServerLayer::new(config.clone())).add_service(service);
+    let router = tonic::transport::Server::builder()
+        .layer(DeiServerLayer::new(config.clone()))
+        .add_service(service);
     tokio::spawn(async move {
-        let _ = router.serve_with_incoming(TcpListenerStream::new(listener)).await;
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let _ = router.serve_with_incoming(incoming).await;
     });
 }
 
@@ -133,11 +141,17 @@ impl Args {
     pub fn options(&self, base: dei_sfit::SearchOptions) -> dei_sfit::SearchOptions {
         use dei_sfit::{Progress, Reduction, Strategy};
         dei_sfit::SearchOptions {
-            strategy: if self.bfs { Strategy::BreadthFirst } else { base.strategy },
+            strategy: if self.bfs {
+                Strategy::BreadthFirst
+            } else {
+                base.strategy
+            },
             max_executions: self.max.or(base.max_executions),
             single_fault: self.single || base.single_fault,
             reduction: if self.encapsulation {
-                Reduction::ServiceEncapsulation { compare_responses: false }
+                Reduction::ServiceEncapsulation {
+                    compare_responses: false,
+                }
             } else {
                 base.reduction
             },

@@ -61,7 +61,10 @@ async fn search(variant: Variant, instantiation: &Instantiation, prune: bool, so
         prune_ancestors: prune,
         ..SearchOptions::default()
     };
-    Search::with_shared_source(options, source).run(&test).await.expect("search")
+    Search::with_shared_source(options, source)
+        .run(&test)
+        .await
+        .expect("search")
 }
 
 /// Runs the whole table (one search at a time: the span source is process-wide).
@@ -71,9 +74,15 @@ pub async fn run(source: Arc<dyn SpanSource>) -> Vec<Row> {
         let config = DeiConfig::default();
         let cinema = cinema::start(variant, &config).await;
         let test = cinema::functional_test(cinema);
-        let options = SearchOptions { catalog: cinema::catalog(), ..SearchOptions::default() };
-        let truth: BTreeSet<FaultSet> =
-            Oracle::new(options, source.clone(), 12).run(&test).await.expect("oracle").reference;
+        let options = SearchOptions {
+            catalog: cinema::catalog(),
+            ..SearchOptions::default()
+        };
+        let truth: BTreeSet<FaultSet> = Oracle::new(options, source.clone(), 12)
+            .run(&test)
+            .await
+            .expect("oracle")
+            .reference;
         let mut cells = Vec::new();
         for (i, (_, inst)) in columns().iter().enumerate() {
             let ours = search(variant, inst, true, source.clone()).await;
@@ -85,12 +94,20 @@ pub async fn run(source: Arc<dyn SpanSource>) -> Vec<Row> {
                 paper: variant.paper()[i],
                 reached: truth.intersection(&reached).count(),
                 missed: truth.difference(&reached).cloned().collect(),
-                multi_hit: ours.executions.iter().filter(|e| !e.multiply_injected.is_empty()).count(),
+                multi_hit: ours
+                    .executions
+                    .iter()
+                    .filter(|e| !e.multiply_injected.is_empty())
+                    .count(),
                 redundant: (ours.redundant().len(), filibuster.redundant().len()),
                 failing: ours.failing().len(),
             });
         }
-        rows.push(Row { variant, oracle: truth.len(), cells });
+        rows.push(Row {
+            variant,
+            oracle: truth.len(),
+            cells,
+        });
     }
     rows
 }
@@ -99,7 +116,9 @@ pub async fn run(source: Arc<dyn SpanSource>) -> Vec<Row> {
 pub fn render(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str("Table 1: executions of the exhaustive search per instantiation, ours vs the paper's\n");
-    out.push_str("(ours = our search; (n*) = under Filibuster's scheduling, which does not prune faults on ancestors)\n\n");
+    out.push_str(
+        "(ours = our search; (n*) = under Filibuster's scheduling, which does not prune faults on ancestors)\n\n",
+    );
     out.push_str(&format!("{:<10}|{:>7} |", "Cinema", "oracle"));
     for (h, _) in columns() {
         out.push_str(&format!(" {h:^19} |"));
@@ -116,17 +135,29 @@ pub fn render(rows: &[Row]) -> String {
         out.push_str(&format!("{:<10}|{:>7} |", row.variant.name(), row.oracle));
         for c in &row.cells {
             let paper = c.paper.map_or("-".to_string(), |p| p.to_string());
-            let star = if c.filibuster_executions != c.executions { format!(" ({}*)", c.filibuster_executions) } else { String::new() };
+            let star = if c.filibuster_executions != c.executions {
+                format!(" ({}*)", c.filibuster_executions)
+            } else {
+                String::new()
+            };
             let mark = match c.paper {
                 Some(p) if p != c.executions && p != c.filibuster_executions => "!",
                 _ => " ",
             };
-            out.push_str(&format!(" {:>9} / {:<5}{mark} |", format!("{}{star}", c.executions), paper));
+            out.push_str(&format!(
+                " {:>9} / {:<5}{mark} |",
+                format!("{}{star}", c.executions),
+                paper
+            ));
         }
         out.push('\n');
     }
-    out.push_str("\nLoss against the brute-force oracle (full DEI): sets reached / oracle sets; executions where one\n");
-    out.push_str("planned fault landed on several RPCs; executions repeating an earlier effective set (ours, Filibuster's):\n");
+    out.push_str(
+        "\nLoss against the brute-force oracle (full DEI): sets reached / oracle sets; executions where one\n",
+    );
+    out.push_str(
+        "planned fault landed on several RPCs; executions repeating an earlier effective set (ours, Filibuster's):\n",
+    );
     for row in rows {
         for ((h, _), c) in columns().iter().zip(&row.cells) {
             out.push_str(&format!(

@@ -141,8 +141,7 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Finding> {
         }
         let functional = e.pairs.values().all(|s| s.len() == 1);
         let has_payloads = !e.pairs.contains_key(&None) && !e.seconds.contains(&None);
-        let data_dependent =
-            has_payloads && functional && e.pairs.len() >= 2 && e.seconds.len() >= 2;
+        let data_dependent = has_payloads && functional && e.pairs.len() >= 2 && e.seconds.len() >= 2;
         e.gaps.sort_by(|a, b| a.total_cmp(b));
         out.push(Finding {
             parent: NamedIndex::of(a, &parent),

@@ -91,11 +91,7 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
                     absent_traces: absent.len(),
                     first_absent_trace: trace_hex(&absent[0]),
                     reclosed_trace: reclosed.map(|t| trace_hex(&t)),
-                    state: if reclosed.is_some() {
-                        "reclosed"
-                    } else {
-                        "open"
-                    },
+                    state: if reclosed.is_some() { "reclosed" } else { "open" },
                     subtree_size,
                 });
             }
@@ -109,14 +105,7 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
                 .collect();
             if !fault_here.is_empty() {
                 if let Some(lf) = last_fault.filter(|_| !absent.is_empty()) {
-                    close(
-                        &mut out,
-                        fault_traces,
-                        &faults,
-                        lf,
-                        &absent,
-                        Some(t.trace_id),
-                    );
+                    close(&mut out, fault_traces, &faults, lf, &absent, Some(t.trace_id));
                     fault_traces = 0;
                     faults.clear();
                 }
@@ -133,14 +122,7 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
             }
             let present = t.indexes.iter().any(|i| i.starts_with(&index));
             if present {
-                close(
-                    &mut out,
-                    fault_traces,
-                    &faults,
-                    lf,
-                    &absent,
-                    Some(t.trace_id),
-                );
+                close(&mut out, fault_traces, &faults, lf, &absent, Some(t.trace_id));
                 last_fault = None;
                 fault_traces = 0;
                 faults.clear();

@@ -1,9 +1,7 @@
 //! Span fixtures for the unit tests of the analyzer and the analyses.
 
 use crate::span_record::{DeiAttributes, Kind, SpanRecord, StreamMapping};
-use dei_propagator::{
-    Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest,
-};
+use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use std::sync::Arc;
 
 /// Builds the spans of traces RPC by RPC, with indexes computed the way instrumentation computes them.
@@ -75,10 +73,7 @@ impl TraceBuilder {
         end_ms: u64,
         fault: Option<&str>,
     ) -> Rpc {
-        let el = Element::new(
-            invocation(sig, payload).element_digest(&Instantiation::dei()),
-            count,
-        );
+        let el = Element::new(invocation(sig, payload).element_digest(&Instantiation::dei()), count);
         let index = parent.0.child(el);
         let dei = DeiAttributes {
             index: Some(index.clone()),
@@ -118,10 +113,7 @@ impl TraceBuilder {
                 dei,
             ));
         }
-        Rpc {
-            index,
-            server_span: sv,
-        }
+        Rpc { index, server_span: sv }
     }
 
     /// A stream opened under `parent` with preliminary element count `x`, carrying `messages` as
@@ -136,12 +128,8 @@ impl TraceBuilder {
         messages: &[&str],
     ) -> (Index, [u8; 8], Vec<Index>) {
         let prelim_el = Element::new(
-            InvocationSignature::new(
-                Signature::from_name(sig),
-                PayloadDigest::empty(),
-                StackDigest([4; 32]),
-            )
-            .element_digest(&Instantiation::dei()),
+            InvocationSignature::new(Signature::from_name(sig), PayloadDigest::empty(), StackDigest([4; 32]))
+                .element_digest(&Instantiation::dei()),
             1,
         )
         .preliminary();

@@ -43,10 +43,7 @@ pub struct Report {
 
 /// Runs every analysis; projections under Filibuster's and 3MileBeach's instantiations plus `extra`.
 pub fn report(a: &Analyzer, extra: &[Instantiation]) -> Report {
-    let mut targets = vec![
-        Instantiation::filibuster(),
-        Instantiation::three_mile_beach(),
-    ];
+    let mut targets = vec![Instantiation::filibuster(), Instantiation::three_mile_beach()];
     for i in extra {
         if !targets.contains(i) {
             targets.push(i.clone());
@@ -58,10 +55,7 @@ pub fn report(a: &Analyzer, extra: &[Instantiation]) -> Report {
         repeated_calls: repeated_call::detect(a),
         chained_calls: chained_call::detect(a, &chained_call::Params::default()),
         ambiguous: ambiguous::detect(a),
-        projections: targets
-            .iter()
-            .map(|i| projection::project_tree(a, i, 50))
-            .collect(),
+        projections: targets.iter().map(|i| projection::project_tree(a, i, 50)).collect(),
     }
 }
 
@@ -79,10 +73,7 @@ impl NamedIndex {
     pub fn of(a: &Analyzer, index: &Index) -> NamedIndex {
         NamedIndex {
             index: index.encode(),
-            signature: a
-                .tree
-                .get(index)
-                .and_then(|(_, n)| n.stats.signature.clone()),
+            signature: a.tree.get(index).and_then(|(_, n)| n.stats.signature.clone()),
         }
     }
 }

@@ -9,9 +9,7 @@
 use super::{NamedIndex, trace_hex};
 use crate::analyzer::Analyzer;
 use dei_propagator::projection::{RecordedRpc, project};
-use dei_propagator::{
-    Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest,
-};
+use dei_propagator::{Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -63,13 +61,7 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         let mut occ: Vec<usize> = (0..t.occurrences.len())
             .filter(|&i| t.occurrences[i].signature.is_some())
             .collect();
-        occ.sort_by_key(|&i| {
-            (
-                t.occurrences[i].start_ns(),
-                t.occurrences[i].index.depth(),
-                i,
-            )
-        });
+        occ.sort_by_key(|&i| (t.occurrences[i].start_ns(), t.occurrences[i].index.depth(), i));
         let mut pos: HashMap<&Index, usize> = HashMap::new();
         let mut rpcs = Vec::with_capacity(occ.len());
         let mut recorded = Vec::with_capacity(occ.len());
@@ -91,11 +83,7 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         rpcs_total += rpcs.len() as u64;
         let projected = project(&rpcs, target);
         let replayed = project(&rpcs, &Instantiation::dei());
-        reproduced += replayed
-            .iter()
-            .zip(&recorded)
-            .filter(|(a, b)| a == b)
-            .count() as u64;
+        reproduced += replayed.iter().zip(&recorded).filter(|(a, b)| a == b).count() as u64;
         let mut groups: HashMap<&Index, BTreeSet<&Index>> = HashMap::new();
         for (p, f) in projected.iter().zip(&recorded) {
             groups.entry(p).or_default().insert(f);
@@ -118,11 +106,7 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         .into_iter()
         .map(|(p, (fulls, max, traces, ex))| Collapse {
             projected: p.encode(),
-            full: fulls
-                .iter()
-                .take(16)
-                .map(|f| NamedIndex::of(a, f))
-                .collect(),
+            full: fulls.iter().take(16).map(|f| NamedIndex::of(a, f)).collect(),
             max_in_one_trace: max,
             traces,
             example_trace: trace_hex(&ex),

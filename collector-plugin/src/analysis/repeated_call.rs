@@ -52,10 +52,7 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
                 continue;
             };
             let parent = o.index.parent().unwrap_or_default();
-            same_parent
-                .entry((sig.clone(), p, parent.clone()))
-                .or_default()
-                .push(i);
+            same_parent.entry((sig.clone(), p, parent.clone())).or_default().push(i);
             by_call.entry((sig, p)).or_default().insert(parent);
         }
         let mut add = |key: Key, calls: u64, callers: Vec<Arc<str>>| {
@@ -81,11 +78,7 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
                     .iter()
                     .filter_map(|&i| t.occurrences[i].client_service.clone())
                     .collect();
-                add(
-                    ("same_parent", sig, p, Some(parent)),
-                    occ.len() as u64,
-                    callers,
-                );
+                add(("same_parent", sig, p, Some(parent)), occ.len() as u64, callers);
             }
         }
         for ((sig, p), parents) in by_call {
@@ -106,10 +99,6 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
         }
     }
     let mut out: Vec<Finding> = agg.into_values().collect();
-    out.sort_by(|a, b| {
-        b.traces
-            .cmp(&a.traces)
-            .then(b.total_calls.cmp(&a.total_calls))
-    });
+    out.sort_by(|a, b| b.traces.cmp(&a.traces).then(b.total_calls.cmp(&a.total_calls)));
     out
 }

@@ -138,10 +138,7 @@ fn diff_between_windows_and_trace_sets() {
     );
     assert_eq!((d.a.traces, d.b.traces), (1, 1));
     assert_eq!(
-        d.appeared
-            .iter()
-            .map(|n| n.index.clone())
-            .collect::<Vec<_>>(),
+        d.appeared.iter().map(|n| n.index.clone()).collect::<Vec<_>>(),
         vec![new.index.encode()]
     );
     assert_eq!(d.disappeared.len(), 3); // catalog and its two pricing calls
@@ -167,21 +164,10 @@ fn preliminary_stream_indexes_are_rewritten_when_the_mapping_arrives() {
     let mut b = TraceBuilder::new(7, 1_000);
     let root = b.root("a");
     let r = Index::root();
-    let (prelim, stream_server, finals) =
-        b.stream((&r, root), "a", "b", "b.B/Echo", &["Hello", "World"]);
+    let (prelim, stream_server, finals) = b.stream((&r, root), "a", "b", "b.B/Echo", &["Hello", "World"]);
     // the callee serves message 2 under prelim+2~ and calls c from there
     let msg2 = prelim.stream_message(2);
-    let nested = b.rpc(
-        (&msg2, stream_server),
-        "b",
-        "c",
-        "c.C/Store",
-        "World",
-        1,
-        2,
-        3,
-        None,
-    );
+    let nested = b.rpc((&msg2, stream_server), "b", "c", "c.C/Store", "World", 1, 2, 3, None);
     // deliver: nested spans first, then the stream's spans (the client span carries the mapping)
     let mut spans = b.spans;
     let nested_spans: Vec<_> = spans.drain(3..).collect();
@@ -193,17 +179,11 @@ fn preliminary_stream_indexes_are_rewritten_when_the_mapping_arrives() {
     assert_eq!(a.trace(&[7; 16]).unwrap().pending.len(), 2);
     a.ingest(spans, Instant::now());
     let rewritten = nested.index.rewrite_prefix(&msg2, &finals[1]).unwrap();
-    let (_, n) = a
-        .tree
-        .get(&rewritten)
-        .expect("rewritten under the final index");
+    let (_, n) = a.tree.get(&rewritten).expect("rewritten under the final index");
     assert_eq!(n.stats.seen, 1);
     assert_eq!(n.stats.server_services.get("c"), Some(&1));
     assert!(a.tree.get(&finals[0]).is_some());
-    let (_, stream) = a
-        .tree
-        .get(&prelim)
-        .expect("the stream itself stays preliminary");
+    let (_, stream) = a.tree.get(&prelim).expect("the stream itself stays preliminary");
     assert!(stream.stats.preliminary);
     assert_eq!(a.counters().snapshot().preliminary_rewritten, 2);
     assert!(
@@ -219,9 +199,8 @@ fn unresolved_preliminary_spans_are_kept_at_finish() {
     let mut a = analyzer();
     let mut b = TraceBuilder::new(8, 1_000);
     let root = b.root("a");
-    let prelim = Index::root().child(
-        dei_propagator::Element::new(dei_propagator::ElementDigest([5; 8]), 3).preliminary(),
-    );
+    let prelim =
+        Index::root().child(dei_propagator::Element::new(dei_propagator::ElementDigest([5; 8]), 3).preliminary());
     let nested = b.rpc((&prelim, root), "b", "c", "c.C/Store", "x", 1, 2, 3, None);
     a.ingest(b.spans, Instant::now());
     assert!(a.tree.get(&nested.index).is_none());
@@ -258,14 +237,8 @@ fn circuit_breaker_open_then_reclosed() {
     assert_eq!(eps.len(), 1, "{eps:?}");
     let e = &eps[0];
     assert_eq!(e.node.index, users.encode());
-    assert_eq!(
-        (e.fault_traces, e.absent_traces, e.state),
-        (2, 2, "reclosed")
-    );
-    assert_eq!(
-        e.reclosed_trace.as_deref(),
-        Some(hex::encode([6u8; 16]).as_str())
-    );
+    assert_eq!((e.fault_traces, e.absent_traces, e.state), (2, 2, "reclosed"));
+    assert_eq!(e.reclosed_trace.as_deref(), Some(hex::encode([6u8; 16]).as_str()));
     assert_eq!(e.faults.iter().collect::<Vec<_>>(), vec!["g14"]);
     let (_, n) = a.tree.get(&users).unwrap();
     assert_eq!(n.stats.faults.get("g14"), Some(&2));
@@ -309,17 +282,7 @@ fn repeated_calls_under_one_parent_and_across_layers() {
         4,
         None,
     );
-    let cart = b.rpc(
-        (&r, root),
-        "frontend",
-        "cart",
-        "cart.Cart/Get",
-        "tok",
-        1,
-        5,
-        9,
-        None,
-    );
+    let cart = b.rpc((&r, root), "frontend", "cart", "cart.Cart/Get", "tok", 1, 5, 9, None);
     b.rpc(
         (&cart.index, cart.server_span),
         "cart",
@@ -333,18 +296,12 @@ fn repeated_calls_under_one_parent_and_across_layers() {
     );
     a.ingest(b.spans, Instant::now());
     let f = repeated_call::detect(&a);
-    let same = f
-        .iter()
-        .find(|f| f.scope == "same_parent")
-        .expect("same parent");
+    let same = f.iter().find(|f| f.scope == "same_parent").expect("same parent");
     assert_eq!(
         (&*same.signature, same.max_calls_in_one_trace),
         ("users.Users/GetCurrentUser", 2)
     );
-    let across = f
-        .iter()
-        .find(|f| f.scope == "across_layers")
-        .expect("across layers");
+    let across = f.iter().find(|f| f.scope == "across_layers").expect("across layers");
     assert_eq!(across.max_calls_in_one_trace, 3);
     assert!(across.callers.contains("cart") && across.callers.contains("frontend"));
     assert_eq!(f.len(), 2, "Cart/Get is called once: {f:?}");
@@ -458,10 +415,7 @@ fn ambiguous_flags_and_collisions() {
     a.ingest(b.spans, Instant::now());
     let f = ambiguous::detect(&a);
     assert_eq!(f.len(), 1);
-    assert_eq!(
-        (f[0].flagged_by_instrumentation, f[0].collisions_in_trace),
-        (4, 1)
-    );
+    assert_eq!((f[0].flagged_by_instrumentation, f[0].collisions_in_trace), (4, 1));
 }
 
 #[test]

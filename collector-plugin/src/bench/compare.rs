@@ -48,9 +48,7 @@ pub struct TargetResult {
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn peak_rss_mib(pid: u32) -> f64 {
@@ -137,12 +135,7 @@ async fn measure(
     let _ = writeln!(
         log,
         "   accepted {:.0} spans/s ({} spans, {} errors), delivered {} spans ({:.0}/s), peak RSS {:.1} MiB",
-        r.load.spans_per_second,
-        r.load.spans,
-        r.load.errors,
-        r.delivered_spans,
-        r.delivered_per_second,
-        r.peak_rss_mib
+        r.load.spans_per_second, r.load.spans, r.load.errors, r.delivered_spans, r.delivered_per_second, r.peak_rss_mib
     );
     Ok(r)
 }
@@ -208,20 +201,10 @@ enum Target {
 
 /// Runs the comparison: `rounds` rounds, each measuring every target once, in an order rotated by one
 /// per round so that no target always runs first or last.
-pub async fn run(
-    config: CompareConfig,
-    rounds: usize,
-    log: &mut dyn Write,
-) -> Result<Vec<TargetResult>, String> {
+pub async fn run(config: CompareConfig, rounds: usize, log: &mut dyn Write) -> Result<Vec<TargetResult>, String> {
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
-    let sink = sink::start(any, any)
-        .await
-        .map_err(|e| format!("sink: {e}"))?;
-    let _ = writeln!(
-        log,
-        "sink at grpc {} http {}",
-        sink.grpc_addr, sink.http_addr
-    );
+    let sink = sink::start(any, any).await.map_err(|e| format!("sink: {e}"))?;
+    let _ = writeln!(log, "sink at grpc {} http {}", sink.grpc_addr, sink.http_addr);
     let mut targets = vec![Target::Collector { analyze: true }];
     if config.include_forward_only {
         targets.push(Target::Collector { analyze: false });
@@ -263,10 +246,7 @@ pub async fn run(
                     cmd.args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{g}")]);
                     cmd.args(["--otlp-http-endpoint", &format!("127.0.0.1:{h}")]);
                     cmd.args(["--exporter", "otlp"]);
-                    cmd.args([
-                        "--otlp-exporter-endpoint",
-                        &format!("http://{}", sink.grpc_addr),
-                    ]);
+                    cmd.args(["--otlp-exporter-endpoint", &format!("http://{}", sink.grpc_addr)]);
                     cmd.args(["--otlp-exporter-protocol", "grpc"]);
                     cmd.args(["--otlp-exporter-compression", &config.rotel_compression]);
                     cmd.args(["--pid-file", &format!("/tmp/rotel-bench-{g}.pid")]);

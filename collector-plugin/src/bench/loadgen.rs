@@ -8,12 +8,8 @@
 use crate::forward::codec::RawCodec;
 use crate::forward::{Downstream, GRPC_EXPORT_PATH};
 use bytes::Bytes;
-use dei_propagator::{
-    Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
@@ -73,18 +69,13 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
     let dei = Instantiation::dei();
     let stack = StackDigest([7; 32]);
     let inv = |sig: &str, payload: &str| {
-        InvocationSignature::new(
-            Signature::from_name(sig),
-            PayloadDigest::of(payload.as_bytes()),
-            stack,
-        )
+        InvocationSignature::new(Signature::from_name(sig), PayloadDigest::of(payload.as_bytes()), stack)
     };
     let mut by_service: HashMap<&'static str, Vec<Span>> = HashMap::new();
     let mut markers = Vec::new();
     for t in 0..traces {
         let mut trace_id = [
-            0xD1, 0xE1, 0xC0, 0x11, 0xEC, 0x70, 0x12, 0x34, 0, 0, 0xFE, 0xED, 0xFA, 0xCE, 0xBE,
-            0xEF,
+            0xD1, 0xE1, 0xC0, 0x11, 0xEC, 0x70, 0x12, 0x34, 0, 0, 0xFE, 0xED, 0xFA, 0xCE, 0xBE, 0xEF,
         ];
         trace_id[8..10].copy_from_slice(&(t as u16).to_be_bytes());
         markers.push(trace_id);
@@ -135,15 +126,9 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
             vec![
                 kv("dei.index", s(&index.encode())),
                 kv("dei.signature", s(sig)),
-                kv(
-                    "dei.payload.digest",
-                    s(&PayloadDigest::of(payload.as_bytes()).to_hex()),
-                ),
+                kv("dei.payload.digest", s(&PayloadDigest::of(payload.as_bytes()).to_hex())),
                 kv("dei.stack.digest", s(&stack.to_hex())),
-                kv(
-                    "dei.count",
-                    Value::IntValue(index.last().map_or(1, |e| e.count) as i64),
-                ),
+                kv("dei.count", Value::IntValue(index.last().map_or(1, |e| e.count) as i64)),
                 kv("dei.depth", Value::IntValue(index.depth() as i64)),
                 kv("dei.instantiation", s("dei")),
                 kv("rpc.system", s("grpc")),
@@ -184,10 +169,7 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
             );
             sv
         };
-        let e_users = Index::root().child(Element::new(
-            inv("users.Users/GetUser", "u42").element_digest(&dei),
-            1,
-        ));
+        let e_users = Index::root().child(Element::new(inv("users.Users/GetUser", "u42").element_digest(&dei), 1));
         let e_cat = Index::root().child(Element::new(
             inv("catalog.Catalog/ListItems", "cart").element_digest(&dei),
             1,
@@ -213,10 +195,7 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
             base + 300_000,
         );
         for (k, item) in ["a", "b", "c"].iter().enumerate() {
-            let e = e_cat.child(Element::new(
-                inv("pricing.Pricing/Price", item).element_digest(&dei),
-                1,
-            ));
+            let e = e_cat.child(Element::new(inv("pricing.Pricing/Price", item).element_digest(&dei), 1));
             rpc(
                 &mut by_service,
                 cat_srv,
@@ -231,10 +210,7 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
         let db = id();
         let mut attrs = vec![kv("db.system", s("postgresql"))];
         attrs.extend(rpc_attrs(
-            &e_users.child(Element::new(
-                inv("SELECT users", "u42").element_digest(&dei),
-                1,
-            )),
+            &e_users.child(Element::new(inv("SELECT users", "u42").element_digest(&dei), 1)),
             "SELECT users",
             "u42",
         ));
@@ -353,10 +329,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadResult, String> {
                             .ok()
                             .and_then(|r| r.partial_success)
                             .map_or(0, |p| p.rejected_spans.max(0) as u64);
-                        spans.fetch_add(
-                            spans_per_request.saturating_sub(rejected),
-                            Ordering::Relaxed,
-                        );
+                        spans.fetch_add(spans_per_request.saturating_sub(rejected), Ordering::Relaxed);
                         rejected_total.fetch_add(rejected, Ordering::Relaxed);
                         requests.fetch_add(1, Ordering::Relaxed);
                     }

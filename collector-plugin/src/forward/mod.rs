@@ -169,10 +169,8 @@ impl Client {
                         use tonic::Code::*;
                         let msg = format!("{:?}: {}", status.code(), status.message());
                         match status.code() {
-                            Unavailable | ResourceExhausted | DeadlineExceeded | Aborted
-                            | Cancelled | OutOfRange | DataLoss | Unknown => {
-                                Err(SendError::Retryable(msg))
-                            }
+                            Unavailable | ResourceExhausted | DeadlineExceeded | Aborted | Cancelled | OutOfRange
+                            | DataLoss | Unknown => Err(SendError::Retryable(msg)),
                             _ => Err(SendError::Permanent(msg)),
                         }
                     }
@@ -221,12 +219,8 @@ impl Forwarder {
         });
         let workers = (0..config.workers.max(1))
             .map(|_| {
-                let (queue, counters, mut client, config) = (
-                    queue.clone(),
-                    counters.clone(),
-                    client.clone(),
-                    config.clone(),
-                );
+                let (queue, counters, mut client, config) =
+                    (queue.clone(), counters.clone(), client.clone(), config.clone());
                 tokio::spawn(async move {
                     while let Some(batch) = queue.pop().await {
                         deliver(&queue, &mut client, &config, &counters, batch).await;
@@ -262,18 +256,12 @@ impl Forwarder {
                 }
                 if s.closed {
                     drop(s);
-                    Counters::add(
-                        &self.counters.forward_spans_dropped_overflow,
-                        batch.spans as u64,
-                    );
+                    Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
                     return false;
                 }
             }
             if tokio::time::timeout_at(deadline, space).await.is_err() {
-                Counters::add(
-                    &self.counters.forward_spans_dropped_overflow,
-                    batch.spans as u64,
-                );
+                Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
                 return false;
             }
         }
@@ -306,13 +294,7 @@ impl Forwarder {
     }
 }
 
-async fn deliver(
-    queue: &Queue,
-    client: &mut Client,
-    config: &ForwardConfig,
-    counters: &Counters,
-    batch: Batch,
-) {
+async fn deliver(queue: &Queue, client: &mut Client, config: &ForwardConfig, counters: &Counters, batch: Batch) {
     let mut backoff = config.initial_backoff;
     loop {
         match client.send(batch.body.clone()).await {

@@ -175,12 +175,7 @@ impl ServiceGraph {
                     peer: span.peer.clone(),
                     messaging: k == Kind::Producer,
                 };
-                self.offer(
-                    (span.trace_id, span.span_id),
-                    Half::Client(half),
-                    now,
-                    counters,
-                );
+                self.offer((span.trace_id, span.span_id), Half::Client(half), now, counters);
             }
             k if k.is_callee() => {
                 let half = ServerHalf {
@@ -189,9 +184,7 @@ impl ServiceGraph {
                     failed: span.error,
                 };
                 match span.parent_span_id {
-                    Some(parent) => {
-                        self.offer((span.trace_id, parent), Half::Server(half), now, counters)
-                    }
+                    Some(parent) => self.offer((span.trace_id, parent), Half::Server(half), now, counters),
                     None => {
                         // A root server span: the caller is not instrumented.
                         let key = EdgeKey {
@@ -229,13 +222,7 @@ impl ServiceGraph {
         }
     }
 
-    fn insert_waiting(
-        &mut self,
-        key: (TraceId, SpanId),
-        half: Half,
-        now: Instant,
-        counters: &Counters,
-    ) {
+    fn insert_waiting(&mut self, key: (TraceId, SpanId), half: Half, now: Instant, counters: &Counters) {
         while self.store.waiting.len() >= self.config.max_store_items.max(1) {
             let Some((_, old, seq)) = self.store.order.pop_front() else {
                 break;
@@ -266,13 +253,7 @@ impl ServiceGraph {
             server: s.service,
             connection_type,
         };
-        self.record(
-            key,
-            Some(c.seconds),
-            Some(s.seconds),
-            c.failed || s.failed,
-            counters,
-        );
+        self.record(key, Some(c.seconds), Some(s.seconds), c.failed || s.failed, counters);
     }
 
     /// Expires halves older than the TTL.
@@ -327,14 +308,7 @@ impl ServiceGraph {
         }
     }
 
-    fn record(
-        &mut self,
-        key: EdgeKey,
-        client: Option<f64>,
-        server: Option<f64>,
-        failed: bool,
-        counters: &Counters,
-    ) {
+    fn record(&mut self, key: EdgeKey, client: Option<f64>, server: Option<f64>, failed: bool, counters: &Counters) {
         self.seq += 1;
         if !self.edges.contains_key(&key)
             && self.edges.len() >= self.config.max_edges.max(1)
@@ -387,15 +361,7 @@ mod tests {
     use super::*;
     use crate::span_record::DeiAttributes;
 
-    fn span(
-        trace: u8,
-        id: u8,
-        parent: Option<u8>,
-        service: &str,
-        kind: Kind,
-        ms: u64,
-        error: bool,
-    ) -> SpanRecord {
+    fn span(trace: u8, id: u8, parent: Option<u8>, service: &str, kind: Kind, ms: u64, error: bool) -> SpanRecord {
         SpanRecord {
             trace_id: [trace; 16],
             span_id: [id; 8],
@@ -416,32 +382,12 @@ mod tests {
         let c = Counters::default();
         let mut g = ServiceGraph::new(GraphConfig::default());
         let now = Instant::now();
-        g.observe(
-            &span(1, 1, None, "frontend", Kind::Server, 30, false),
-            now,
-            &c,
-        );
-        g.observe(
-            &span(1, 2, Some(1), "frontend", Kind::Client, 20, false),
-            now,
-            &c,
-        );
-        g.observe(
-            &span(1, 3, Some(2), "users", Kind::Server, 10, true),
-            now,
-            &c,
-        );
+        g.observe(&span(1, 1, None, "frontend", Kind::Server, 30, false), now, &c);
+        g.observe(&span(1, 2, Some(1), "frontend", Kind::Client, 20, false), now, &c);
+        g.observe(&span(1, 3, Some(2), "users", Kind::Server, 10, true), now, &c);
         // server before client
-        g.observe(
-            &span(2, 3, Some(2), "users", Kind::Server, 5, false),
-            now,
-            &c,
-        );
-        g.observe(
-            &span(2, 2, Some(1), "frontend", Kind::Client, 7, false),
-            now,
-            &c,
-        );
+        g.observe(&span(2, 3, Some(2), "users", Kind::Server, 5, false), now, &c);
+        g.observe(&span(2, 2, Some(1), "frontend", Kind::Client, 7, false), now, &c);
         let edges = g.edges();
         let fe = edges
             .iter()
@@ -467,11 +413,7 @@ mod tests {
         let mut s = span(1, 2, Some(1), "frontend", Kind::Client, 3, false);
         s.peer = Some(("postgresql".into(), PeerSource::DbSystem));
         g.observe(&s, now, &c);
-        g.observe(
-            &span(1, 9, Some(8), "lonely", Kind::Server, 3, false),
-            now,
-            &c,
-        );
+        g.observe(&span(1, 9, Some(8), "lonely", Kind::Server, 3, false), now, &c);
         assert!(g.edges().is_empty());
         g.expire(now + Duration::from_millis(20), &c);
         let edges = g.edges();

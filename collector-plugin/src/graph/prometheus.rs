@@ -6,9 +6,7 @@ use crate::graph::histogram::{DEFAULT_BUCKETS, Histogram};
 use std::fmt::Write;
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 fn hist(out: &mut String, name: &str, labels: &str, h: &Histogram) {
@@ -37,25 +35,15 @@ pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64) -> St
             )
         })
         .collect();
-    out.push_str(
-        "# HELP traces_service_graph_request_total Total count of requests between two nodes\n",
-    );
+    out.push_str("# HELP traces_service_graph_request_total Total count of requests between two nodes\n");
     out.push_str("# TYPE traces_service_graph_request_total counter\n");
     for ((_, e), l) in edges.iter().zip(&labels) {
-        let _ = writeln!(
-            out,
-            "traces_service_graph_request_total{{{l}}} {}",
-            e.requests
-        );
+        let _ = writeln!(out, "traces_service_graph_request_total{{{l}}} {}", e.requests);
     }
     out.push_str("# HELP traces_service_graph_request_failed_total Total count of failed requests between two nodes\n");
     out.push_str("# TYPE traces_service_graph_request_failed_total counter\n");
     for ((_, e), l) in edges.iter().zip(&labels) {
-        let _ = writeln!(
-            out,
-            "traces_service_graph_request_failed_total{{{l}}} {}",
-            e.failed
-        );
+        let _ = writeln!(out, "traces_service_graph_request_failed_total{{{l}}} {}", e.failed);
     }
     out.push_str("# HELP traces_service_graph_request_server_seconds Time for a request between two nodes as seen from the server\n");
     out.push_str("# TYPE traces_service_graph_request_server_seconds histogram\n");
@@ -77,9 +65,7 @@ pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64) -> St
             &e.client_seconds,
         );
     }
-    out.push_str(
-        "# HELP traces_service_graph_unpaired_spans_total Spans that expired without their peer\n",
-    );
+    out.push_str("# HELP traces_service_graph_unpaired_spans_total Spans that expired without their peer\n");
     out.push_str("# TYPE traces_service_graph_unpaired_spans_total counter\n");
     let _ = writeln!(
         out,

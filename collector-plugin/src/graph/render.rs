@@ -60,8 +60,7 @@ pub fn index_edges(a: &Analyzer) -> BTreeMap<(Arc<str>, Arc<str>), u64> {
         if n.index.is_root() || n.stats.seen == 0 {
             continue;
         }
-        let top =
-            |m: &BTreeMap<Arc<str>, u64>| m.iter().max_by_key(|(_, c)| **c).map(|(k, _)| k.clone());
+        let top = |m: &BTreeMap<Arc<str>, u64>| m.iter().max_by_key(|(_, c)| **c).map(|(k, _)| k.clone());
         let client = top(&n.stats.client_services).or_else(|| {
             n.parent
                 .and_then(|p| a.tree.node(p))
@@ -87,12 +86,8 @@ pub fn graph_view(a: &Analyzer) -> GraphView {
     let mut index = index_edges(a);
     let mut edges = Vec::new();
     for (k, e) in a.graph.edges() {
-        let idx = if k.connection_type == ConnectionType::Direct
-            || k.connection_type == ConnectionType::VirtualNode
-        {
-            index
-                .remove(&(k.client.clone(), k.server.clone()))
-                .unwrap_or(0)
+        let idx = if k.connection_type == ConnectionType::Direct || k.connection_type == ConnectionType::VirtualNode {
+            index.remove(&(k.client.clone(), k.server.clone())).unwrap_or(0)
         } else {
             0
         };
@@ -184,12 +179,7 @@ fn mermaid_id(names: &BTreeMap<&str, usize>, s: &str) -> String {
 
 /// Mermaid flowchart.
 pub fn to_mermaid(g: &GraphView) -> String {
-    let names: BTreeMap<&str, usize> = g
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (&*n.id, i))
-        .collect();
+    let names: BTreeMap<&str, usize> = g.nodes.iter().enumerate().map(|(i, n)| (&*n.id, i)).collect();
     let clean = |s: &str| s.replace(['"', '[', ']', '(', ')', '{', '}', '|', '<', '>'], "_");
     let mut out = String::from("flowchart LR\n");
     for n in &g.nodes {
@@ -205,11 +195,7 @@ pub fn to_mermaid(g: &GraphView) -> String {
         if e.connection_type == "index" {
             let _ = writeln!(out, "  {c} -.->|\"index: {}\"| {s}", e.index_requests);
         } else {
-            let _ = writeln!(
-                out,
-                "  {c} -->|\"{} req, {} failed\"| {s}",
-                e.requests, e.failed
-            );
+            let _ = writeln!(out, "  {c} -->|\"{} req, {} failed\"| {s}", e.requests, e.failed);
         }
     }
     out

@@ -48,9 +48,7 @@ impl tonic::server::UnaryService<Bytes> for Export {
         Box::pin(async move {
             let body = request.into_inner();
             match collector.accept_protobuf(body).await {
-                Ok(accepted) => Ok(Response::new(Bytes::from(
-                    accepted.response().encode_to_vec(),
-                ))),
+                Ok(accepted) => Ok(Response::new(Bytes::from(accepted.response().encode_to_vec()))),
                 Err(r) => Err(Status::invalid_argument(r.to_string())),
             }
         })
@@ -74,10 +72,7 @@ where
         let collector = self.collector.clone();
         Box::pin(async move {
             if req.uri().path() != crate::forward::GRPC_EXPORT_PATH {
-                return Ok(
-                    Status::unimplemented(format!("unknown method {}", req.uri().path()))
-                        .into_http(),
-                );
+                return Ok(Status::unimplemented(format!("unknown method {}", req.uri().path())).into_http());
             }
             let limit = collector.config().max_body_bytes;
             let mut grpc = tonic::server::Grpc::new(RawCodec)

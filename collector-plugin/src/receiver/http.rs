@@ -31,9 +31,7 @@ pub struct RpcStatus {
 
 /// The OTLP/HTTP router (`POST /v1/traces`).
 pub fn router(collector: Arc<Collector>) -> Router {
-    Router::new()
-        .route("/v1/traces", post(export))
-        .with_state(collector)
+    Router::new().route("/v1/traces", post(export)).with_state(collector)
 }
 
 fn error_response(encoding: Option<BodyEncoding>, r: &Rejection) -> Response {
@@ -57,14 +55,8 @@ fn error_response(encoding: Option<BodyEncoding>, r: &Rejection) -> Response {
     }
 }
 
-async fn export(
-    State(collector): State<Arc<Collector>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
+async fn export(State(collector): State<Arc<Collector>>, headers: HeaderMap, body: Body) -> Response {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let encoding = match BodyEncoding::from_content_type(content_type) {
         Ok(e) => e,
         Err(r) => return error_response(None, &collector.reject(r)),
@@ -92,9 +84,7 @@ async fn export(
             Err(r) => return error_response(Some(encoding), &collector.reject(r)),
         },
         Some(other) => {
-            let r = Rejection::ContentType(format!(
-                "unsupported Content-Encoding {other:?}: use gzip or none"
-            ));
+            let r = Rejection::ContentType(format!("unsupported Content-Encoding {other:?}: use gzip or none"));
             return error_response(Some(encoding), &collector.reject(r));
         }
     };
@@ -106,11 +96,9 @@ async fn export(
         Ok(accepted) => {
             let resp = accepted.response();
             match encoding {
-                BodyEncoding::Protobuf => (
-                    [(header::CONTENT_TYPE, "application/x-protobuf")],
-                    resp.encode_to_vec(),
-                )
-                    .into_response(),
+                BodyEncoding::Protobuf => {
+                    ([(header::CONTENT_TYPE, "application/x-protobuf")], resp.encode_to_vec()).into_response()
+                }
                 BodyEncoding::Json => (
                     [(header::CONTENT_TYPE, "application/json")],
                     serde_json::to_vec(&resp).unwrap_or_else(|_| b"{}".to_vec()),

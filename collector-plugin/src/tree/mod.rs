@@ -199,9 +199,7 @@ impl PrefixTree {
         let mut id = ROOT;
         for depth in 1..=index.depth() {
             let element = index.elements()[depth - 1];
-            let existing = self.nodes[id]
-                .as_ref()
-                .and_then(|n| n.children.get(&element).copied());
+            let existing = self.nodes[id].as_ref().and_then(|n| n.children.get(&element).copied());
             id = match existing {
                 Some(child) => child,
                 None => {
@@ -354,11 +352,7 @@ impl PrefixTree {
             return Vec::new();
         };
         let mut c: Vec<NodeId> = n.children.values().copied().collect();
-        c.sort_by(|a, b| {
-            self.node(*a)
-                .map(|n| &n.index)
-                .cmp(&self.node(*b).map(|n| &n.index))
-        });
+        c.sort_by(|a, b| self.node(*a).map(|n| &n.index).cmp(&self.node(*b).map(|n| &n.index)));
         c
     }
 
@@ -383,10 +377,7 @@ impl PrefixTree {
 
     /// Every live node id.
     pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| n.as_ref().map(|_| i))
+        self.nodes.iter().enumerate().filter_map(|(i, n)| n.as_ref().map(|_| i))
     }
 }
 
@@ -450,9 +441,7 @@ mod tests {
         t.move_subtree(&pre, &fin);
         assert!(t.get(&pre).is_none());
         assert!(t.get(&child).is_none());
-        let (_, n) = t
-            .get(&fin.child(Element::new(ElementDigest([3; 8]), 1)))
-            .unwrap();
+        let (_, n) = t.get(&fin.child(Element::new(ElementDigest([3; 8]), 1))).unwrap();
         assert_eq!(n.stats.seen, 3);
     }
 }

@@ -126,12 +126,7 @@ pub struct SubtreeView {
 }
 
 /// The subtree at `id`, at most `max_depth` levels below and `budget` nodes in total.
-pub fn subtree(
-    a: &Analyzer,
-    id: NodeId,
-    max_depth: usize,
-    budget: &mut usize,
-) -> Option<SubtreeView> {
+pub fn subtree(a: &Analyzer, id: NodeId, max_depth: usize, budget: &mut usize) -> Option<SubtreeView> {
     let n = a.tree.node(id)?;
     *budget = budget.checked_sub(1)?;
     let mut children = Vec::new();
@@ -177,13 +172,7 @@ pub struct TraceView {
 /// The tree of one retained trace.
 pub fn trace_view(t: &TraceRecord) -> TraceView {
     let mut order: Vec<usize> = (0..t.occurrences.len()).collect();
-    order.sort_by_key(|&i| {
-        (
-            t.occurrences[i].index.depth(),
-            t.occurrences[i].start_ns(),
-            i,
-        )
-    });
+    order.sort_by_key(|&i| (t.occurrences[i].index.depth(), t.occurrences[i].start_ns(), i));
     let known: BTreeSet<&Index> = t.occurrences.iter().map(|o| &o.index).collect();
     fn build(t: &TraceRecord, me: usize, order: &[usize], depth_guard: usize) -> TraceNode {
         let idx = &t.occurrences[me].index;
@@ -204,12 +193,7 @@ pub fn trace_view(t: &TraceRecord) -> TraceView {
     let tops: Vec<usize> = order
         .iter()
         .copied()
-        .filter(|&i| {
-            t.occurrences[i]
-                .index
-                .parent()
-                .is_none_or(|p| !known.contains(&p))
-        })
+        .filter(|&i| t.occurrences[i].index.parent().is_none_or(|p| !known.contains(&p)))
         .collect();
     TraceView {
         trace_id: trace_hex(&t.trace_id),
@@ -306,15 +290,7 @@ pub fn diff(a: &Analyzer, sa: &Selection, sb: &Selection, limit: usize) -> Diff 
         common: ia.intersection(&ib).count(),
         appeared_total: appeared.len(),
         disappeared_total: disappeared.len(),
-        appeared: appeared
-            .iter()
-            .take(limit)
-            .map(|i| NamedIndex::of(a, i))
-            .collect(),
-        disappeared: disappeared
-            .iter()
-            .take(limit)
-            .map(|i| NamedIndex::of(a, i))
-            .collect(),
+        appeared: appeared.iter().take(limit).map(|i| NamedIndex::of(a, i)).collect(),
+        disappeared: disappeared.iter().take(limit).map(|i| NamedIndex::of(a, i)).collect(),
     }
 }

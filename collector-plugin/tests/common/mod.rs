@@ -3,12 +3,8 @@
 //! child process, and small HTTP helpers.
 #![allow(dead_code)]
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -84,12 +80,9 @@ impl Downstream {
         self.task = Some(tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(svc)
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(l),
-                    async {
-                        let _ = rx.await;
-                    },
-                )
+                .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(l), async {
+                    let _ = rx.await;
+                })
                 .await;
         }));
     }
@@ -200,19 +193,12 @@ pub fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
 pub fn get_text(addr: SocketAddr, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         // de-chunk
         let mut rest = body;
         let mut out = String::new();

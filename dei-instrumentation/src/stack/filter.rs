@@ -143,9 +143,8 @@ impl FrameFilter {
 
     /// Classifies a symbol from its demangled name (without hash) and, when line tables exist, its file.
     pub(crate) fn classify(&self, name: Option<&str>, file: Option<&str>) -> Class {
-        if let Some(n) = name
-            && is_runtime_boundary(n)
-        {
+        // Inlined frames carry short names (`block_on<F>`, `{closure#0}`): the file tells them apart.
+        if name.is_some_and(is_runtime_boundary) || file.is_some_and(is_runtime_file) {
             return Class::Boundary;
         }
         let subject = file.or(name).unwrap_or("");
@@ -175,6 +174,12 @@ impl FrameFilter {
 /// forwards the application's calls.
 fn is_generated(path: &str) -> bool {
     path.find("/build/").is_some_and(|b| path[b..].contains("/out/"))
+}
+
+/// True for a source file of tokio's runtime (`tokio-1.x/src/runtime/…`).
+fn is_runtime_file(file: &str) -> bool {
+    file.find("/tokio-")
+        .is_some_and(|t| file[t..].contains("/src/runtime/"))
 }
 
 /// True for the runtime's task and `block_on` machinery.

@@ -29,11 +29,20 @@ use cache::{AppFrame, Resolved, SymbolCache};
 use dei_propagator::{CallStack, Frame, StackDigest};
 use filter::FrameFilter;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// Raw frames unwound at most per capture.
 const MAX_RAW_FRAMES: usize = 256;
+
+/// Distinct stacks remembered at most (beyond that, new stacks are digested on every capture).
+const MAX_CACHED_STACKS: usize = 65_536;
+
+/// Stacks by (call-site location address, the addresses walked): a warm capture is an unwind, one lookup
+/// per address and one lookup here — no digest.
+type StackMap = HashMap<(usize, Vec<usize>), Arc<StackEntry>, BuildHasherDefault<cache::AddressHasher>>;
 
 /// Stack-capture settings.
 #[derive(Clone, Debug)]
@@ -99,21 +108,27 @@ impl StackConfig {
     }
 }
 
-/// A captured stack: its digest, its frames for display and the mode it was captured in.
+/// A captured stack: its digest, its frames for display and the mode it was captured in. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct CapturedStack {
+    entry: Arc<StackEntry>,
+    mode: StackMode,
+}
+
+/// One distinct stack: shared by every capture that walked the same addresses from the same call site.
+#[derive(Debug)]
+struct StackEntry {
     digest: StackDigest,
     call_site: Option<Frame>,
     frames: Vec<Arc<[AppFrame]>>,
     max_depth: usize,
-    mode: StackMode,
 }
 
 impl CapturedStack {
     /// The stack digest (SHA-256 over `file:line:column\n` per frame, innermost first; see
     /// [`CallStack::digest`]).
     pub fn digest(&self) -> StackDigest {
-        self.digest
+        self.entry.digest
     }
 
     /// The mode the stack was captured in.
@@ -122,10 +137,11 @@ impl CapturedStack {
     }
 
     fn iter(&self) -> impl Iterator<Item = &Frame> {
-        self.call_site
+        let e = &*self.entry;
+        e.call_site
             .iter()
-            .chain(self.frames.iter().flat_map(|group| group.iter().map(|f| &f.frame)))
-            .take(self.max_depth)
+            .chain(e.frames.iter().flat_map(|group| group.iter().map(|f| &f.frame)))
+            .take(e.max_depth)
     }
 
     /// The frames as a [`CallStack`], innermost first.
@@ -166,6 +182,7 @@ pub struct StackCapturer {
 struct CapturerInner {
     filter: FrameFilter,
     cache: SymbolCache,
+    stacks: RwLock<StackMap>,
     mode: StackMode,
     max_depth: usize,
 }
@@ -194,6 +211,7 @@ impl StackCapturer {
             inner: Arc::new(CapturerInner {
                 filter: FrameFilter::new(config.workspace_root.as_deref(), config.allow, config.deny),
                 cache: SymbolCache::new(),
+                stacks: RwLock::new(StackMap::default()),
                 mode,
                 max_depth: config.max_depth,
             }),
@@ -220,6 +238,57 @@ impl StackCapturer {
     #[inline(never)]
     pub fn capture_at(&self, call_site: Option<&'static std::panic::Location<'static>>) -> CapturedStack {
         let inner = &*self.inner;
+        let site_key = call_site.map_or(0, |loc| std::ptr::from_ref(loc) as usize);
+        let mut walk: Vec<Result<Arc<[AppFrame]>, usize>> = Vec::new();
+        let mut seen: Vec<usize> = Vec::new();
+        if inner.mode.unwinds() {
+            // Warm path: look each address up while unwinding, and stop at the runtime boundary or once
+            // enough application frames were found. Addresses not cached yet are resolved afterwards.
+            walk.reserve(32);
+            seen.reserve(48);
+            let mut kept = usize::from(call_site.is_some());
+            let map = inner.cache.read();
+            backtrace::trace(|frame| {
+                let ip = frame.ip() as usize;
+                match map.get(&ip) {
+                    Some(Resolved::Boundary) => return false,
+                    Some(Resolved::Skip) => {}
+                    Some(Resolved::App(group)) => {
+                        kept += group.len();
+                        walk.push(Ok(group.clone()));
+                    }
+                    None => walk.push(Err(ip)),
+                }
+                seen.push(ip);
+                kept < inner.max_depth && seen.len() < MAX_RAW_FRAMES
+            });
+        }
+        let warm = walk.iter().all(Result::is_ok);
+        let key = (site_key, seen);
+        if warm && let Some(entry) = inner.stacks.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return CapturedStack {
+                entry: entry.clone(),
+                mode: inner.mode,
+            };
+        }
+        // A stack not seen yet: symbolize the misses in order (stopping at the boundary), then digest.
+        let mut frames: Vec<Arc<[AppFrame]>> = Vec::new();
+        let mut kept = usize::from(call_site.is_some());
+        for step in walk {
+            let group = match step {
+                Ok(group) => group,
+                Err(ip) => match inner.cache.resolve(ip, &inner.filter, inner.mode) {
+                    Resolved::Boundary => break,
+                    Resolved::Skip => continue,
+                    Resolved::App(group) => group,
+                },
+            };
+            kept += group.len();
+            frames.push(group);
+            if kept >= inner.max_depth {
+                break;
+            }
+        }
         let call_site = call_site.map(|loc| {
             Frame::new(
                 inner.filter.relative(std::path::Path::new(loc.file())),
@@ -227,48 +296,6 @@ impl StackCapturer {
                 loc.column(),
             )
         });
-        let mut frames: Vec<Arc<[AppFrame]>> = Vec::new();
-        if inner.mode.unwinds() {
-            // Warm path: look each address up while unwinding, and stop at the runtime boundary or once
-            // enough application frames were found. Addresses not cached yet are resolved afterwards.
-            let mut walk: Vec<Result<Arc<[AppFrame]>, usize>> = Vec::with_capacity(32);
-            let mut kept = usize::from(call_site.is_some());
-            let mut raw = 0;
-            {
-                let map = inner.cache.read();
-                backtrace::trace(|frame| {
-                    raw += 1;
-                    let ip = frame.ip() as usize;
-                    match map.get(&ip) {
-                        Some(Resolved::Boundary) => return false,
-                        Some(Resolved::Skip) => {}
-                        Some(Resolved::App(group)) => {
-                            kept += group.len();
-                            walk.push(Ok(group.clone()));
-                        }
-                        None => walk.push(Err(ip)),
-                    }
-                    kept < inner.max_depth && raw < MAX_RAW_FRAMES
-                });
-            }
-            // Cold path: symbolize the misses in order, stopping at the boundary.
-            let mut kept = usize::from(call_site.is_some());
-            for step in walk {
-                let group = match step {
-                    Ok(group) => group,
-                    Err(ip) => match inner.cache.resolve(ip, &inner.filter, inner.mode) {
-                        Resolved::Boundary => break,
-                        Resolved::Skip => continue,
-                        Resolved::App(group) => group,
-                    },
-                };
-                kept += group.len();
-                frames.push(group);
-                if kept >= inner.max_depth {
-                    break;
-                }
-            }
-        }
         let mut hasher = Sha256::new();
         let mut taken = 0;
         if let Some(f) = &call_site {
@@ -284,11 +311,21 @@ impl StackCapturer {
                 taken += 1;
             }
         }
-        CapturedStack {
+        let entry = Arc::new(StackEntry {
             digest: StackDigest(hasher.finalize().into()),
             call_site,
             frames,
             max_depth: inner.max_depth,
+        });
+        // Keyed by what was walked: after a cold walk (which went past the boundary) the key is one that a
+        // warm walk never produces, which is harmless.
+        let mut stacks = inner.stacks.write().unwrap_or_else(|p| p.into_inner());
+        if stacks.len() < MAX_CACHED_STACKS {
+            stacks.insert(key, entry.clone());
+        }
+        drop(stacks);
+        CapturedStack {
+            entry,
             mode: inner.mode,
         }
     }

@@ -26,9 +26,12 @@ pub struct ModelProgram {
 impl ModelProgram {
     /// The paper's setting: one connection error per RPC, none on the test's own request to the entry service.
     pub fn catalog(&self) -> FaultCatalog {
-        FaultCatalog { rules: Vec::new(), protocol_defaults: false }
-            .with_rule(self.entry, vec![])
-            .with_rule("*", vec![Fault::Connection])
+        FaultCatalog {
+            rules: Vec::new(),
+            protocol_defaults: false,
+        }
+        .with_rule(self.entry, vec![])
+        .with_rule("*", vec![Fault::Connection])
     }
 
     /// The functional test, recording into `recorder`.
@@ -75,7 +78,11 @@ pub const FIG1: ModelProgram = ModelProgram {
                 .call("A/helloworld", "", &[], |a| async move {
                     let echo_via = |line: u32, s: &'static str| {
                         let a = a.clone();
-                        async move { a.call("B/echo", s, &[10, line], echo(s.into())).await.unwrap_or(s.into()) }
+                        async move {
+                            a.call("B/echo", s, &[10, line], echo(s.into()))
+                                .await
+                                .unwrap_or(s.into())
+                        }
                     };
                     let hello = echo_via(3, "Hello").await;
                     let world = echo_via(4, "World").await;
@@ -149,7 +156,11 @@ pub const FIG3: ModelProgram = ModelProgram {
                         }
                     });
                     let rs = futures::future::join_all(calls).await;
-                    Ok(rs.into_iter().map(|r| r.unwrap_or_default()).collect::<Vec<_>>().join(" "))
+                    Ok(rs
+                        .into_iter()
+                        .map(|r| r.unwrap_or_default())
+                        .collect::<Vec<_>>()
+                        .join(" "))
                 })
                 .await;
             match out {
@@ -210,9 +221,19 @@ pub const FIG5: ModelProgram = ModelProgram {
             let out = t
                 .call("A/index", "", &[], |a| async move {
                     let rs = a
-                        .stream("B/hello", &[3], &[6, 10], &["Hello", "World"], |_b, s| async move { Ok(s) })
+                        .stream(
+                            "B/hello",
+                            &[3],
+                            &[6, 10],
+                            &["Hello", "World"],
+                            |_b, s| async move { Ok(s) },
+                        )
                         .await?;
-                    Ok(rs.into_iter().map(|r| r.unwrap_or_default()).collect::<Vec<_>>().join(" "))
+                    Ok(rs
+                        .into_iter()
+                        .map(|r| r.unwrap_or_default())
+                        .collect::<Vec<_>>()
+                        .join(" "))
                 })
                 .await;
             out.map(|_| ()).map_err(|e| format!("fig5: {e}"))
@@ -238,8 +259,14 @@ pub const ENCAPSULATION: ModelProgram = ModelProgram {
                         })
                         .await
                         .unwrap_or_else(|_| "default-b".into());
-                    let c = a.call("C/run", "x", &[2], echo("c".into())).await.unwrap_or_else(|_| "default-c".into());
-                    let d = a.call("D/run", "x", &[3], echo("d".into())).await.unwrap_or_else(|_| "default-d".into());
+                    let c = a
+                        .call("C/run", "x", &[2], echo("c".into()))
+                        .await
+                        .unwrap_or_else(|_| "default-c".into());
+                    let d = a
+                        .call("D/run", "x", &[3], echo("d".into()))
+                        .await
+                        .unwrap_or_else(|_| "default-d".into());
                     Ok(format!("{b}{c}{d}"))
                 })
                 .await;
@@ -313,7 +340,9 @@ pub const CINEMA9: ModelProgram = ModelProgram {
                         // the failed request is retried later, from the other call site
                         booking = helper(24).await.ok();
                     }
-                    let Some(movie) = booking else { return Err(Fault::UNAVAILABLE) };
+                    let Some(movie) = booking else {
+                        return Err(Fault::UNAVAILABLE);
+                    };
                     let details = users.call("cinema.Movies/Get", &movie, &[50], movies_get(MOVIE)).await;
                     Ok(vec![details.unwrap_or_else(|_| "details(unavailable)".into())])
                 })

@@ -3,6 +3,8 @@
 //! Everything here is a pure function from bytes to an [`ExportTraceServiceRequest`] or a [`Rejection`]
 //! that names what was wrong. Receivers map a rejection to HTTP `400` or gRPC `INVALID_ARGUMENT`.
 
+pub mod lite;
+
 use crate::counters::Counters;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
@@ -66,12 +68,7 @@ impl BodyEncoding {
                 "missing Content-Type: use application/x-protobuf or application/json".into(),
             ));
         };
-        let mime = value
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let mime = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
         match mime.as_str() {
             "application/x-protobuf" | "application/protobuf" => Ok(BodyEncoding::Protobuf),
             "application/json" => Ok(BodyEncoding::Json),
@@ -105,9 +102,24 @@ pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, Rejection> 
     serde_json::from_slice(body).map_err(|e| Rejection::BadJson(e.to_string()))
 }
 
+/// Decodes a protobuf body into the [`lite`] view (zero-copy: string and bytes fields borrow `body`).
+pub fn decode_lite(body: bytes::Bytes) -> Result<lite::Request, Rejection> {
+    lite::Request::decode(body).map_err(|e| Rejection::BadProtobuf(e.to_string()))
+}
+
+/// The [`lite`] view of a fully decoded request (re-encoded and decoded: for JSON input and tests).
+pub fn to_lite(req: &ExportTraceServiceRequest) -> lite::Request {
+    lite::Request::decode(bytes::Bytes::from(req.encode_to_vec())).unwrap_or_default()
+}
+
 /// Checks every span's ids: a 16-byte non-zero trace id, an 8-byte non-zero span id, and a parent span id
 /// that is empty or 8 bytes. Returns the number of spans.
 pub fn validate_ids(req: &ExportTraceServiceRequest) -> Result<usize, Rejection> {
+    validate_lite_ids(&to_lite(req))
+}
+
+/// [`validate_ids`] on the [`lite`] view.
+pub fn validate_lite_ids(req: &lite::Request) -> Result<usize, Rejection> {
     let mut n = 0usize;
     for (r, rs) in req.resource_spans.iter().enumerate() {
         for (s, ss) in rs.scope_spans.iter().enumerate() {
@@ -177,10 +189,7 @@ mod tests {
         enc.write_all(&vec![0u8; 1 << 20]).unwrap();
         let small = enc.finish().unwrap();
         assert!(small.len() < 10_000);
-        assert_eq!(
-            gunzip_limited(&small, 1000),
-            Err(Rejection::TooLarge { limit: 1000 })
-        );
+        assert_eq!(gunzip_limited(&small, 1000), Err(Rejection::TooLarge { limit: 1000 }));
         assert_eq!(gunzip_limited(&small, 1 << 20).unwrap().len(), 1 << 20);
         assert!(matches!(
             gunzip_limited(b"not gzip", 1000),
@@ -199,9 +208,7 @@ mod tests {
             Err(Rejection::BadJson(_))
         ));
         assert!(matches!(
-            decode_json(
-                b"{\"resourceSpans\":[{\"scopeSpans\":[{\"spans\":[{\"traceId\":\"zz\"}]}]}]}"
-            ),
+            decode_json(b"{\"resourceSpans\":[{\"scopeSpans\":[{\"spans\":[{\"traceId\":\"zz\"}]}]}]}"),
             Err(Rejection::BadJson(_))
         ));
     }
