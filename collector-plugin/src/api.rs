@@ -26,6 +26,8 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/v1/tree", get(tree))
         .route("/api/v1/tree/node", get(node))
         .route("/api/v1/tree/children", get(children))
+        .route("/api/v1/tree/node/traces", get(node_traces))
+        .route("/api/v1/search", get(search))
         .route("/api/v1/traces", get(traces))
         .route("/api/v1/traces/{trace_id}", get(trace))
         .route("/api/v1/diff", get(diff))
@@ -35,6 +37,7 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/v1/analyses/chained-calls", get(chained_calls))
         .route("/api/v1/analyses/ambiguous", get(ambiguous_indexes))
         .route("/api/v1/analyses/projection", get(projection))
+        .merge(crate::ui::router())
         .with_state(collector)
 }
 
@@ -319,4 +322,36 @@ async fn projection(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQ
             .collect::<Vec<_>>(),
     )
     .into_response()
+}
+
+async fn node_traces(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Response {
+    let index = match parse_index(q.index.as_deref()) {
+        Ok(i) => i,
+        Err(r) => return r.into_response(),
+    };
+    let a = c.analyzer();
+    let limit = q.limit.unwrap_or(100).min(10_000);
+    let traces: Vec<String> = a
+        .traces
+        .ordered()
+        .iter()
+        .rev()
+        .filter(|t| t.indexes.contains(&index))
+        .take(limit)
+        .map(|t| hex::encode(t.trace_id))
+        .collect();
+    Json(json!({ "index": index.encode(), "traces": traces })).into_response()
+}
+
+async fn search(State(c): State<Arc<Collector>>) -> Response {
+    let Some(path) = c.config().search_report.clone() else {
+        return not_found("no search report configured (serve --search-report FILE)");
+    };
+    match tokio::fs::read(&path).await {
+        Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(v) => Json(v).into_response(),
+            Err(e) => not_found(format!("{}: not JSON: {e}", path.display())),
+        },
+        Err(e) => not_found(format!("{}: {e}", path.display())),
+    }
 }

@@ -21,6 +21,8 @@ pub struct IngestConfig {
     pub strict_attributes: bool,
     /// Analyze spans (the prefix tree, the graph); off makes the collector a plain forwarder.
     pub analyze: bool,
+    /// A JSON report of an exhaustive fault search (dei-sfit) served at `/api/v1/search` for the web view.
+    pub search_report: Option<std::path::PathBuf>,
 }
 
 impl Default for IngestConfig {
@@ -29,6 +31,7 @@ impl Default for IngestConfig {
             max_body_bytes: 8 * 1024 * 1024,
             strict_attributes: false,
             analyze: true,
+            search_report: None,
         }
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! Layout: [`otlp`] decodes and validates bodies, [`span_record`] extracts what analysis reads,
 //! [`analyzer`] holds the state, [`receiver`] and [`api`] serve it, [`forward`] sends batches on,
-//! [`offline`] reads OTLP/JSON files, [`bench`] has the load generator and the counting sink.
+//! [`offline`] reads OTLP/JSON files, [`bench`](mod@bench) has the load generator and the counting sink.
 //!
 //! # Example
 //! ```
@@ -49,3 +49,4 @@ pub mod serde_index;
 pub mod server;
 pub mod span_record;
 pub mod tree;
+pub mod ui;

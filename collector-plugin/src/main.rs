@@ -81,6 +81,9 @@ struct ServeArgs {
     /// Forward only: no graph, no tree.
     #[arg(long)]
     no_analysis: bool,
+    /// A JSON report of a dei-sfit search, served at /api/v1/search for the web view (/ui/).
+    #[arg(long)]
+    search_report: Option<PathBuf>,
     /// Most prefix-tree nodes.
     #[arg(long, default_value_t = 100_000)]
     max_nodes: usize,
@@ -253,6 +256,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     config.ingest.max_body_bytes = a.max_body_bytes;
     config.ingest.strict_attributes = a.strict_attributes;
     config.ingest.analyze = !a.no_analysis;
+    config.ingest.search_report = a.search_report;
     config.analyzer.max_nodes = a.max_nodes;
     config.analyzer.graph.max_edges = a.max_edges;
     config.analyzer.graph.store_ttl = Duration::from_millis(a.pairing_ttl_ms);

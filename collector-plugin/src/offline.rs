@@ -354,8 +354,9 @@ pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instan
     for p in &r.projections {
         let _ = writeln!(
             o,
-            "  {}: {} distinct RPCs -> {} names; {} name(s) shared by distinct RPCs of one trace",
-            p.instantiation, p.distinct_full, p.distinct_projected, p.collapsed_names
+            "  {}: {} distinct RPCs -> {} names; {} name(s) shared by distinct RPCs of one trace; \
+             {} name(s) meaning different RPCs in different traces",
+            p.instantiation, p.distinct_full, p.distinct_projected, p.collapsed_names, p.unstable_names
         );
         for c in p.collapses.iter().take(5) {
             let sigs: Vec<String> = c

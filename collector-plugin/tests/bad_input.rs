@@ -250,3 +250,29 @@ async fn api_rejects_bad_queries() {
     assert!(t.contains("dei_collector_requests_accepted_total 0"), "{t}");
     r.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_serves_the_web_view_and_node_traces() {
+    let r = start(false).await;
+    let (status, _) = post(&r, "application/json", None, GOOD.as_bytes().to_vec()).await;
+    assert_eq!(status, 200);
+    let get = |path: &str| {
+        let url = format!("http://{}{path}", r.api_addr);
+        async move {
+            let resp = reqwest::get(url).await.unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
+        }
+    };
+    let (s, t) = get("/ui/").await;
+    assert_eq!(s, 200);
+    assert!(t.contains("<title>dei-collector</title>"), "{t}");
+    let (s, t) = get("/ui/vendor/cytoscape.min.js").await;
+    assert_eq!(s, 200);
+    assert!(t.len() > 100_000);
+    let (s, t) = get("/api/v1/tree/node/traces?index=1.AQEBAQEBAQE1").await;
+    assert_eq!(s, 200, "{t}");
+    assert!(t.contains("0102030405060708090a0b0c0d0e0f10"), "{t}");
+    let (s, t) = get("/api/v1/search").await;
+    assert_eq!(s, 404, "no report configured: {t}");
+    r.shutdown().await;
+}

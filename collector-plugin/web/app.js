@@ -41,7 +41,7 @@ document.querySelectorAll("#tabs button").forEach(b => b.addEventListener("click
 async function loadGraph() {
   const g = await getJSON("/graph");
   const elements = [];
-  for (const n of g.nodes) elements.push({ data: { id: n.id, label: n.id, virtual: n.is_virtual ? 1 : 0 } });
+  for (const n of g.nodes) elements.push({ data: { id: n.id, label: n.id, virtual: n.virtual ? 1 : 0 } });
   g.edges.forEach((e, i) => elements.push({
     data: { id: "e" + i, source: e.client, target: e.server, failed: e.failed,
             label: `${e.requests} req` + (e.failed ? ` / ${e.failed} failed` : "") },

@@ -193,8 +193,7 @@ async fn connect(addr: SocketAddr) -> Channel {
 type BaselineClient = pb::middle_client::MiddleClient<OtelClient<Channel>>;
 type DeiClient = pb::middle_client::MiddleClient<dei_instrumentation::DeiClientService<Channel>>;
 
-async fn start() -> (BaselineClient, DeiClient) {
-    let config = DeiConfig::default();
+async fn start(config: DeiConfig) -> (BaselineClient, DeiClient) {
     let (l1, a1) = listen().await;
     tokio::spawn(
         Server::builder()
@@ -264,7 +263,13 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let (baseline, dei) = rt.block_on(start());
+    let (baseline, dei) = rt.block_on(start(DeiConfig::default()));
+    // The same layers without unwinding (`StackMode::CallSiteOnly`): how much of the cost is the stack.
+    let (_, dei_no_unwind) = rt.block_on(start(
+        DeiConfig::builder()
+            .stack(dei_instrumentation::StackConfig::default().mode(dei_instrumentation::StackMode::CallSiteOnly))
+            .build(),
+    ));
 
     let mut group = c.benchmark_group("unary_echo_1KiB");
     group.bench_function("otel_only", |b| {
@@ -282,47 +287,58 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // The same run: interleaved latency samples, then interleaved throughput windows.
-    let (median_ratio, base_median, dei_median) = rt.block_on(async {
-        let (mut base, mut with) = (Vec::new(), Vec::new());
+    let variants: [(&str, Option<DeiClient>); 3] = [
+        ("otel_only", None),
+        ("otel_plus_dei", Some(dei.clone())),
+        ("otel_plus_dei_call_site_only", Some(dei_no_unwind.clone())),
+    ];
+    let medians: Vec<Duration> = rt.block_on(async {
+        let mut samples = vec![Vec::new(); variants.len()];
         for _ in 0..3000 {
-            let mut b = baseline.clone();
-            let t = Instant::now();
-            b.work(payload()).await.expect("echo");
-            base.push(t.elapsed());
-            let mut d = dei.clone();
-            let t = Instant::now();
-            d.work(payload()).await.expect("echo");
-            with.push(t.elapsed());
+            for (i, (_, client)) in variants.iter().enumerate() {
+                let t = Instant::now();
+                match client {
+                    None => drop(baseline.clone().work(payload()).await.expect("echo")),
+                    Some(c) => drop(c.clone().work(payload()).await.expect("echo")),
+                }
+                samples[i].push(t.elapsed());
+            }
         }
-        let (b, d) = (median(base), median(with));
-        (d.as_secs_f64() / b.as_secs_f64(), b, d)
+        samples.into_iter().map(median).collect()
     });
-    let (mut base_rps, mut dei_rps) = (0.0, 0.0);
+    let mut rps = vec![0.0; variants.len()];
     for _ in 0..3 {
-        let b = baseline.clone();
-        base_rps += rt.block_on(throughput(64, Duration::from_secs(2), move || {
-            let mut c = b.clone();
-            async move {
-                let _ = c.work(payload()).await;
-            }
-        }));
-        let d = dei.clone();
-        dei_rps += rt.block_on(throughput(64, Duration::from_secs(2), move || {
-            let mut c = d.clone();
-            async move {
-                let _ = c.work(payload()).await;
-            }
-        }));
+        for (i, (_, client)) in variants.iter().enumerate() {
+            rps[i] += match client.clone() {
+                None => {
+                    let b = baseline.clone();
+                    rt.block_on(throughput(64, Duration::from_secs(2), move || {
+                        let mut c = b.clone();
+                        async move {
+                            let _ = c.work(payload()).await;
+                        }
+                    }))
+                }
+                Some(d) => rt.block_on(throughput(64, Duration::from_secs(2), move || {
+                    let mut c = d.clone();
+                    async move {
+                        let _ = c.work(payload()).await;
+                    }
+                })),
+            };
+        }
     }
-    println!(
-        "same-run comparison: median latency otel_only {base_median:?}, otel_plus_dei {dei_median:?}, \
-         ratio {median_ratio:.3}; max throughput (64 in flight, 3×2 s each, interleaved) otel_only {:.0} rps, \
-         otel_plus_dei {:.0} rps, ratio {:.3}; spans exported {}",
-        base_rps / 3.0,
-        dei_rps / 3.0,
-        dei_rps / base_rps,
-        exported.load(Ordering::Relaxed)
-    );
+    println!("same-run comparison (3000 interleaved sequential calls; 3 interleaved 2 s windows, 64 in flight):");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        println!(
+            "  {name:30} median {:>10.1?}  ratio {:.3}   throughput {:>7.0} rps  ratio {:.3}",
+            medians[i],
+            medians[i].as_secs_f64() / medians[0].as_secs_f64(),
+            rps[i] / 3.0,
+            rps[i] / rps[0]
+        );
+    }
+    println!("spans exported: {}", exported.load(Ordering::Relaxed));
 }
 
 criterion_group!(benches, bench);

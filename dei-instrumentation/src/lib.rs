@@ -13,7 +13,7 @@
 //! tracing-opentelemetry, so they reach whatever exporter the service uses. Install the propagator once
 //! ([`dei_propagator::install_global_propagator`]): the default global propagator is a no-op.
 //!
-//! The layers take the next index from the [`RequestScope`](dei_propagator::RequestScope) in the current
+//! The layers take the next index from the [`dei_propagator::RequestScope`] in the current
 //! OpenTelemetry `Context`. Server layers open one per request. Outside any scope a call is its own root
 //! (one element, count 1): a functional test opens a root scope with [`root_context`] so that its calls are
 //! counted together. Tasks must carry the context: use [`dei_propagator::spawn`] rather than `tokio::spawn`.

@@ -84,10 +84,10 @@ pub(crate) fn record_payload(span: &tracing::Span, digest: &PayloadDigest, raw: 
 
 /// Records a captured stack.
 pub(crate) fn record_stack(span: &tracing::Span, stack: &CapturedStack, readable: bool) {
-    span.set_attribute(STACK_DIGEST, stack.digest().to_hex());
+    span.set_attribute(STACK_DIGEST, stack.digest_hex());
     span.set_attribute(STACK_MODE, stack.mode().as_str());
     if readable {
-        span.set_attribute(STACK, stack.readable());
+        span.set_attribute(STACK, stack.readable_shared());
     }
 }
 

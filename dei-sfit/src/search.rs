@@ -217,6 +217,7 @@ impl Search {
             },
         };
         let test_time = test_started.elapsed();
+        self.source.settle().await?;
         let mut obs = self.source.collect().await?;
         obs.finalize();
         if let Some(reference) = &self.options.reference {

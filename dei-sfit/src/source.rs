@@ -58,6 +58,11 @@ pub trait SpanSource: Send + Sync {
     fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>>;
     /// Everything seen since [`begin`](SpanSource::begin): the RPCs that completed so far and their streams.
     fn collect(&self) -> BoxFuture<'_, Result<Observation, SourceError>>;
+    /// Waits until the execution's spans have arrived (called once the functional test returned, before the
+    /// final [`collect`](SpanSource::collect)). The default returns at once.
+    fn settle(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A monotonic nanosecond clock shared by every [`Recorder`] in the process.
@@ -133,6 +138,9 @@ impl SpanSource for Recorder {
     }
 }
 
+/// How long [`InMemorySpans`] waits for an execution's open spans to end.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Reads the spans of services running in this process from the SDK's [`InMemorySpanExporter`].
 ///
 /// Use it with a simple (synchronous) span processor so that a span is exported when it ends; then an
@@ -164,7 +172,36 @@ impl InMemorySpans {
     }
 }
 
+/// True when every span's parent is in the set (or it has none): no span of the tree is still open.
+fn is_complete(spans: &[SpanData]) -> bool {
+    let ids: std::collections::HashSet<SpanId> = spans.iter().map(|s| s.span_context.span_id()).collect();
+    spans
+        .iter()
+        .all(|s| s.parent_span_id == SpanId::INVALID || ids.contains(&s.parent_span_id))
+}
+
 impl SpanSource for InMemorySpans {
+    /// Polls (every millisecond, for at most `SETTLE_LIMIT`) until no exported span misses its parent: a
+    /// response body can end, and with it a client span, just after the caller got its answer.
+    fn settle(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+        Box::pin(async move {
+            let deadline = std::time::Instant::now() + SETTLE_LIMIT;
+            loop {
+                if let Some(p) = &self.provider {
+                    let _ = p.force_flush();
+                }
+                let spans = self
+                    .exporter
+                    .get_finished_spans()
+                    .map_err(|e| SourceError::Backend(e.to_string()))?;
+                if is_complete(&spans) || std::time::Instant::now() >= deadline {
+                    return Ok(());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+    }
+
     fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {
         if let Some(p) = &self.provider {
             let _ = p.force_flush();

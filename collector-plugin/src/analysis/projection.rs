@@ -47,7 +47,27 @@ pub struct Projection {
     pub collapses: Vec<Collapse>,
     /// How many names were shared in total.
     pub collapsed_names: usize,
+    /// Names that denote different RPCs in different traces (e.g. concurrent calls told apart only by
+    /// payload get their counts in scheduling order): a fault injected by that name hits a different RPC
+    /// from one run to the next. Largest first (up to `limit`).
+    pub unstable: Vec<UnstableName>,
+    /// How many names were unstable in total.
+    pub unstable_names: usize,
 }
+
+/// A projected name that stood for different full indexes in different traces.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnstableName {
+    /// The index under the coarser instantiation.
+    pub projected: String,
+    /// The distinct full indexes it stood for (up to 16).
+    pub full: Vec<NamedIndex>,
+    /// How many distinct full indexes (counted up to 64).
+    pub distinct_full: usize,
+}
+
+/// Most full indexes remembered per projected name.
+const MAX_FULL_PER_NAME: usize = 64;
 
 /// Projects every retained trace to `target`.
 pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Projection {
@@ -57,6 +77,7 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
     let mut full_set: BTreeSet<Index> = BTreeSet::new();
     let mut projected_set: BTreeSet<Index> = BTreeSet::new();
     let mut collapses: BTreeMap<Index, (BTreeSet<Index>, usize, u64, [u8; 16])> = BTreeMap::new();
+    let mut meanings: BTreeMap<Index, BTreeSet<Index>> = BTreeMap::new();
     for t in a.traces.ordered() {
         let mut occ: Vec<usize> = (0..t.occurrences.len())
             .filter(|&i| t.occurrences[i].signature.is_some())
@@ -87,6 +108,10 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         let mut groups: HashMap<&Index, BTreeSet<&Index>> = HashMap::new();
         for (p, f) in projected.iter().zip(&recorded) {
             groups.entry(p).or_default().insert(f);
+            let m = meanings.entry(p.clone()).or_default();
+            if m.len() < MAX_FULL_PER_NAME {
+                m.insert(f.clone());
+            }
             full_set.insert(f.clone());
             projected_set.insert(p.clone());
         }
@@ -118,6 +143,18 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
             .then(b.traces.cmp(&a.traces))
     });
     list.truncate(limit);
+    let mut unstable: Vec<UnstableName> = meanings
+        .into_iter()
+        .filter(|(_, fulls)| fulls.len() > 1)
+        .map(|(p, fulls)| UnstableName {
+            projected: p.encode(),
+            distinct_full: fulls.len(),
+            full: fulls.iter().take(16).map(|f| NamedIndex::of(a, f)).collect(),
+        })
+        .collect();
+    let unstable_names = unstable.len();
+    unstable.sort_by_key(|u| std::cmp::Reverse(u.distinct_full));
+    unstable.truncate(limit);
     Projection {
         instantiation: target.name.to_string(),
         rpcs: rpcs_total,
@@ -127,5 +164,7 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         reproduced_recorded: reproduced,
         collapses: list,
         collapsed_names,
+        unstable,
+        unstable_names,
     }
 }

@@ -480,3 +480,43 @@ fn memory_is_bounded_with_counters() {
     // the newest trace's node survives
     assert!(a.trace(&[49; 16]).is_some());
 }
+
+#[test]
+fn projection_finds_names_that_change_meaning_across_traces() {
+    // two concurrent Price calls from one call site, issued in a different order in each trace
+    let mut a = analyzer();
+    for (t, order) in [(1u8, ["a", "b"]), (2, ["b", "a"])] {
+        let mut b = TraceBuilder::new(t, t as u64 * 1_000_000_000);
+        let root = b.root("catalog");
+        for (k, item) in order.iter().enumerate() {
+            b.rpc(
+                (&Index::root(), root),
+                "catalog",
+                "pricing",
+                "pricing.Pricing/Price",
+                item,
+                1,
+                1 + k as u64,
+                5,
+                None,
+            );
+        }
+        a.ingest(b.spans, Instant::now());
+    }
+    let full = projection::project_tree(&a, &Instantiation::dei(), 10);
+    assert_eq!(
+        (full.distinct_full, full.unstable_names),
+        (2, 0),
+        "the full DEI names are stable"
+    );
+    let f = projection::project_tree(&a, &Instantiation::filibuster(), 10);
+    assert_eq!(
+        f.collapsed_names, 0,
+        "within one trace the counts still tell them apart"
+    );
+    assert_eq!(
+        f.unstable_names, 2,
+        "…but Price|1 and Price|2 each meant a and b: {f:?}"
+    );
+    assert!(f.unstable.iter().all(|u| u.distinct_full == 2));
+}

@@ -58,7 +58,7 @@ impl<F: Future> Future for AtCallSite<F> {
     }
 }
 
-/// Marks the caller's location on a future (see the [module docs](self)).
+/// Marks the caller's location on a future (see [`CallSiteExt::at_call_site`]).
 pub trait CallSiteExt: Future + Sized {
     /// Wraps the future; stacks captured while it is polled get the caller's location as innermost frame.
     #[track_caller]

@@ -2,7 +2,7 @@
 //!
 //! A capture unwinds the current thread with [`backtrace::trace`], stops at the async runtime's task machinery
 //! (nothing outside it belongs to the request, and what is there varies with the worker that polled the task),
-//! looks each address up in a per-address [symbol cache](cache) and keeps only the application's frames
+//! looks each address up in a per-address symbol cache and keeps only the application's frames
 //! (see `filter`): unfiltered stacks are not deterministic in async Rust. Frames are keyed by
 //! (workspace-relative file, line, column); function names are kept for display. A `#[track_caller]` call site
 //! ([`CallSiteExt`]) becomes the innermost frame. What the binary offers is detected once ([`StackMode`]).
@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// Raw frames unwound at most per capture.
 const MAX_RAW_FRAMES: usize = 256;
@@ -122,6 +122,8 @@ struct StackEntry {
     call_site: Option<Frame>,
     frames: Vec<Arc<[AppFrame]>>,
     max_depth: usize,
+    readable: OnceLock<Arc<str>>,
+    digest_hex: OnceLock<Arc<str>>,
 }
 
 impl CapturedStack {
@@ -151,14 +153,32 @@ impl CapturedStack {
 
     /// Readable frames, one per line, innermost first (the `dei.stack` attribute).
     pub fn readable(&self) -> String {
-        let mut out = String::new();
-        for (i, frame) in self.iter().enumerate() {
-            if i > 0 {
-                out.push('\n');
-            }
-            out.push_str(&frame.to_string());
-        }
-        out
+        self.readable_shared().to_string()
+    }
+
+    /// [`readable`](Self::readable), built once per distinct stack and shared.
+    pub fn readable_shared(&self) -> Arc<str> {
+        self.entry
+            .readable
+            .get_or_init(|| {
+                let mut out = String::new();
+                for (i, frame) in self.iter().enumerate() {
+                    if i > 0 {
+                        out.push('\n');
+                    }
+                    out.push_str(&frame.to_string());
+                }
+                out.into()
+            })
+            .clone()
+    }
+
+    /// The digest's 64-character hex form, built once per distinct stack and shared.
+    pub fn digest_hex(&self) -> Arc<str> {
+        self.entry
+            .digest_hex
+            .get_or_init(|| self.entry.digest.to_hex().into())
+            .clone()
     }
 
     /// Number of application frames.
@@ -316,6 +336,8 @@ impl StackCapturer {
             call_site,
             frames,
             max_depth: inner.max_depth,
+            readable: OnceLock::new(),
+            digest_hex: OnceLock::new(),
         });
         // Keyed by what was walked: after a cold walk (which went past the boundary) the key is one that a
         // warm walk never produces, which is harmless.
