@@ -40,6 +40,14 @@ fn check(report: &serde_json::Value, traces: u64) {
     assert_eq!(edge("user", "frontend").unwrap()["requests"], traces);
     let db = edge("users", "postgresql").expect("virtual database node");
     assert_eq!(db["connection_type"], "database");
+    assert_eq!(
+        db["index_requests"], traces,
+        "the prefix relation confirms the database edge"
+    );
+    assert!(
+        !edges.iter().any(|e| e["connection_type"] == "index"),
+        "every index edge has a span edge here: {edges:?}"
+    );
     assert!(
         report["graph"]["nodes"]
             .as_array()

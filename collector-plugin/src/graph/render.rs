@@ -2,7 +2,6 @@
 //! relation.
 
 use crate::analyzer::Analyzer;
-use crate::graph::ConnectionType;
 use crate::tree::views::Latency;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -86,11 +85,8 @@ pub fn graph_view(a: &Analyzer) -> GraphView {
     let mut index = index_edges(a);
     let mut edges = Vec::new();
     for (k, e) in a.graph.edges() {
-        let idx = if k.connection_type == ConnectionType::Direct || k.connection_type == ConnectionType::VirtualNode {
-            index.remove(&(k.client.clone(), k.server.clone())).unwrap_or(0)
-        } else {
-            0
-        };
+        // the prefix relation's count goes on the span edge between the same two nodes, whatever its type
+        let idx = index.remove(&(k.client.clone(), k.server.clone())).unwrap_or(0);
         edges.push(GraphEdge {
             client: k.client.clone(),
             server: k.server.clone(),
