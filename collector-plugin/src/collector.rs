@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 pub struct IngestConfig {
     /// Largest request body, compressed or not, in bytes.
     pub max_body_bytes: usize,
-    /// Reject a whole request (400 / `INVALID_ARGUMENT`) when a `dei.*` attribute has the wrong type, instead
-    /// of ignoring that attribute and reporting it in `partial_success.error_message`.
+    /// Reject a whole request (400 / `INVALID_ARGUMENT`) when a `dei.*` attribute has the wrong type (the
+    /// default); when false, ignore that attribute, keep the span and report it in
+    /// `partial_success.error_message`.
     pub strict_attributes: bool,
     /// Analyze spans (the prefix tree, the graph); off makes the collector a plain forwarder.
     pub analyze: bool,
@@ -29,7 +30,7 @@ impl Default for IngestConfig {
     fn default() -> Self {
         IngestConfig {
             max_body_bytes: 8 * 1024 * 1024,
-            strict_attributes: false,
+            strict_attributes: true,
             analyze: true,
             search_report: None,
         }

@@ -75,9 +75,10 @@ struct ServeArgs {
     /// Largest request body in bytes (compressed or decompressed).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_body_bytes: usize,
-    /// Reject requests whose dei.* attributes have wrong types (default: ignore those attributes, count them).
+    /// Accept requests whose dei.* attributes have wrong types: ignore those attributes, count them and report
+    /// them as a partial success (default: reject the request with 400 / INVALID_ARGUMENT).
     #[arg(long)]
-    strict_attributes: bool,
+    lenient_attributes: bool,
     /// Forward only: no graph, no tree.
     #[arg(long)]
     no_analysis: bool,
@@ -254,7 +255,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         ..Default::default()
     };
     config.ingest.max_body_bytes = a.max_body_bytes;
-    config.ingest.strict_attributes = a.strict_attributes;
+    config.ingest.strict_attributes = !a.lenient_attributes;
     config.ingest.analyze = !a.no_analysis;
     config.ingest.search_report = a.search_report;
     config.analyzer.max_nodes = a.max_nodes;

@@ -7,6 +7,11 @@
 //! | `h<status>` | that HTTP status without `grpc-status` (tonic maps it, e.g. 503 → UNAVAILABLE) | that status, empty body |
 //! | `c` | UNAVAILABLE with message `dei: injected connection error` (what tonic reports for a refused connection) | an error, [`InjectedConnectionError`] |
 //! | `l<ms>` | waits, then sends | waits, then sends |
+//!
+//! Stream messages are targeted by their final index (see [`crate::grpc::stream`]): a failing fault ends the
+//! request stream before that message (the callee sees the earlier messages, then the end of the stream),
+//! the call ends with [`status_for_stream`]'s status towards the caller, and later sends through the
+//! [`crate::grpc::stream::StreamSender`] fail; a latency fault delays that message and those after it.
 
 use dei_propagator::Fault;
 use std::time::Duration;
@@ -71,6 +76,26 @@ pub(crate) fn grpc_response<B>(fault: Fault, empty: B) -> http::Response<B> {
     http::Response::from_parts(parts, empty)
 }
 
+/// The status a stream call ends with when a failing fault hits one of its messages: a gRPC code as is, an
+/// HTTP status as gRPC maps it (401 → UNAUTHENTICATED, 403 → PERMISSION_DENIED, 404 → UNIMPLEMENTED,
+/// 429/502/503/504 → UNAVAILABLE, others → UNKNOWN), a connection error as UNAVAILABLE.
+pub(crate) fn status_for_stream(fault: Fault) -> tonic::Status {
+    match fault {
+        Fault::Grpc(code) => tonic::Status::new(tonic::Code::from_i32(i32::from(code)), "dei: injected fault"),
+        Fault::Http(status) => {
+            let code = match status {
+                401 => tonic::Code::Unauthenticated,
+                403 => tonic::Code::PermissionDenied,
+                404 => tonic::Code::Unimplemented,
+                429 | 502 | 503 | 504 => tonic::Code::Unavailable,
+                _ => tonic::Code::Unknown,
+            };
+            tonic::Status::new(code, format!("dei: injected HTTP status {status}"))
+        }
+        Fault::Connection | Fault::Latency(_) => tonic::Status::unavailable("dei: injected connection error"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +113,13 @@ mod tests {
             Action::for_fault(Some(Fault::Latency(Duration::from_millis(5)))),
             Action::Delay(Duration::from_millis(5))
         );
+    }
+
+    #[test]
+    fn stream_faults_become_statuses() {
+        assert_eq!(status_for_stream(Fault::INTERNAL).code(), tonic::Code::Internal);
+        assert_eq!(status_for_stream(Fault::Http(503)).code(), tonic::Code::Unavailable);
+        assert_eq!(status_for_stream(Fault::Http(500)).code(), tonic::Code::Unknown);
+        assert_eq!(status_for_stream(Fault::Connection).code(), tonic::Code::Unavailable);
     }
 }

@@ -5,7 +5,9 @@ use crate::config::DeiConfig;
 use crate::fault::Action;
 use crate::span;
 use crate::stack::CapturedStack;
-use dei_propagator::{DeiContextExt, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature};
+use dei_propagator::{
+    DeiContextExt, FaultPlan, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature,
+};
 use opentelemetry::Context;
 use opentelemetry::propagation::Injector;
 use opentelemetry::trace::TraceContextExt;
@@ -95,7 +97,9 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-/// Issues a stream message's final index from the stream's scope and records the mapping on the span.
+/// Issues a stream message's final index from the stream's scope, checks it against the fault plan and records
+/// the mapping (and the fault) on the span.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn stream_message(
     scope: &RequestScope,
     span: &tracing::Span,
@@ -104,11 +108,13 @@ pub(crate) fn stream_message(
     payload: PayloadDigest,
     stack: &CapturedStack,
     k: u32,
-) -> Index {
+    plan: Option<&FaultPlan>,
+) -> (Index, Action) {
     let invocation = InvocationSignature::new(signature.clone(), payload, stack.digest());
     // Messages of one stream are sent in order, so they are never in flight together: the issued index is
     // released at once.
     let final_index = scope.issue(&invocation).index().clone();
-    span::record_stream_message(span, preliminary, &final_index, k);
-    final_index
+    let fault = plan.and_then(|p| p.fault_for(&final_index));
+    span::record_stream_message(span, preliminary, &final_index, k, fault);
+    (final_index, Action::for_fault(fault))
 }

@@ -18,9 +18,10 @@
 //!
 //! Streams add one span event per message sent, [`STREAM_MESSAGE_EVENT`], with [`PRELIMINARY_INDEX`],
 //! [`INDEX`] and [`MESSAGE`] (the 1-based position k): the mapping from the preliminary to the final index.
+//! A message whose final index the fault plan names also gets [`FAULT`] on its event (and on the span).
 
 use crate::stack::CapturedStack;
-use dei_propagator::{Index, Instantiation, PayloadDigest};
+use dei_propagator::{Fault, Index, Instantiation, PayloadDigest};
 use opentelemetry::KeyValue;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -92,13 +93,21 @@ pub(crate) fn record_stack(span: &tracing::Span, stack: &CapturedStack, readable
 }
 
 /// Records one stream message's final index (the preliminary → final mapping).
-pub(crate) fn record_stream_message(span: &tracing::Span, preliminary: &Index, final_index: &Index, k: u32) {
-    span.add_event(
-        STREAM_MESSAGE_EVENT,
-        vec![
-            KeyValue::new(PRELIMINARY_INDEX, preliminary.encode()),
-            KeyValue::new(INDEX, final_index.encode()),
-            KeyValue::new(MESSAGE, i64::from(k)),
-        ],
-    );
+pub(crate) fn record_stream_message(
+    span: &tracing::Span,
+    preliminary: &Index,
+    final_index: &Index,
+    k: u32,
+    fault: Option<Fault>,
+) {
+    let mut attributes = vec![
+        KeyValue::new(PRELIMINARY_INDEX, preliminary.encode()),
+        KeyValue::new(INDEX, final_index.encode()),
+        KeyValue::new(MESSAGE, i64::from(k)),
+    ];
+    if let Some(f) = fault {
+        attributes.push(KeyValue::new(FAULT, f.to_string()));
+        span.set_attribute(FAULT, f.to_string());
+    }
+    span.add_event(STREAM_MESSAGE_EVENT, attributes);
 }

@@ -36,7 +36,13 @@ impl MessageDigester {
     }
 
     /// Feeds bytes; calls `done` for each message completed by them.
-    pub(crate) fn feed(&mut self, mut bytes: &[u8], mut done: impl FnMut(Digested)) {
+    pub(crate) fn feed(&mut self, bytes: &[u8], mut done: impl FnMut(Digested)) {
+        self.feed_at(bytes, |m, _| done(m));
+    }
+
+    /// Feeds bytes; calls `done` for each message completed by them, with the offset in `bytes` just past it.
+    pub(crate) fn feed_at(&mut self, mut bytes: &[u8], mut done: impl FnMut(Digested, usize)) {
+        let total = bytes.len();
         loop {
             if self.hasher.is_none() {
                 if bytes.is_empty() {
@@ -69,10 +75,13 @@ impl MessageDigester {
                 return; // the input ran out inside this message
             }
             if let Some(h) = self.hasher.take() {
-                done(Digested {
-                    digest: h.finish(),
-                    prefix: self.keep.take(),
-                });
+                done(
+                    Digested {
+                        digest: h.finish(),
+                        prefix: self.keep.take(),
+                    },
+                    total - bytes.len(),
+                );
             }
         }
     }
