@@ -1,79 +1,148 @@
-//! Walks the five executions of the paper's Fig. 2 (a loop with a fallback) and prints the index of every RPC.
+//! The whole of DEI in one command: `cargo run --release --example demo`.
 //!
-//! Service A calls B's `echo` once per string in a loop (line 8); on the first failure it breaks and calls
-//! `echo("Hello World")` from line 16. Each execution fails a different set of RPCs, named by their indexes
-//! from earlier executions, exactly as an exhaustive search would. Run with `cargo run --example demo`.
+//! Starts an embedded dei-collector on loopback, the cinema-10 services (real tonic servers with the DEI
+//! layers) exporting their spans to it over OTLP/HTTP, and searches the functional test exhaustively with
+//! dei-sfit, injecting every combination of faults the earlier executions revealed. Prints a summary, writes
+//! the search report (served at `/api/v1/search`), and serves the web view (service graph, prefix tree,
+//! traces, analyses, search executions, diff) at `http://127.0.0.1:PORT/ui/` until Ctrl-C.
+//!
+//! Options: `--exit` (or `--no-serve`) stops after the summary; `--forward ENDPOINT` also forwards every span
+//! to a Jaeger or OpenTelemetry Collector (`--forward-protocol grpc` with `http://host:4317`, the default, or
+//! `http` with `http://host:4318/v1/traces`); `--program cinema-3|cinema-9|cinema-10`; `--report PATH`
+//! (default `target/demo/search.json`); `--progress` prints every execution.
 
-use dei_propagator::{
-    CallStack, Fault, FaultPlan, Frame, Index, Instantiation, InvocationSignature, PayloadDigest, RequestScope, Signature,
-};
+#[path = "common/mod.rs"]
+mod common;
+#[path = "common/demo_setup.rs"]
+mod demo_setup;
 
-/// One RPC as the paper writes it: its source line, its count, whether it failed, and its index.
-struct Rpc {
-    line: u32,
-    count: u32,
-    failed: bool,
-    index: Index,
+use collector_plugin::forward::Downstream;
+use common::cinema::Variant;
+use demo_setup::DemoOptions;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The command line.
+struct Args {
+    serve: bool,
+    forward: Option<String>,
+    forward_http: bool,
+    variant: Variant,
+    report: PathBuf,
+    progress: bool,
 }
 
-/// Service A's `helloworld` from Fig. 2, issuing its RPCs into a scope and failing the planned ones.
-fn helloworld(ss: &[&str], plan: &FaultPlan, instantiation: &Instantiation) -> Vec<Rpc> {
-    let scope = RequestScope::root(instantiation.clone());
-    let mut rpcs = Vec::new();
-    let mut rpc = |line: u32, payload: &str| -> bool {
-        let stack = CallStack::new(vec![Frame::new("fig2.py", line, 0).with_function("service_a_helloworld")]);
-        let invocation =
-            InvocationSignature::new(Signature::grpc_path("/B/echo"), PayloadDigest::of(payload.as_bytes()), stack.digest());
-        let issued = scope.issue(&invocation);
-        let failed = plan.fault_for(issued.index()).is_some();
-        rpcs.push(Rpc { line, count: issued.element().count, failed, index: issued.index().clone() });
-        !failed
+const USAGE: &str = "usage: demo [--exit | --no-serve] [--forward ENDPOINT [--forward-protocol grpc|http]] \
+                     [--program cinema-3|cinema-9|cinema-10] [--report PATH] [--progress]";
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        serve: true,
+        forward: None,
+        forward_http: false,
+        variant: Variant::Cinema10,
+        report: PathBuf::from("target/demo/search.json"),
+        progress: false,
     };
-    let mut failure = false;
-    for s in ss {
-        if !rpc(8, s) {
-            failure = true;
-            break;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--exit" | "--no-serve" => args.serve = false,
+            "--forward" => args.forward = Some(value("--forward")?),
+            "--forward-protocol" => {
+                args.forward_http = match value("--forward-protocol")?.as_str() {
+                    "grpc" => false,
+                    "http" => true,
+                    other => return Err(format!("--forward-protocol: grpc or http, not {other}")),
+                }
+            }
+            "--program" => {
+                let name = value("--program")?;
+                args.variant = Variant::ALL
+                    .into_iter()
+                    .find(|v| v.name() == name || v.name().replace('-', "") == name)
+                    .ok_or_else(|| format!("--program: cinema-3, cinema-9 or cinema-10, not {name}"))?;
+            }
+            "--report" => args.report = PathBuf::from(value("--report")?),
+            "--progress" => args.progress = true,
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
-    if failure {
-        rpc(16, "Hello World");
-    }
-    rpcs
+    Ok(args)
 }
 
-fn walk(instantiation: &Instantiation) {
-    let input = ["Hello", "World"];
-    let show = |name: &str, rpcs: &[Rpc]| {
-        let paper: Vec<String> = rpcs
-            .iter()
-            .map(|r| format!("{}A^{}|{}", if r.failed { "¬" } else { "" }, r.line, r.count))
-            .collect();
-        let wire: Vec<String> = rpcs.iter().map(|r| r.index.to_string()).collect();
-        println!("  {name}: {:<36} dei: {}", format!("({})", paper.join(", ")), wire.join("  "));
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
-    let fail = |targets: Vec<Index>| FaultPlan::new(targets.into_iter().map(|i| (i, Fault::UNAVAILABLE)).collect());
-
-    let e1 = helloworld(&input, &FaultPlan::default(), instantiation);
-    show("e1", &e1);
-    let (loop_1, loop_2) = (e1[0].index.clone(), e1[1].index.clone());
-    let e2 = helloworld(&input, &fail(vec![loop_2.clone()]), instantiation);
-    show("e2", &e2);
-    let e3 = helloworld(&input, &fail(vec![loop_2, e2[2].index.clone()]), instantiation);
-    show("e3", &e3);
-    let e4 = helloworld(&input, &fail(vec![loop_1.clone()]), instantiation);
-    show("e4", &e4);
-    let e5 = helloworld(&input, &fail(vec![loop_1, e4[1].index.clone()]), instantiation);
-    show("e5", &e5);
-}
-
-fn main() {
-    println!("Fig. 2, the executions of paper section 3.2 (signature + call stack + count: `filibuster`):");
-    walk(&Instantiation::filibuster());
-    println!();
-    println!("The same under the full DEI (the payload counts too, so the iterations differ by payload):");
-    walk(&Instantiation::dei());
-    println!();
-    println!("Each index is `1` (the wire version) then one `.`-separated element per hop: an 11-character digest");
-    println!("of the invocation signature and its count. See docs/wire-format.md.");
+    let forward = args.forward.clone().map(|endpoint| {
+        if args.forward_http {
+            Downstream::Http(endpoint)
+        } else {
+            Downstream::Grpc(endpoint)
+        }
+    });
+    println!(
+        "{}: searching its functional test exhaustively ...",
+        args.variant.name()
+    );
+    let demo = match demo_setup::run(DemoOptions {
+        variant: args.variant,
+        forward: forward.clone(),
+        report_path: args.report.clone(),
+        progress: args.progress,
+    })
+    .await
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("demo failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = &demo.collector;
+    println!(
+        "embedded dei-collector: OTLP/gRPC {} · OTLP/HTTP {} · API {}",
+        running.grpc_addr, running.http_addr, running.api_addr
+    );
+    if let Some(f) = &forward {
+        println!("forwarding every span to {f:?}");
+    }
+    let s = demo.summary();
+    println!("services:       {} ({})", s.services.len(), s.services.join(", "));
+    if !s.virtual_nodes.is_empty() {
+        println!(
+            "virtual nodes:  {} (callees reached only by failed calls)",
+            s.virtual_nodes.join(", ")
+        );
+    }
+    println!("graph edges:    {}", s.edges);
+    println!("distinct RPCs:  {} (prefix-tree nodes)", s.distinct_rpcs);
+    println!("executions:     {}", s.executions);
+    println!("failures found: {}", s.failures);
+    for e in demo.report.failing() {
+        let faults: Vec<String> = e
+            .effective
+            .iter()
+            .map(|p| format!("{} on {}", p.fault, p.signature))
+            .collect();
+        println!("  #{}: {:?} with {}", e.number, e.outcome, faults.join(", "));
+    }
+    println!("spans received: {}", s.spans_received);
+    println!("search report:  {}", demo.report_path.display());
+    if args.serve {
+        println!("web view:       http://{}/ui/  (Ctrl-C to stop)", running.api_addr);
+        let _ = tokio::signal::ctrl_c().await;
+    } else {
+        println!("web view:       http://{}/ui/  (not kept: --exit)", running.api_addr);
+    }
+    demo.collector.shutdown().await;
+    ExitCode::SUCCESS
 }

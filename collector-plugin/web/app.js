@@ -215,7 +215,13 @@ async function loadAnalyses() {
 }
 
 // ---- search executions ------------------------------------------------------------------------------
-function failed(e) { return e.outcome === "fail" || e.outcome === "failed" || e.passed === false; }
+// dei-sfit writes `outcome` as `{verdict: "pass"}` or `{verdict: "fail", message}`
+function verdict(e) { return e.outcome && typeof e.outcome === "object" ? e.outcome.verdict : e.outcome; }
+function failed(e) { const v = verdict(e); return v === "fail" || v === "failed" || e.passed === false; }
+function outcomeText(e) {
+  const v = verdict(e) ?? (e.passed ? "pass" : "fail");
+  return e.outcome && e.outcome.message ? `${v}: ${e.outcome.message}` : v;
+}
 async function loadSearch() {
   const box = document.getElementById("search");
   let r;
@@ -228,7 +234,7 @@ async function loadSearch() {
     const t = el("table", { class: "grid", id: "executions" }, el("tr", {}, el("th", {}, "#"), el("th", {}, "outcome"), el("th", {}, "plan"), el("th", {}, "injected")));
     for (const e of execs) {
       t.append(el("tr", { class: failed(e) ? "failed" : "" }, el("td", {}, e.id ?? e.number ?? ""),
-        el("td", {}, e.outcome ?? (e.passed ? "pass" : "fail")), el("td", { class: "mono" }, fmt(e.plan)),
+        el("td", {}, outcomeText(e)), el("td", { class: "mono" }, fmt(e.plan)),
         el("td", { class: "mono" }, fmt(e.effective ?? e.injected))));
     }
     out.push(t);

@@ -7,7 +7,9 @@
 //! - [`InboundBody`] digests what a server receives (the first gRPC message, or `query?body` up to a cap for
 //!   HTTP) without buffering it, and records `dei.payload.digest` once the digest is complete.
 
+use crate::fault;
 use crate::grpc::frame::MessageDigester;
+use crate::grpc::stream::StreamFault;
 use crate::span;
 use bytes::Bytes;
 use dei_propagator::{IssuedIndex, PayloadHasher};
@@ -62,6 +64,8 @@ pin_project! {
         inner: Option<B>,
         guard: Option<CallGuard>,
         cx: Option<Context>,
+        // A stream call ends with this fault's status once a fault hit one of its messages.
+        stream_fault: Option<StreamFault>,
     }
 }
 
@@ -71,7 +75,14 @@ impl<B> DeiResponseBody<B> {
             inner: Some(inner),
             guard: Some(guard),
             cx,
+            stream_fault: None,
         }
+    }
+
+    /// Ends the body with the fault's status (as trailers) once a fault hits one of the stream's messages.
+    pub(crate) fn ending_on(mut self, stream_fault: Option<StreamFault>) -> Self {
+        self.stream_fault = stream_fault;
+        self
     }
 
     /// An empty body (a fault response).
@@ -80,6 +91,7 @@ impl<B> DeiResponseBody<B> {
             inner: None,
             guard: Some(guard),
             cx: None,
+            stream_fault: None,
         }
     }
 }
@@ -101,7 +113,21 @@ where
         self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
+        let mut this = self.project();
+        if let Some(f) = this.stream_fault.as_ref().and_then(StreamFault::get)
+            && this.inner.is_some()
+        {
+            this.inner.set(None);
+            let status = fault::status_for_stream(f);
+            if let Some(g) = this.guard.take() {
+                record_grpc_status(&g.span, status.code());
+            }
+            let mut trailers = http::HeaderMap::new();
+            if status.add_header(&mut trailers).is_ok() {
+                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            }
+            return Poll::Ready(None);
+        }
         let Some(inner) = this.inner.as_pin_mut() else {
             this.guard.take();
             return Poll::Ready(None);

@@ -5,9 +5,32 @@ mod common;
 
 use common::*;
 use dei_instrumentation::grpc::stream::channel;
-use dei_propagator::{Index, PayloadDigest};
+use dei_propagator::{DeiContextExt, Fault, FaultPlan, Index, PayloadDigest};
 use futures::StreamExt;
 use opentelemetry_sdk::trace::SpanData;
+
+/// The `dei.fault` attribute of each `dei.stream.message` event, by k.
+fn event_faults(span: &SpanData) -> Vec<(u32, Option<String>)> {
+    let mut v: Vec<(u32, Option<String>)> = span
+        .events
+        .iter()
+        .filter(|e| e.name == "dei.stream.message")
+        .map(|e| {
+            let get = |k: &str| {
+                e.attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == k)
+                    .map(|kv| kv.value.to_string())
+            };
+            (
+                get("dei.message").and_then(|k| k.parse().ok()).unwrap_or(0),
+                get("dei.fault"),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
 
 /// (k, final index, preliminary index) of each `dei.stream.message` event, in k order.
 fn stream_events(span: &SpanData) -> Vec<(u32, Index, Index)> {
@@ -179,4 +202,118 @@ async fn client_streaming_bidi_and_server_streaming_map_preliminary_to_final_ind
         }
         previous = Some(all_events);
     }
+}
+
+/// What one client-streaming `Collect` of "Hello", "World", "Again" under `plan` gave: the call's result, the
+/// sender's injected fault, the client span's attributes and events, and the indexes C's `/echo` served under.
+struct CollectRun {
+    result: Result<String, tonic::Status>,
+    injected: Option<Fault>,
+    spans: Vec<SpanData>,
+}
+
+async fn collect_three(sys: &System, plan: Option<FaultPlan>, min_spans: usize) -> CollectRun {
+    let leaf = sys.leaf_client().await;
+    let config = sys.config.clone();
+    let extra = move |cx: opentelemetry::Context| match plan {
+        Some(p) => cx.with_fault_plan(p),
+        None => cx,
+    };
+    let ((result, injected), trace) = in_root(&sys.config.clone(), extra, async move {
+        let (tx, request) = channel::<pb::Msg>(&config, 4);
+        let mut client = leaf.clone();
+        let call = dei_propagator::spawn(async move { client.collect(request).await });
+        tx.send(msg("Hello")).await.expect("message 1 is queued");
+        // Message 2 is queued before the client layer sees its final index; message 3 may find the stream
+        // already ended by a fault on message 2.
+        tx.send(msg("World")).await.expect("message 2 is queued");
+        let _ = tx.send(msg("Again")).await;
+        let injected = {
+            let result = call.await.expect("task");
+            (result.map(|r| r.into_inner().text), tx.injected_fault())
+        };
+        drop(tx);
+        injected
+    })
+    .await;
+    CollectRun {
+        result,
+        injected,
+        spans: spans_of(trace, min_spans).await,
+    }
+}
+
+/// Indexes C's `/echo` was served under, as the k of the stream message they extend.
+fn echoed_messages(spans: &[SpanData], preliminary: &Index) -> Vec<u32> {
+    let mut ks: Vec<u32> = spans
+        .iter()
+        .filter(|s| is_server(s) && attr(s, "dei.signature").as_deref() == Some("POST /echo"))
+        .filter_map(|s| Index::decode(&attr(s, "dei.index")?).ok())
+        .filter_map(|i| (1..=3).find(|k| i.parent() == Some(preliminary.stream_message(*k))))
+        .collect();
+    ks.sort();
+    ks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_planned_on_a_stream_message_fails_exactly_that_message() {
+    let sys = System::start().await;
+    // Fault-free: test.run, Collect client + server, 3 × /echo client + server.
+    let base = collect_three(&sys, None, 9).await;
+    assert_eq!(base.result.as_deref().map(|t| t.split(' ').count()).ok(), Some(3));
+    assert_eq!(base.injected, None);
+    let span = client_span(&base.spans, "deitest.Leaf/Collect");
+    let preliminary = Index::decode(&attr(span, "dei.index").expect("index")).expect("valid");
+    let finals: Vec<Index> = stream_events(span).into_iter().map(|(_, f, _)| f).collect();
+    assert_eq!(finals.len(), 3);
+    assert_eq!(echoed_messages(&base.spans, &preliminary), [1, 2, 3]);
+    assert_eq!(attr(span, "dei.fault"), None);
+
+    // INTERNAL on message 2's final index: message 1 is served, message 2 and 3 never leave, the call ends
+    // with INTERNAL.
+    let plan = FaultPlan::new(vec![(finals[1].clone(), Fault::INTERNAL)]);
+    // test.run, Collect client + server, 1 × /echo client + server.
+    let run = collect_three(&sys, Some(plan), 5).await;
+    let status = run.result.expect_err("the faulted message fails the call");
+    assert_eq!(status.code(), tonic::Code::Internal);
+    assert_eq!(status.message(), "dei: injected fault");
+    assert_eq!(run.injected, Some(Fault::INTERNAL));
+    let span = client_span(&run.spans, "deitest.Leaf/Collect");
+    assert_eq!(attr(span, "dei.fault").as_deref(), Some("g13"));
+    // The preliminary index (the stream's opening) is unaffected: same index, the stream opened and was served.
+    assert_eq!(attr(span, "dei.index"), Some(preliminary.encode()));
+    assert!(
+        run.spans
+            .iter()
+            .any(|s| is_server(s) && attr(s, "dei.signature").as_deref() == Some("deitest.Leaf/Collect"))
+    );
+    // Message 1 kept its final index and was served; message 2 got the fault; message 3 was never issued.
+    let events = stream_events(span);
+    assert_eq!(
+        events.iter().map(|(_, f, _)| f.clone()).collect::<Vec<_>>(),
+        finals[..2]
+    );
+    assert_eq!(
+        event_faults(span),
+        [(1, None), (2, Some("g13".to_string()))],
+        "only message 2 carries the fault"
+    );
+    assert_eq!(
+        echoed_messages(&run.spans, &preliminary),
+        [1],
+        "only message 1 reached the callee"
+    );
+
+    // Latency on message 2: every message is served, in order, and only message 2's event names the fault.
+    let plan = FaultPlan::new(vec![(
+        finals[1].clone(),
+        Fault::Latency(std::time::Duration::from_millis(40)),
+    )]);
+    let run = collect_three(&sys, Some(plan), 9).await;
+    assert_eq!(run.result.as_deref().map(|t| t.split(' ').count()).ok(), Some(3));
+    assert_eq!(run.injected, None);
+    let span = client_span(&run.spans, "deitest.Leaf/Collect");
+    assert_eq!(attr(span, "dei.fault").as_deref(), Some("l40"));
+    assert_eq!(event_faults(span), [(1, None), (2, Some("l40".to_string())), (3, None)]);
+    assert_eq!(echoed_messages(&run.spans, &preliminary), [1, 2, 3]);
 }

@@ -7,7 +7,7 @@
 //!   assertions);
 //! - a [`SpanSource`] tells the search which RPCs the execution issued: [`InMemorySpans`] reads the
 //!   OpenTelemetry SDK's in-memory exporter for in-process services, [`Recorder`] is filled by simulated
-//!   programs ([`model`]);
+//!   programs ([`model`]), [`CollectorSpans`] reads `dei-collector`'s API for services in other processes;
 //! - the [`Search`] plans faults on observed indexes, at most one new fault per execution, never on an
 //!   ancestor of a planned fault and never where a fault could become unreachable, and reports executions
 //!   whose effective fault set repeats an earlier one ([`Report`], JSON and terminal, replayable);
@@ -45,5 +45,6 @@ pub use observation::{FaultSet, Observation, ObservedRpc, Outcome};
 pub use oracle::{Oracle, OracleError, OracleResult};
 pub use report::{ExecutionRecord, Report, TestOutcome};
 pub use search::{Progress, Reduction, Search, SearchError, SearchOptions, Strategy};
+pub use source::collector::CollectorSpans;
 pub use source::{InMemorySpans, Recorder, SourceError, SpanSource};
 pub use test::{FunctionalTest, PlannedFault, TestRun, Verdict, test_fn};

@@ -80,7 +80,7 @@ pub struct ObservedRpc {
     /// plan cannot target it by the rewritten one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rewritten: bool,
-    /// The instrumentation can fail this RPC by its index (false for stream messages seen only as events).
+    /// The instrumentation can fail this RPC by its index (false where the source cannot tell whether it was).
     #[serde(default = "default_true", skip_serializing_if = "Clone::clone")]
     pub injectable: bool,
     /// The same RPC's index under the reference instantiation (the full DEI), for judging coarser ones.

@@ -4,7 +4,8 @@
 //!   own process (the corpus under `examples/`).
 //! - [`Recorder`] is filled directly by simulated programs ([`crate::model`]).
 //!
-//! A source for `dei-collector`'s HTTP API, for services in other processes, implements the same trait.
+//! - [`CollectorSpans`](collector::CollectorSpans) reads `dei-collector`'s HTTP API, for services in other
+//!   processes that export their spans over OTLP.
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
 use dei_propagator::{Fault, Index, InvocationSignature, PayloadDigest, Signature, StackDigest};
@@ -16,6 +17,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+pub mod collector;
 
 /// Span attribute and event names written by `dei-instrumentation`.
 pub mod attr {
@@ -62,6 +65,12 @@ pub trait SpanSource: Send + Sync {
     /// final [`collect`](SpanSource::collect)). The default returns at once.
     fn settle(&self) -> BoxFuture<'_, Result<(), SourceError>> {
         Box::pin(async { Ok(()) })
+    }
+    /// The context the execution's requests run under, given the one the search built (index scope and
+    /// fault plan). A source that finds the execution by its trace adds the trace's parent span context
+    /// here. The default returns `cx` unchanged.
+    fn execution_context(&self, cx: opentelemetry::Context) -> opentelemetry::Context {
+        cx
     }
 }
 
@@ -149,6 +158,7 @@ const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
 pub struct InMemorySpans {
     exporter: InMemorySpanExporter,
     provider: Option<SdkTracerProvider>,
+    messages: MessageTargeting,
 }
 
 impl InMemorySpans {
@@ -157,7 +167,15 @@ impl InMemorySpans {
         InMemorySpans {
             exporter,
             provider: None,
+            messages: MessageTargeting::Observed,
         }
+    }
+
+    /// Lets the search fail single stream messages by their final indexes (needs instrumentation that
+    /// injects per-message faults and records them as `dei.fault` on the `dei.stream.message` events).
+    pub fn with_message_targeting(mut self, messages: MessageTargeting) -> Self {
+        self.messages = messages;
+        self
     }
 
     /// Also flush `provider` before reading (needed with a batch processor).
@@ -218,7 +236,8 @@ impl SpanSource for InMemorySpans {
             .exporter
             .get_finished_spans()
             .map_err(|e| SourceError::Backend(e.to_string()));
-        Box::pin(async move { Ok(observation_from_spans(&spans?)) })
+        let messages = self.messages;
+        Box::pin(async move { Ok(observation_from_spans_with(&spans?, messages)) })
     }
 }
 
@@ -266,9 +285,30 @@ fn outcome_of(span: &SpanData, fault: Option<Fault>) -> Outcome {
 }
 
 /// Builds an execution's observation from exported spans: every client span with `dei.index` is an RPC; its
-/// parent is the nearest ancestor span that is one; `dei.stream.message` events give stream mappings.
+/// parent is the nearest ancestor span that is one; `dei.stream.message` events give stream mappings and the
+/// messages themselves, as RPCs under the stream at their final indexes, with the fault (`dei.fault` on the
+/// event) injected on that message.
 /// Spans with malformed DEI attributes are skipped (they cannot be targeted).
+///
+/// Stream messages are observed but not targeted ([`MessageTargeting::Observed`]); see
+/// [`observation_from_spans_with`].
 pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
+    observation_from_spans_with(spans, MessageTargeting::Observed)
+}
+
+/// Whether the search may plan faults on single stream messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MessageTargeting {
+    /// Messages are observed RPCs the search does not fail on their own (instrumentation that fails whole
+    /// streams only).
+    #[default]
+    Observed,
+    /// Messages are targeted by their final indexes: the instrumentation checks the fault plan per message.
+    Targeted,
+}
+
+/// [`observation_from_spans`], with stream messages targeted or not.
+pub fn observation_from_spans_with(spans: &[SpanData], messages_targeting: MessageTargeting) -> Observation {
     let by_id: HashMap<SpanId, &SpanData> = spans.iter().map(|s| (s.span_context.span_id(), s)).collect();
     let is_rpc = |s: &SpanData| {
         s.span_kind == SpanKind::Client
@@ -295,7 +335,16 @@ pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
             (Some(p), Some(s)) => Some(InvocationSignature::new(Signature::from_name(signature.clone()), p, s)),
             _ => None,
         };
-        let fault = attr_str(a, attr::FAULT).and_then(|f| f.parse::<Fault>().ok());
+        let fault_in =
+            |attributes: &[KeyValue]| attr_str(attributes, attr::FAULT).and_then(|f| f.parse::<Fault>().ok());
+        // A message's fault is recorded on its event and repeated on the stream's span: then it is the
+        // message's, not the stream's.
+        let message_faulted = span
+            .events
+            .events
+            .iter()
+            .any(|e| e.name == attr::STREAM_MESSAGE_EVENT && fault_in(&e.attributes).is_some());
+        let fault = if message_faulted { None } else { fault_in(a) };
         // nearest ancestor span that is an RPC; bounded walk in case of a malformed cycle
         let mut parent = None;
         let mut cur = span.parent_span_id;
@@ -329,18 +378,20 @@ pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
                     preliminary,
                     final_index: final_index.clone(),
                 });
-                // the message itself, as an RPC issued under the stream (it cannot be failed on its own)
+                // the message itself, as an RPC issued under the stream: the instrumentation checks the plan
+                // for its final index and records an injected fault on its event
+                let message_fault = fault_in(&event.attributes);
                 messages.push(ObservedRpc {
                     index: final_index,
                     signature: signature.clone(),
                     invocation: None,
                     parent: Some(position_here),
-                    fault: None,
-                    outcome: Outcome::ok(),
+                    fault: message_fault,
+                    outcome: message_fault.map_or_else(Outcome::ok, Outcome::of_fault),
                     start: nanos(event.timestamp),
                     end: nanos(event.timestamp),
                     rewritten: false,
-                    injectable: false,
+                    injectable: messages_targeting == MessageTargeting::Targeted,
                     reference: None,
                 });
             }

@@ -80,12 +80,14 @@ impl TestRun {
     }
 
     /// The context to issue the test's requests under: the current context with a root [`RequestScope`]
-    /// under the instantiation and the fault plan. Attach it (or use `FutureExt::with_context`) around the
+    /// under the instantiation and the fault plan (and what the span source adds, such as the execution's
+    /// trace: [`SpanSource::execution_context`]). Attach it (or use `FutureExt::with_context`) around the
     /// client calls the test makes.
     pub fn context(&self) -> opentelemetry::Context {
-        opentelemetry::Context::current()
+        let cx = opentelemetry::Context::current()
             .with_dei_scope(RequestScope::root(self.inner.instantiation.clone()))
-            .with_fault_plan(self.inner.plan.clone())
+            .with_fault_plan(self.inner.plan.clone());
+        self.inner.source.execution_context(cx)
     }
 
     /// True when the plan targets an RPC whose signature matches `pattern` (`*` wildcards).

@@ -2,7 +2,7 @@
 //! DEI attributes are skipped, never a panic.
 
 use dei_propagator::{Element, ElementDigest, Fault, Index};
-use dei_sfit::source::{attr, observation_from_spans};
+use dei_sfit::source::{MessageTargeting, attr, observation_from_spans, observation_from_spans_with};
 use dei_sfit::{InMemorySpans, Outcome, SpanSource};
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
@@ -122,7 +122,8 @@ async fn spans_become_an_observation() {
     assert_eq!(obs.rpcs[pc].fault, None, "a malformed fault is ignored");
     assert_eq!(obs.rpcs[pc].outcome, Outcome::Err { code: "g13".into() });
     let message = obs.rpcs.iter().find(|r| r.index == fin).expect("message");
-    assert!(!message.injectable);
+    assert!(!message.injectable, "messages are not targeted by default");
+    assert_eq!(message.fault, None);
     assert_eq!(obs.rpcs[message.parent.expect("parent")].index, pre);
     // the callee served message 1 under the preliminary index counted up by 1
     assert_eq!(obs.streams[0].preliminary, pre.stream_message(1));
@@ -134,4 +135,89 @@ async fn spans_become_an_observation() {
         source.collect().await.expect("collect").rpcs.is_empty(),
         "begin forgets earlier spans"
     );
+}
+
+/// Per-message stream faults: the instrumentation records `dei.fault` on the faulted message's event (and on
+/// the stream's span); the fault belongs to that message's final index, not to the stream.
+#[test]
+fn a_fault_on_a_stream_message_event_is_that_messages() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let tracer = provider.tracer("t");
+    let pre = Index::from_elements(
+        idx(&[(1, 1), (3, 1)])
+            .elements()
+            .iter()
+            .map(|e| e.preliminary())
+            .collect(),
+    );
+    let (fin1, fin2) = (idx(&[(1, 1), (4, 1)]), idx(&[(1, 1), (4, 2)]));
+    let stream_span = |fault_on: Option<u32>, own_fault: Option<&'static str>| {
+        let mut attributes = vec![
+            KeyValue::new(attr::INDEX, pre.encode()),
+            KeyValue::new(attr::SIGNATURE, "svc.B/Chat"),
+        ];
+        if let Some(f) = own_fault {
+            attributes.push(KeyValue::new(attr::FAULT, f));
+        }
+        let mut stream = tracer
+            .span_builder("stream")
+            .with_kind(SpanKind::Client)
+            .with_attributes(attributes)
+            .start(&tracer);
+        for (k, fin) in [(1u32, &fin1), (2, &fin2)] {
+            if own_fault.is_some() {
+                break;
+            }
+            let mut event = vec![
+                KeyValue::new(attr::PRELIMINARY_INDEX, pre.encode()),
+                KeyValue::new(attr::INDEX, fin.encode()),
+                KeyValue::new(attr::MESSAGE, i64::from(k)),
+            ];
+            if fault_on == Some(k) {
+                event.push(KeyValue::new(attr::FAULT, "g4"));
+                opentelemetry::trace::Span::set_attribute(&mut stream, KeyValue::new(attr::FAULT, "g4"));
+            }
+            opentelemetry::trace::Span::add_event(&mut stream, attr::STREAM_MESSAGE_EVENT, event);
+        }
+        opentelemetry::trace::Span::end(&mut stream);
+        let spans = exporter.get_finished_spans().expect("spans");
+        exporter.reset();
+        let mut obs = observation_from_spans_with(&spans, MessageTargeting::Targeted);
+        obs.finalize();
+        assert_eq!(
+            observation_from_spans(&spans).effective(),
+            obs.effective(),
+            "faults are read the same whether messages are targeted or not"
+        );
+        obs
+    };
+
+    // message 2 failed: the effective set is that message's final index, the stream itself was not failed
+    let obs = stream_span(Some(2), None);
+    assert_eq!(obs.rpcs.len(), 3, "{:#?}", obs.rpcs);
+    let get = |i: &Index| obs.rpcs.iter().find(|r| &r.index == i).expect("rpc");
+    assert_eq!(get(&pre).fault, None);
+    assert_eq!(get(&fin1).fault, None);
+    assert!(get(&fin1).outcome.is_ok());
+    assert_eq!(get(&fin2).fault, Some(Fault::DEADLINE_EXCEEDED));
+    assert_eq!(get(&fin2).outcome, Outcome::Err { code: "g4".into() });
+    assert!(get(&fin1).injectable && get(&fin2).injectable);
+    assert_eq!(
+        obs.effective(),
+        [(fin2.clone(), Fault::DEADLINE_EXCEEDED)].into_iter().collect()
+    );
+
+    // a fault on the stream's own index, before any message: the stream's
+    let obs = stream_span(None, Some("g14"));
+    assert_eq!(obs.rpcs.len(), 1);
+    assert_eq!(
+        obs.effective(),
+        [(pre.clone(), Fault::UNAVAILABLE)].into_iter().collect()
+    );
+
+    // no fault anywhere
+    assert!(stream_span(None, None).effective().is_empty());
 }

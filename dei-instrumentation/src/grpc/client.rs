@@ -23,20 +23,22 @@
 
 use super::frame::MessageDigester;
 use super::methods::MethodKind;
+use super::stream::StreamFault;
 use crate::body::{CallGuard, DeiResponseBody, record_grpc_status};
 use crate::config::DeiConfig;
 use crate::fault::{self, Action};
 use crate::outgoing::{self, Call};
 use crate::stack::CapturedStack;
 use bytes::Bytes;
-use dei_propagator::{Index, PayloadDigest, RequestScope, Signature};
+use dei_propagator::{DeiContextExt, FaultPlan, Index, PayloadDigest, RequestScope, Signature};
 use futures::future::BoxFuture;
 use http_body::{Body as _, Frame, SizeHint};
 use opentelemetry::Context;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
+use std::task::{Poll, ready};
+use std::time::Duration;
 use tonic::Status;
 use tonic::body::Body;
 use tower_layer::Layer;
@@ -262,7 +264,8 @@ where
         Action::Send => {}
     }
     outgoing::inject(&out.inject_cx, &mut parts.headers);
-    let tap = streaming.then(|| StreamTap {
+    let stream_fault = streaming.then(|| parts.extensions.get::<StreamFault>().cloned().unwrap_or_default());
+    let tap = stream_fault.clone().map(|fault| StreamTap {
         digester: MessageDigester::new(0),
         scope: out.scope.clone(),
         span: span.clone(),
@@ -271,12 +274,17 @@ where
         creation: info.stack.clone(),
         sites: parts.extensions.get::<SendSites>().cloned(),
         k: 0,
+        plan: info.caller_cx.fault_plan().cloned(),
+        fault,
     });
     let body = Body::new(OutboundBody {
         buffered,
         rest: body,
         rest_done,
         tap,
+        segments: VecDeque::new(),
+        sleep: None,
+        cut: false,
     });
     let request = http::Request::from_parts(parts, body);
     let guard = CallGuard {
@@ -285,12 +293,19 @@ where
         grpc: true,
     };
     let response = inner.call(request).await;
+    // A fault on a stream message that hit before the response came: the call ends with the fault's status.
+    if let Some(f) = stream_fault.as_ref().and_then(StreamFault::get) {
+        let status = fault::status_for_stream(f);
+        record_grpc_status(&span, status.code());
+        let (rparts, ()) = status.into_http::<()>().into_parts();
+        return Ok(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
+    }
     match response {
         Ok(response) => {
             if let Some(status) = tonic::Status::from_header_map(response.headers()) {
                 record_grpc_status(&span, status.code());
             }
-            Ok(response.map(|b| DeiResponseBody::new(b, guard, None)))
+            Ok(response.map(|b| DeiResponseBody::new(b, guard, None).ending_on(stream_fault)))
         }
         Err(e) => {
             span.set_status_error("transport error");
@@ -310,7 +325,8 @@ impl SpanStatusExt for tracing::Span {
     }
 }
 
-/// Issues each stream message's final index as the message passes (paper §4.2).
+/// Issues each stream message's final index as the message passes (paper §4.2), and applies the faults the
+/// plan names for them.
 struct StreamTap {
     digester: MessageDigester,
     scope: RequestScope,
@@ -320,18 +336,30 @@ struct StreamTap {
     creation: CapturedStack,
     sites: Option<SendSites>,
     k: u32,
+    /// The fault plan of the caller's context.
+    plan: Option<FaultPlan>,
+    /// Set when a failing fault hit a message.
+    fault: StreamFault,
 }
 
+/// A piece of a data frame to send, after waiting `delay` (a latency fault on its first message).
+type Segment = (Option<Duration>, Bytes);
+
 impl StreamTap {
-    fn feed(&mut self, data: &[u8]) {
+    /// Issues the final indexes of the messages completed by `data` and splits it where faults apply: the
+    /// segments to send, in order. A failing fault cuts the data before its message and sets the fault.
+    fn feed(&mut self, data: Bytes) -> Vec<Segment> {
         let mut done = Vec::new();
-        self.digester.feed(data, |m| done.push(m.digest));
-        for digest in done {
+        self.digester.feed_at(&data, |m, end| done.push((m.digest, end)));
+        let mut segments = Vec::new();
+        // The start of the current segment, its delay, and the end of the last message seen.
+        let (mut start, mut delay, mut previous_end) = (0, None, 0);
+        for (digest, end) in done {
             self.k = self.k.saturating_add(1);
             // The send site, when the message went through a `StreamSender`; else the stream's creation site.
             let site = self.sites.as_ref().and_then(SendSites::pop);
             let stack = site.as_ref().unwrap_or(&self.creation);
-            outgoing::stream_message(
+            let (_, action) = outgoing::stream_message(
                 &self.scope,
                 &self.span,
                 &self.preliminary,
@@ -339,8 +367,32 @@ impl StreamTap {
                 digest,
                 stack,
                 self.k,
+                self.plan.as_ref(),
             );
+            match action {
+                Action::Send => {}
+                Action::Delay(d) => {
+                    // This message (and what follows) waits; what came before it goes now.
+                    if previous_end > start {
+                        segments.push((delay.take(), data.slice(start..previous_end)));
+                    }
+                    start = previous_end;
+                    delay = Some(delay.map_or(d, |before: Duration| before + d));
+                }
+                Action::Fail(f) => {
+                    self.fault.set(f);
+                    if previous_end > start {
+                        segments.push((delay, data.slice(start..previous_end)));
+                    }
+                    return segments;
+                }
+            }
+            previous_end = end;
         }
+        if data.len() > start {
+            segments.push((delay, data.slice(start..)));
+        }
+        segments
     }
 }
 
@@ -351,6 +403,12 @@ struct OutboundBody {
     /// The probe saw the end of `rest`: it is not polled again.
     rest_done: bool,
     tap: Option<StreamTap>,
+    /// Data the tap let through, waiting to be sent.
+    segments: VecDeque<Segment>,
+    /// A latency fault being waited out.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A failing fault ended the stream: nothing more is sent.
+    cut: bool,
 }
 
 impl http_body::Body for OutboundBody {
@@ -362,25 +420,52 @@ impl http_body::Body for OutboundBody {
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = &mut *self;
-        let item = match this.buffered.pop_front() {
-            Some(item) => Poll::Ready(Some(item)),
-            None if this.rest_done => Poll::Ready(None),
-            None => Pin::new(&mut this.rest).poll_frame(cx),
-        };
-        if let (Poll::Ready(Some(Ok(frame))), Some(tap)) = (&item, this.tap.as_mut())
-            && let Some(data) = frame.data_ref()
-        {
-            tap.feed(data);
+        loop {
+            if let Some(sleep) = this.sleep.as_mut() {
+                ready!(sleep.as_mut().poll(cx));
+                this.sleep = None;
+            }
+            if let Some((delay, data)) = this.segments.pop_front() {
+                if let Some(d) = delay {
+                    this.sleep = Some(Box::pin(tokio::time::sleep(d)));
+                    this.segments.push_front((None, data));
+                    continue;
+                }
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            if this.cut {
+                return Poll::Ready(None);
+            }
+            let item = match this.buffered.pop_front() {
+                Some(item) => item,
+                None if this.rest_done => return Poll::Ready(None),
+                None => match ready!(Pin::new(&mut this.rest).poll_frame(cx)) {
+                    Some(item) => item,
+                    None => return Poll::Ready(None),
+                },
+            };
+            let Some(tap) = this.tap.as_mut() else {
+                return Poll::Ready(Some(item));
+            };
+            match item.map(Frame::into_data) {
+                Ok(Ok(data)) => {
+                    this.segments.extend(tap.feed(data));
+                    this.cut = tap.fault.get().is_some();
+                }
+                Ok(Err(frame)) => return Poll::Ready(Some(Ok(frame))),
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
         }
-        item
     }
 
     fn is_end_stream(&self) -> bool {
-        self.buffered.is_empty() && (self.rest_done || self.rest.is_end_stream())
+        self.segments.is_empty()
+            && self.sleep.is_none()
+            && (self.cut || (self.buffered.is_empty() && (self.rest_done || self.rest.is_end_stream())))
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.buffered.is_empty() {
+        if self.buffered.is_empty() && self.segments.is_empty() && !self.cut {
             self.rest.size_hint()
         } else {
             SizeHint::default()

@@ -127,4 +127,16 @@ mod tests {
             assert_eq!(out[2].prefix.as_deref(), Some(&b"wor"[..]));
         }
     }
+
+    #[test]
+    fn offsets_point_past_each_message() {
+        let mut all = frame(b"hello");
+        all.extend(frame(b"world!"));
+        let mut d = MessageDigester::new(0);
+        let mut ends = Vec::new();
+        d.feed_at(&all[..7], |_, end| ends.push(end));
+        assert!(ends.is_empty());
+        d.feed_at(&all[7..], |_, end| ends.push(end));
+        assert_eq!(ends, [10 - 7 + 0, 21 - 7]);
+    }
 }

@@ -9,12 +9,17 @@
 //!
 //! - Caller: send through [`channel`] to record each message's send site (any other stream works too; its
 //!   messages then get the creation site).
+//! - Faults: a message whose final index the fault plan (in the `Context` the call was made in) names gets
+//!   the fault: a latency fault delays it; any other fault ends the request stream before it, the call ends
+//!   with the fault's status (see [`crate::fault`]), later sends fail, and [`StreamSender::injected_fault`]
+//!   tells which fault it was. Its `dei.stream.message` event and the client span carry `dei.fault`.
 //! - Callee: wrap the incoming `tonic::Streaming` in [`DeiStreaming`] and serve each [`StreamMessage`] inside
 //!   its context ([`StreamMessage::in_scope`]).
 
 use super::client::SendSites;
 use crate::config::DeiConfig;
 use crate::stack::{CapturedStack, StackCapturer};
+use dei_propagator::Fault;
 use dei_propagator::{DeiContextExt, Index, Instantiation, RequestScope};
 use futures::Stream;
 use opentelemetry::Context;
@@ -22,6 +27,7 @@ use opentelemetry::context::FutureExt as _;
 use std::future::Future;
 use std::panic::Location;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use tokio::sync::mpsc;
 
@@ -30,6 +36,7 @@ use tokio::sync::mpsc;
 pub struct StreamSender<T> {
     tx: mpsc::Sender<(T, CapturedStack)>,
     capturer: StackCapturer,
+    fault: StreamFault,
 }
 
 impl<T> Clone for StreamSender<T> {
@@ -37,7 +44,25 @@ impl<T> Clone for StreamSender<T> {
         StreamSender {
             tx: self.tx.clone(),
             capturer: self.capturer.clone(),
+            fault: self.fault.clone(),
         }
+    }
+}
+
+/// The fault injected on one of a stream's messages, shared by the client layer (which sets it), the sender
+/// and the response body (which end with it).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StreamFault(Arc<OnceLock<Fault>>);
+
+impl StreamFault {
+    /// Records the fault (the first one wins: the stream ends at it).
+    pub(crate) fn set(&self, fault: Fault) {
+        let _ = self.0.set(fault);
+    }
+
+    /// The injected fault, if any.
+    pub(crate) fn get(&self) -> Option<Fault> {
+        self.0.get().copied()
     }
 }
 
@@ -48,11 +73,26 @@ pub struct StreamClosed;
 
 impl<T: Send + 'static> StreamSender<T> {
     /// Sends a message, recording the caller's location and stack as its send site.
+    ///
+    /// Fails once the stream is closed, including when a planned fault ended it
+    /// ([`StreamSender::injected_fault`]).
     #[track_caller]
     pub fn send(&self, message: T) -> impl Future<Output = Result<(), StreamClosed>> + Send + 'static {
         let site = self.capturer.capture_at(Some(Location::caller()));
         let tx = self.tx.clone();
-        async move { tx.send((message, site)).await.map_err(|_| StreamClosed) }
+        let fault = self.fault.clone();
+        async move {
+            if fault.get().is_some() {
+                return Err(StreamClosed);
+            }
+            tx.send((message, site)).await.map_err(|_| StreamClosed)
+        }
+    }
+
+    /// The fault the client layer injected on one of this stream's messages, if any: the call ends with its
+    /// status and later sends fail.
+    pub fn injected_fault(&self) -> Option<Fault> {
+        self.fault.get()
     }
 }
 
@@ -102,10 +142,13 @@ pub fn channel<T>(config: &DeiConfig, buffer: usize) -> (StreamSender<T>, tonic:
         sites: sites.clone(),
     });
     request.extensions_mut().insert(sites);
+    let fault = StreamFault::default();
+    request.extensions_mut().insert(fault.clone());
     (
         StreamSender {
             tx,
             capturer: config.stack_capturer().clone(),
+            fault,
         },
         request,
     )
