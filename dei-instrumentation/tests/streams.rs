@@ -213,6 +213,9 @@ struct CollectRun {
 }
 
 async fn collect_three(sys: &System, plan: Option<FaultPlan>, min_spans: usize) -> CollectRun {
+    let faulted = plan
+        .as_ref()
+        .is_some_and(|p| p.entries().iter().any(|(_, f)| !matches!(f, Fault::Latency(_))));
     let leaf = sys.leaf_client().await;
     let config = sys.config.clone();
     let extra = move |cx: opentelemetry::Context| match plan {
@@ -228,12 +231,15 @@ async fn collect_three(sys: &System, plan: Option<FaultPlan>, min_spans: usize) 
         // already ended by a fault on message 2.
         tx.send(msg("World")).await.expect("message 2 is queued");
         let _ = tx.send(msg("Again")).await;
-        let injected = {
-            let result = call.await.expect("task");
-            (result.map(|r| r.into_inner().text), tx.injected_fault())
-        };
-        drop(tx);
-        injected
+        if !faulted {
+            drop(tx);
+            return (call.await.expect("task").map(|r| r.into_inner().text), None);
+        }
+        // A failing fault ends the request stream although the sender is still open; later sends fail.
+        let result = call.await.expect("task").map(|r| r.into_inner().text);
+        let after = tx.send(msg("Later")).await;
+        assert_eq!(after, Err(dei_instrumentation::grpc::stream::StreamClosed));
+        (result, tx.injected_fault())
     })
     .await;
     CollectRun {
