@@ -264,8 +264,32 @@ fn echoed_messages(spans: &[SpanData], preliminary: &Index) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fault_planned_on_a_stream_message_fails_exactly_that_message() {
     let sys = System::start().await;
-    // Fault-free: test.run, Collect client + server, 3 × /echo client + server.
-    let base = collect_three(&sys, None, 9).await;
+    // The three runs call `collect_three` from one site: the stacks, hence the indexes, are the same.
+    let mut runs: Vec<CollectRun> = Vec::new();
+    for step in 0..3 {
+        // Fault-free: test.run, Collect client + server, 3 × /echo client + server. Then INTERNAL on message
+        // 2's final index (1 × /echo), then latency on it.
+        let finals = runs.first().map(|base| {
+            let span = client_span(&base.spans, "deitest.Leaf/Collect");
+            stream_events(span)
+                .into_iter()
+                .map(|(_, f, _)| f)
+                .collect::<Vec<Index>>()
+        });
+        let (plan, min) = match (step, finals) {
+            (1, Some(f)) => (Some(FaultPlan::new(vec![(f[1].clone(), Fault::INTERNAL)])), 5),
+            (2, Some(f)) => (
+                Some(FaultPlan::new(vec![(
+                    f[1].clone(),
+                    Fault::Latency(std::time::Duration::from_millis(40)),
+                )])),
+                9,
+            ),
+            _ => (None, 9),
+        };
+        runs.push(collect_three(&sys, plan, min).await);
+    }
+    let (base, run, delayed) = (&runs[0], &runs[1], &runs[2]);
     assert_eq!(base.result.as_deref().map(|t| t.split(' ').count()).ok(), Some(3));
     assert_eq!(base.injected, None);
     let span = client_span(&base.spans, "deitest.Leaf/Collect");
@@ -275,12 +299,8 @@ async fn a_fault_planned_on_a_stream_message_fails_exactly_that_message() {
     assert_eq!(echoed_messages(&base.spans, &preliminary), [1, 2, 3]);
     assert_eq!(attr(span, "dei.fault"), None);
 
-    // INTERNAL on message 2's final index: message 1 is served, message 2 and 3 never leave, the call ends
-    // with INTERNAL.
-    let plan = FaultPlan::new(vec![(finals[1].clone(), Fault::INTERNAL)]);
-    // test.run, Collect client + server, 1 × /echo client + server.
-    let run = collect_three(&sys, Some(plan), 5).await;
-    let status = run.result.expect_err("the faulted message fails the call");
+    // INTERNAL on message 2: message 1 is served, messages 2 and 3 never leave, the call ends with INTERNAL.
+    let status = run.result.as_ref().expect_err("the faulted message fails the call");
     assert_eq!(status.code(), tonic::Code::Internal);
     assert_eq!(status.message(), "dei: injected fault");
     assert_eq!(run.injected, Some(Fault::INTERNAL));
@@ -310,16 +330,13 @@ async fn a_fault_planned_on_a_stream_message_fails_exactly_that_message() {
         "only message 1 reached the callee"
     );
 
-    // Latency on message 2: every message is served, in order, and only message 2's event names the fault.
-    let plan = FaultPlan::new(vec![(
-        finals[1].clone(),
-        Fault::Latency(std::time::Duration::from_millis(40)),
-    )]);
-    let run = collect_three(&sys, Some(plan), 9).await;
-    assert_eq!(run.result.as_deref().map(|t| t.split(' ').count()).ok(), Some(3));
-    assert_eq!(run.injected, None);
-    let span = client_span(&run.spans, "deitest.Leaf/Collect");
+    // Latency on message 2: every message is served, and only message 2's event names the fault.
+    assert_eq!(delayed.result.as_deref().map(|t| t.split(' ').count()).ok(), Some(3));
+    assert_eq!(delayed.injected, None);
+    let span = client_span(&delayed.spans, "deitest.Leaf/Collect");
     assert_eq!(attr(span, "dei.fault").as_deref(), Some("l40"));
     assert_eq!(event_faults(span), [(1, None), (2, Some("l40".to_string())), (3, None)]);
-    assert_eq!(echoed_messages(&run.spans, &preliminary), [1, 2, 3]);
+    let events: Vec<Index> = stream_events(span).into_iter().map(|(_, f, _)| f).collect();
+    assert_eq!(events, finals);
+    assert_eq!(echoed_messages(&delayed.spans, &preliminary), [1, 2, 3]);
 }
