@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// mimalloc: the collector decodes and frees many small OTLP objects per request; glibc's allocator spent
-/// a third of the time in `malloc`/`free` under load (see BENCHMARKS-collector.md).
+/// a third of the time in `malloc`/`free` under load (see BENCHMARKS.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

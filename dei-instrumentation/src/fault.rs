@@ -10,7 +10,7 @@
 //!
 //! Stream messages are targeted by their final index (see [`crate::grpc::stream`]): a failing fault ends the
 //! request stream before that message (the callee sees the earlier messages, then the end of the stream),
-//! the call ends with [`status_for_stream`]'s status towards the caller, and later sends through the
+//! the call ends with the matching gRPC status towards the caller, and later sends through the
 //! [`crate::grpc::stream::StreamSender`] fail; a latency fault delays that message and those after it.
 
 use dei_propagator::Fault;

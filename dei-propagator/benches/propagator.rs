@@ -1,6 +1,6 @@
 //! Benchmarks of the propagator, the scope and payload digests, each against a baseline in the same run.
 //!
-//! `cargo bench -p dei-propagator --bench propagator -- --quick` (figures in BENCHMARKS-propagator.md).
+//! `cargo bench -p dei-propagator --bench propagator -- --quick` (figures in BENCHMARKS.md).
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dei_propagator::{

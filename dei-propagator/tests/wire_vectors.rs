@@ -195,7 +195,7 @@ fn fault_plans() {
     }
 }
 
-/// Encoded bytes per hop, for BENCHMARKS-propagator.md: printed with `--nocapture`.
+/// Encoded bytes per hop, for BENCHMARKS.md: printed with `--nocapture`.
 #[test]
 fn encoded_bytes_per_hop() {
     let typical = |depth: u32, count: u32| {

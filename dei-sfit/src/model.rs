@@ -1,5 +1,5 @@
 //! Simulated programs: services as async functions that issue their RPCs into a
-//! [`RequestScope`](dei_propagator::RequestScope) directly, with the fault plan applied by the simulation
+//! [`RequestScope`] directly, with the fault plan applied by the simulation
 //! exactly as the client instrumentation applies it (a planned index fails without calling the callee).
 //!
 //! They test the search without real services, and settle the corpus's details quickly
