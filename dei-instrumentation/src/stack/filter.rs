@@ -113,6 +113,25 @@ fn detect_roots(configured: Option<&Path>) -> Vec<String> {
         .collect()
 }
 
+/// Resolves `.` and `..` segments lexically, so that a file included as `tests/../examples/x.rs` (with
+/// `#[path]`) has the same name, and the same frame key, as `examples/x.rs`.
+fn normalize(path: &str) -> String {
+    let absolute = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            ".." if absolute => {}
+            other => parts.push(other),
+        }
+    }
+    let joined = parts.join("/");
+    if absolute { format!("/{joined}") } else { joined }
+}
+
 impl FrameFilter {
     pub(crate) fn new(root: Option<&Path>, allow: Vec<String>, deny: Vec<String>) -> Self {
         FrameFilter {
@@ -124,7 +143,7 @@ impl FrameFilter {
 
     /// The workspace-relative name of a source file.
     pub(crate) fn relative(&self, file: &Path) -> String {
-        let s = slashes(file);
+        let s = normalize(&slashes(file));
         for root in &self.roots {
             if let Some(rest) = s.strip_prefix(root.as_str()) {
                 return rest.to_string();
@@ -211,6 +230,12 @@ mod tests {
     fn relative_names() {
         assert_eq!(filter().relative(Path::new("/home/u/ws/svc/src/a.rs")), "svc/src/a.rs");
         assert_eq!(filter().relative(Path::new("svc/src/a.rs")), "svc/src/a.rs");
+        assert_eq!(
+            filter().relative(Path::new("/home/u/ws/svc/tests/../src/./a.rs")),
+            "svc/src/a.rs"
+        );
+        assert_eq!(filter().relative(Path::new("svc/tests/../../x/a.rs")), "x/a.rs");
+        assert_eq!(filter().relative(Path::new("../x/a.rs")), "../x/a.rs");
     }
 
     #[test]
