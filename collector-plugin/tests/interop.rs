@@ -10,10 +10,9 @@
 
 mod common;
 
+use common::chain::{element, frontend_to_users_trace, python, unavailable};
 use common::{CollectorProcess, Downstream, eventually};
-use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
-use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
-use opentelemetry::{Context, KeyValue};
+use dei_propagator::Index;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -21,22 +20,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn required() -> bool {
-    std::env::var("DEI_REQUIRE_INTEROP").is_ok_and(|v| v == "1")
-}
 
-fn unavailable(what: &str) {
-    if required() {
-        panic!("DEI_REQUIRE_INTEROP=1 but {what} is not available");
-    }
-    eprintln!(
-        "\n!!!!!!!!!! NOT RUN: {what} is not available (set DEI_REQUIRE_INTEROP=1 to make this a failure) !!!!!!!!!!\n"
-    );
-}
 
-fn python() -> String {
-    std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
-}
 
 fn rotel_agent() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("ROTEL_AGENT") {
@@ -73,14 +58,6 @@ impl Drop for Killed {
     }
 }
 
-fn element(sig: &str, payload: &str) -> Element {
-    let inv = InvocationSignature::new(
-        Signature::from_name(sig),
-        PayloadDigest::of(payload.as_bytes()),
-        StackDigest([1; 32]),
-    );
-    Element::new(inv.element_digest(&Instantiation::dei()), 1)
-}
 
 fn provider(service: &str, exporter: SpanExporter) -> SdkTracerProvider {
     SdkTracerProvider::builder()
@@ -89,30 +66,6 @@ fn provider(service: &str, exporter: SpanExporter) -> SdkTracerProvider {
         .build()
 }
 
-/// frontend → users (client + server span), 3 spans.
-fn one_trace(front: &SdkTracerProvider, users: &SdkTracerProvider, index: &Index) {
-    let (ft, ut) = (front.tracer("t"), users.tracer("t"));
-    let attrs = vec![
-        KeyValue::new("dei.index", index.encode()),
-        KeyValue::new("dei.signature", "users.Users/GetUser"),
-        KeyValue::new("dei.depth", 1i64),
-    ];
-    let root = Context::current_with_span(ft.span_builder("GET /").with_kind(SpanKind::Server).start(&ft));
-    let client = root.with_span(
-        ft.span_builder("users.Users/GetUser")
-            .with_kind(SpanKind::Client)
-            .with_attributes(attrs.clone())
-            .start_with_context(&ft, &root),
-    );
-    let server = ut
-        .span_builder("users.Users/GetUser")
-        .with_kind(SpanKind::Server)
-        .with_attributes(attrs)
-        .start_with_context(&ut, &client);
-    drop(server);
-    client.span().end();
-    root.span().end();
-}
 
 #[test]
 fn rust_exporters_through_rotel_and_dei_collector() {
@@ -171,7 +124,7 @@ fn rust_exporters_through_rotel_and_dei_collector() {
         };
         let (f, u) = (provider("frontend", grpc(())), provider("users", grpc(())));
         for _ in 0..3 {
-            one_trace(&f, &u, &index);
+            frontend_to_users_trace(&f, &u, &index);
         }
         f.shutdown().unwrap();
         u.shutdown().unwrap();
@@ -185,7 +138,7 @@ fn rust_exporters_through_rotel_and_dei_collector() {
     };
     let (f, u) = (provider("frontend", http(())), provider("users", http(())));
     for _ in 0..2 {
-        one_trace(&f, &u, &index);
+        frontend_to_users_trace(&f, &u, &index);
     }
     f.shutdown().unwrap();
     u.shutdown().unwrap();

@@ -3,6 +3,8 @@
 //! child process, and small HTTP helpers.
 #![allow(dead_code)]
 
+pub mod chain;
+
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use std::collections::BTreeSet;
