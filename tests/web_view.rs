@@ -5,20 +5,32 @@
 //! Needs Debian's `chromium` and `chromium-driver` (`CHROMIUM` and `CHROMEDRIVER` override the paths). Without
 //! them the test is skipped with a message, unless `DEI_REQUIRE_INTEROP=1` (CI), where it fails. Saves
 //! docs/figures/web-view.png (the prefix tree with a node's details) and docs/figures/web-view-graph.png.
+//!
+//! A second test feeds a collector a prefix tree of several thousand nodes (one node with 2000 children, a
+//! chain as deep as an index may be) over 121 services, sent as OTLP/HTTP by the SDK's exporter, and checks
+//! that the page renders bounded pages of it: the DOM stays small and the page keeps answering. Saves
+//! docs/figures/web-view-large-graph.png and docs/figures/web-view-large-tree.png.
 
 #[path = "../examples/common/mod.rs"]
 mod common;
 #[path = "../examples/common/demo_setup.rs"]
 mod demo_setup;
 
+use collector_plugin::server::{self, ServerConfig};
 use common::cinema::Variant;
+use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use demo_setup::DemoOptions;
 use fantoccini::{Client, ClientBuilder, Locator};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value as OtelValue};
+use opentelemetry_otlp::{Protocol, WithExportConfig as _};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long the page may take to show something before the test gives up (not a performance bound).
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -111,22 +123,29 @@ fn strings(v: &Value) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn web_view_shows_graph_and_tree_in_chromium() {
+/// The paths of chromium and chromedriver; `None` (after a message) when the test must be skipped.
+fn browser_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
     let required = std::env::var("DEI_REQUIRE_INTEROP").is_ok_and(|v| v == "1");
-    let (chromium, chromedriver) = match (
+    match (
         tool("CHROMIUM", "/usr/bin/chromium"),
         tool("CHROMEDRIVER", "/usr/bin/chromedriver"),
     ) {
-        (Some(c), Some(d)) => (c, d),
+        (Some(c), Some(d)) => Some((c, d)),
         _ => {
             let msg = "chromium or chromedriver is missing (apt-get install -y chromium chromium-driver)";
             assert!(!required, "{msg}, and DEI_REQUIRE_INTEROP=1");
             // straight to the process's stderr: the test harness would capture `eprintln!`
             use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "\n!!!!! SKIPPED web_view: {msg} !!!!!\n");
-            return;
+            let _ = writeln!(std::io::stderr(), "\n!!!!! SKIPPED {test}: {msg} !!!!!\n");
+            None
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_view_shows_graph_and_tree_in_chromium() {
+    let Some((chromium, chromedriver)) = browser_tools("web_view") else {
+        return;
     };
 
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view-{}", std::process::id()));
@@ -349,4 +368,589 @@ fn save(relative: &str, png: &[u8]) {
     }
     std::fs::write(&path, png).expect("write the screenshot");
     eprintln!("screenshot: {}", path.display());
+}
+
+// ---- thousands of tree nodes and a graph of many services ----------------------------------------------
+
+/// Children of the wide node.
+const WIDE_CHILDREN: usize = 2_000;
+/// Services the load spreads over (plus [`LOADGEN`], which makes the top-level calls).
+const SERVICES: usize = 120;
+/// Top-level orders; each checks [`SHOP_ITEMS`] items, each item gets [`SHOP_QUOTES`] quotes.
+const SHOPS: usize = 4;
+const SHOP_ITEMS: usize = 40;
+const SHOP_QUOTES: usize = 20;
+/// The service that makes the top-level calls.
+const LOADGEN: &str = "loadgen";
+/// Rows the web view renders per page of a long child list (`PAGE` in collector-plugin/web/app.js).
+const UI_PAGE: usize = 200;
+
+fn service(i: usize) -> String {
+    format!("svc-{:03}", i % SERVICES)
+}
+
+/// One generated RPC: a client span in the caller's service and a server span in the callee's.
+struct Rpc {
+    trace: u8,
+    index: Index,
+    parent: Option<usize>,
+    client: String,
+    server: String,
+    signature: &'static str,
+    payload: String,
+}
+
+/// RPCs forming a prefix tree of several thousand nodes over [`SERVICES`] services: one node with
+/// [`WIDE_CHILDREN`] children, a chain as deep as the collector accepts, and a few orders three levels deep.
+#[derive(Default)]
+struct LargeLoad {
+    rpcs: Vec<Rpc>,
+    /// The top-level RPCs, one trace each.
+    roots: Vec<usize>,
+    /// The node with [`WIDE_CHILDREN`] children.
+    wide: usize,
+    /// The chain, top first.
+    chain: Vec<usize>,
+}
+
+impl LargeLoad {
+    fn generate() -> Self {
+        let mut load = LargeLoad::default();
+        let mut trace = 0;
+        load.wide = load.add(trace, None, service(0), "fanout.Catalog/List", "all".into());
+        for k in 0..WIDE_CHILDREN {
+            let server = service(1 + k % (SERVICES - 1));
+            load.add(
+                trace,
+                Some(load.wide),
+                server,
+                "fanout.Catalog/Item",
+                format!("item-{k}"),
+            );
+        }
+        trace += 1;
+        // the deepest index the collector decodes
+        let depth = dei_propagator::Limits::default().max_depth;
+        let mut parent = None;
+        for level in 1..=depth {
+            let hop = load.add(
+                trace,
+                parent,
+                service(level * 13),
+                "chain.Relay/Forward",
+                format!("hop-{level}"),
+            );
+            load.chain.push(hop);
+            parent = Some(hop);
+        }
+        for order in 0..SHOPS {
+            trace += 1;
+            let root = load.add(
+                trace,
+                None,
+                service(order * 30),
+                "shop.Orders/Place",
+                format!("order-{order}"),
+            );
+            for item in 0..SHOP_ITEMS {
+                let stock = order * SHOP_ITEMS + item + 1;
+                let check = load.add(
+                    trace,
+                    Some(root),
+                    service(stock),
+                    "shop.Stock/Check",
+                    format!("{order}/{item}"),
+                );
+                for quote in 0..SHOP_QUOTES {
+                    let payload = format!("{order}/{item}/{quote}");
+                    load.add(
+                        trace,
+                        Some(check),
+                        service(stock + 1 + quote % 4),
+                        "shop.Pricing/Quote",
+                        payload,
+                    );
+                }
+            }
+        }
+        load
+    }
+
+    /// Adds an RPC from the parent's server (or [`LOADGEN`]) to `server`, indexed like the DEI layers do.
+    fn add(
+        &mut self,
+        trace: u8,
+        parent: Option<usize>,
+        server: String,
+        signature: &'static str,
+        payload: String,
+    ) -> usize {
+        let (base, client) = match parent {
+            Some(p) => (self.rpcs[p].index.clone(), self.rpcs[p].server.clone()),
+            None => (Index::root(), LOADGEN.to_string()),
+        };
+        let invocation = InvocationSignature::new(
+            Signature::from_name(signature),
+            PayloadDigest::of(payload.as_bytes()),
+            STACK_DIGEST,
+        );
+        let index = base.child(Element::new(invocation.element_digest(&Instantiation::dei()), 1));
+        self.rpcs.push(Rpc {
+            trace,
+            index,
+            parent,
+            client,
+            server,
+            signature,
+            payload,
+        });
+        if parent.is_none() {
+            self.roots.push(self.rpcs.len() - 1);
+        }
+        self.rpcs.len() - 1
+    }
+
+    fn trace_id(trace: u8) -> TraceId {
+        TraceId::from_bytes([0xDE, 0x1B, 0x16, 0x0E, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, trace])
+    }
+
+    /// The service graph's edges, `client->server`.
+    fn edges(&self) -> BTreeSet<String> {
+        self.rpcs
+            .iter()
+            .map(|r| format!("{}->{}", r.client, r.server))
+            .collect()
+    }
+
+    /// Every span, by the `service.name` that sends it.
+    fn spans(&self) -> BTreeMap<String, Vec<SpanData>> {
+        let start = SystemTime::now();
+        let scope = InstrumentationScope::builder("dei-web-view-test").build();
+        let client_id = |i: usize| SpanId::from_bytes((2 * i as u64 + 1).to_be_bytes());
+        let server_id = |i: usize| SpanId::from_bytes((2 * i as u64 + 2).to_be_bytes());
+        let mut out: BTreeMap<String, Vec<SpanData>> = BTreeMap::new();
+        for (i, rpc) in self.rpcs.iter().enumerate() {
+            let attributes = vec![
+                KeyValue::new("dei.index", rpc.index.encode()),
+                KeyValue::new("dei.signature", rpc.signature),
+                KeyValue::new("dei.payload.digest", PayloadDigest::of(rpc.payload.as_bytes()).to_hex()),
+                KeyValue::new("dei.stack.digest", STACK_DIGEST.to_hex()),
+                KeyValue::new("dei.count", 1_i64),
+                KeyValue::new("dei.depth", rpc.index.depth() as i64),
+                KeyValue::new("dei.instantiation", "dei"),
+                KeyValue::new(
+                    "dei.stack",
+                    OtelValue::Array(Array::String(vec![
+                        StringValue::from(frame(rpc.signature)),
+                        StringValue::from("web_view::large_load::serve (tests/web_view.rs)"),
+                    ])),
+                ),
+                KeyValue::new("rpc.system", "grpc"),
+            ];
+            let at = start + Duration::from_micros(10 * i as u64);
+            let span = |id: SpanId, parent: SpanId, kind: SpanKind, from: Duration, to: Duration| SpanData {
+                span_context: SpanContext::new(
+                    Self::trace_id(rpc.trace),
+                    id,
+                    TraceFlags::SAMPLED,
+                    false,
+                    TraceState::default(),
+                ),
+                parent_span_id: parent,
+                parent_span_is_remote: false,
+                span_kind: kind,
+                name: rpc.signature.into(),
+                start_time: at + from,
+                end_time: at + to,
+                attributes: attributes.clone(),
+                dropped_attributes_count: 0,
+                events: SpanEvents::default(),
+                links: SpanLinks::default(),
+                status: Status::Ok,
+                instrumentation_scope: scope.clone(),
+            };
+            let caller = rpc.parent.map_or(SpanId::INVALID, server_id);
+            let client = span(
+                client_id(i),
+                caller,
+                SpanKind::Client,
+                Duration::ZERO,
+                Duration::from_micros(200),
+            );
+            let server = span(
+                server_id(i),
+                client_id(i),
+                SpanKind::Server,
+                Duration::from_micros(20),
+                Duration::from_micros(180),
+            );
+            out.entry(rpc.client.clone()).or_default().push(client);
+            out.entry(rpc.server.clone()).or_default().push(server);
+        }
+        out
+    }
+}
+
+const STACK_DIGEST: StackDigest = StackDigest([7; 32]);
+
+/// The (readable) stack frame recorded for an RPC: `fanout.Catalog/Item` → `web_view::fanout::catalog_item`.
+fn frame(signature: &str) -> String {
+    let (service, method) = signature.split_once('/').unwrap_or((signature, ""));
+    let method: String = method
+        .chars()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let sep = (c.is_uppercase() && i > 0).then_some('_');
+            sep.into_iter().chain(c.to_lowercase())
+        })
+        .collect();
+    format!(
+        "web_view::{}_{method} (tests/web_view.rs)",
+        service.to_lowercase().replace('.', "::")
+    )
+}
+
+/// Sends the spans over OTLP/HTTP (the SDK's exporter, one `service.name` per request), off the runtime:
+/// the exporter's HTTP client blocks.
+async fn export(endpoint: String, spans: BTreeMap<String, Vec<SpanData>>) -> Result<usize, String> {
+    tokio::task::spawn_blocking(move || {
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(endpoint)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut sent = 0;
+        for (service, spans) in spans {
+            exporter.set_resource(
+                &Resource::builder_empty()
+                    .with_attributes([KeyValue::new("service.name", service.clone())])
+                    .build(),
+            );
+            for batch in spans.chunks(1_000) {
+                futures::executor::block_on(exporter.export(batch.to_vec()))
+                    .map_err(|e| format!("exporting {service}'s spans: {e}"))?;
+                sent += batch.len();
+            }
+        }
+        Ok(sent)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// The number of elements `css` matches.
+async fn count(client: &Client, css: &str) -> usize {
+    let v = client
+        .execute(
+            "return document.querySelectorAll(arguments[0]).length;",
+            vec![json!(css)],
+        )
+        .await
+        .expect("count elements");
+    v.as_u64().expect("a count") as usize
+}
+
+/// Clicks the first element `css` matches, as a user would (WebDriver scrolls it into view).
+async fn click(client: &Client, css: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click {css}: {e}"));
+}
+
+/// A script round trip: the page's main thread is free to run it and the document has loaded.
+async fn assert_responsive(client: &Client, after: &str) {
+    let state = client
+        .execute("return document.readyState;", vec![])
+        .await
+        .unwrap_or_else(|e| panic!("no script round trip after {after}: {e}"));
+    assert_eq!(state.as_str(), Some("complete"), "after {after}");
+}
+
+fn row_of(index: &str) -> String {
+    format!("li[data-index=\"{index}\"] > .row")
+}
+
+async fn wait_for_detail(client: &Client, index: &str) {
+    wait_for(
+        client,
+        &format!("the details of {index}"),
+        "const i = document.getElementById('detail-index'); \
+         return i && document.getElementById('detail-traces') ? i.textContent : null;",
+        |v| v.as_str() == Some(index),
+    )
+    .await;
+}
+
+/// The details panel's stack frames and trace ids.
+async fn detail_frames_and_traces(client: &Client) -> (BTreeSet<String>, BTreeSet<String>) {
+    let frames = client
+        .execute(
+            "return [...document.querySelectorAll('#detail-stack li')].map(f => f.textContent);",
+            vec![],
+        )
+        .await
+        .expect("frames");
+    let traces = client
+        .execute(
+            "return [...document.querySelectorAll('#detail-traces a')].map(a => a.textContent);",
+            vec![],
+        )
+        .await
+        .expect("traces");
+    (strings(&frames), strings(&traces))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_view_stays_bounded_with_thousands_of_nodes_in_chromium() {
+    let Some((chromium, chromedriver)) = browser_tools("web_view (large)") else {
+        return;
+    };
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view_large-{}", std::process::id()));
+
+    // a collector whose client and server halves wait long enough to pair however slowly the spans arrive
+    let mut config = ServerConfig::ephemeral();
+    config.analyzer.graph.store_ttl = Duration::from_secs(600);
+    let collector = server::start(config).await.expect("start the collector");
+    let load = LargeLoad::generate();
+    let depth = load.chain.len();
+    let spans = load.spans();
+    let sent = export(format!("http://{}/v1/traces", collector.http_addr), spans)
+        .await
+        .expect("export over OTLP/HTTP");
+    assert_eq!(sent, 2 * load.rpcs.len());
+    {
+        let a = collector.collector.analyzer();
+        assert_eq!(a.tree.len(), load.rpcs.len() + 1, "one node per RPC, and the root");
+        assert_eq!(a.graph.waiting(), 0, "every client span met its server span");
+        assert_eq!(a.graph.edges().len(), load.edges().len());
+    }
+    let nodes = load.rpcs.len();
+    let services: BTreeSet<String> = (0..SERVICES).map(service).chain([LOADGEN.to_string()]).collect();
+    let edges = load.edges();
+    assert!(
+        nodes >= 5_000 && edges.len() >= 300,
+        "{nodes} nodes, {} edges",
+        edges.len()
+    );
+
+    let driver = start_driver(&chromedriver);
+    let client = connect(&driver, &chromium, &tmp.join("chromium-profile")).await;
+    client
+        .goto(&format!("http://{}/ui/", collector.api_addr))
+        .await
+        .expect("load /ui/");
+
+    // the graph: every service and edge in Cytoscape, laid out at distinct positions, with a layout that scales
+    let shown = wait_for(
+        &client,
+        "the graph's nodes",
+        "return window.deiGraph ? window.deiGraph.nodes().map(n => n.id()) : null;",
+        |v| v.as_array().is_some_and(|a| !a.is_empty()),
+    )
+    .await;
+    assert_eq!(strings(&shown), services);
+    let shown_edges = client
+        .execute(
+            "return window.deiGraph.edges().map(e => e.source().id() + '->' + e.target().id());",
+            vec![],
+        )
+        .await
+        .expect("graph edges");
+    assert_eq!(strings(&shown_edges), edges);
+    let positions = client
+        .execute(
+            "return window.deiGraph.nodes().map(n => { const p = n.position(); \
+             return Number.isFinite(p.x) && Number.isFinite(p.y) ? Math.round(p.x) + ',' + Math.round(p.y) : null; });",
+            vec![],
+        )
+        .await
+        .expect("node positions");
+    assert_eq!(
+        strings(&positions).len(),
+        services.len(),
+        "one position per node: {positions}"
+    );
+    let layout = client
+        .execute("return document.getElementById('graph-canvas').dataset.layout;", vec![])
+        .await
+        .expect("layout");
+    assert_eq!(
+        layout.as_str(),
+        Some("concentric"),
+        "a layout linear in the graph's size"
+    );
+    // the edge table: one page of rows (header, page, "show more")
+    assert_eq!(count(&client, "#graph-edges tr:not(.more)").await, 1 + UI_PAGE);
+    assert_eq!(count(&client, "#graph-edges tr.more").await, 1);
+    assert_responsive(&client, "the graph").await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the canvas paint for the picture
+    let png = client.screenshot().await.expect("screenshot");
+    save("docs/figures/web-view-large-graph.png", &png);
+
+    // the tree: its roots
+    click(&client, "#tabs button[data-tab=tree]").await;
+    let tops = wait_for(
+        &client,
+        "the prefix tree's roots",
+        "return [...document.querySelectorAll('#tree > ul > li[role=treeitem]')].map(li => li.dataset.index);",
+        |v| v.as_array().is_some_and(|a| !a.is_empty()),
+    )
+    .await;
+    let roots: BTreeSet<String> = load.roots.iter().map(|&r| load.rpcs[r].index.encode()).collect();
+    assert_eq!(strings(&tops), roots);
+    let stats = wait_for(
+        &client,
+        "the statistics",
+        "return document.getElementById('stats').textContent;",
+        |v| v.as_str().is_some_and(|s| !s.is_empty()),
+    )
+    .await;
+    assert!(
+        stats
+            .as_str()
+            .is_some_and(|s| s.starts_with(&format!("{} tree nodes", nodes + 1))),
+        "{stats}"
+    );
+
+    // the wide node: its details, and one page of its children, then one more
+    let wide = load.rpcs[load.wide].index.encode();
+    let wide_trace = LargeLoad::trace_id(load.rpcs[load.wide].trace).to_string();
+    let wide_badges = client
+        .execute(
+            "return document.querySelector(arguments[0]).textContent;",
+            vec![json!(row_of(&wide))],
+        )
+        .await
+        .expect("wide row");
+    assert!(
+        wide_badges
+            .as_str()
+            .is_some_and(|t| t.contains(&format!("{WIDE_CHILDREN} children"))),
+        "{wide_badges}"
+    );
+    click(&client, &row_of(&wide)).await;
+    wait_for_detail(&client, &wide).await;
+    let (frames, traces) = detail_frames_and_traces(&client).await;
+    assert!(frames.contains(&frame("fanout.Catalog/List")), "{frames:?}");
+    assert_eq!(traces, BTreeSet::from([wide_trace.clone()]));
+    let children = format!("li[data-index=\"{wide}\"] > ul > li[role=treeitem]");
+    let more = format!("li[data-index=\"{wide}\"] > ul > li.more");
+    wait_for(
+        &client,
+        "the wide node's first page",
+        &format!("return document.querySelectorAll('{children}').length;"),
+        |v| v.as_u64().is_some_and(|n| n > 0),
+    )
+    .await;
+    assert_responsive(&client, "expanding 2000 children").await;
+    assert_eq!(
+        count(&client, &children).await,
+        UI_PAGE,
+        "one page of the {WIDE_CHILDREN} children"
+    );
+    let rest = WIDE_CHILDREN - UI_PAGE;
+    let more_text = client
+        .execute(
+            "return document.querySelector(arguments[0]).textContent;",
+            vec![json!(more)],
+        )
+        .await
+        .expect("show-more row");
+    assert_eq!(
+        more_text.as_str(),
+        Some(format!("show {UI_PAGE} more of {rest}").as_str())
+    );
+    click(&client, &more).await;
+    wait_for(
+        &client,
+        "the wide node's second page",
+        &format!("return document.querySelectorAll('{children}').length;"),
+        |v| v.as_u64() == Some(2 * UI_PAGE as u64),
+    )
+    .await;
+    let shown_children = client
+        .execute(
+            "return [...document.querySelectorAll(arguments[0])].map(li => li.dataset.index);",
+            vec![json!(children)],
+        )
+        .await
+        .expect("children");
+    let shown_children = strings(&shown_children);
+    assert_eq!(shown_children.len(), 2 * UI_PAGE, "distinct children");
+    let all_children: BTreeSet<String> = load
+        .rpcs
+        .iter()
+        .filter(|r| r.parent == Some(load.wide))
+        .map(|r| r.index.encode())
+        .collect();
+    assert!(shown_children.is_subset(&all_children));
+
+    // the chain, expanded level by level down to the deepest node the collector accepts
+    for pair in load.chain.windows(2) {
+        let (here, next) = (load.rpcs[pair[0]].index.encode(), load.rpcs[pair[1]].index.encode());
+        click(&client, &row_of(&here)).await;
+        wait_for(
+            &client,
+            "the next level of the chain",
+            &format!("return document.querySelector('{}') !== null;", row_of(&next)),
+            |v| v.as_bool() == Some(true),
+        )
+        .await;
+    }
+    let deepest = load.rpcs[*load.chain.last().expect("a chain")].index.encode();
+    click(&client, &row_of(&deepest)).await;
+    wait_for_detail(&client, &deepest).await;
+    let depth_line = client
+        .execute(
+            "return [...document.querySelectorAll('#node-detail p')].map(p => p.textContent).find(t => t.startsWith('depth')) || '';",
+            vec![],
+        )
+        .await
+        .expect("depth line");
+    assert!(
+        depth_line
+            .as_str()
+            .is_some_and(|t| t.starts_with(&format!("depth {depth} "))),
+        "{depth_line}"
+    );
+    let (frames, traces) = detail_frames_and_traces(&client).await;
+    assert!(frames.contains(&frame("chain.Relay/Forward")), "{frames:?}");
+    let chain_trace = LargeLoad::trace_id(load.rpcs[load.chain[0]].trace).to_string();
+    assert_eq!(traces, BTreeSet::from([chain_trace]));
+    assert_responsive(&client, "expanding the chain").await;
+    // the DOM holds the roots, two pages of the wide node and the chain: not the tree's thousands of nodes
+    assert_eq!(
+        count(&client, "#tree li[role=treeitem]").await,
+        roots.len() + 2 * UI_PAGE + (depth - 1)
+    );
+    let png = client.screenshot().await.expect("screenshot");
+    save("docs/figures/web-view-large-tree.png", &png);
+
+    // the wide node's trace: 2001 RPCs, one page of them rendered
+    click(&client, &row_of(&wide)).await;
+    wait_for_detail(&client, &wide).await;
+    click(&client, "#detail-traces a").await;
+    let heading = wait_for(
+        &client,
+        "the wide trace",
+        "const t = document.querySelector('#trace-tree p'); return t ? t.textContent : null;",
+        |v| v.is_string(),
+    )
+    .await;
+    assert_eq!(
+        heading.as_str(),
+        Some(format!("trace {wide_trace} · {} RPCs", WIDE_CHILDREN + 1).as_str())
+    );
+    assert_eq!(count(&client, "#trace-tree-root li:not(.more)").await, 1 + UI_PAGE);
+    assert_eq!(count(&client, "#trace-tree-root li.more").await, 1);
+    assert_responsive(&client, "the wide trace").await;
+
+    client.close().await.expect("close the session");
+    drop(driver);
+    collector.shutdown().await;
 }

@@ -4,7 +4,10 @@
 "use strict";
 
 const API = "/api/v1";
+// rows per page of a long list (a node's children, the edge table, a trace's calls)
 const PAGE = 200;
+// tree depth from which children are barely indented
+const DEEP = 12;
 
 async function getJSON(path) {
   const r = await fetch(API + path);
@@ -38,6 +41,19 @@ function showTab(name) {
 document.querySelectorAll("#tabs button").forEach(b => b.addEventListener("click", () => showTab(b.dataset.tab)));
 
 // ---- service graph ----------------------------------------------------------------------------------
+// Above these sizes the graph gets a layout that costs O(nodes + edges) (concentric rings by degree) instead of
+// breadthfirst's levels, and edge labels only under the pointer: hundreds of labels make every frame slow.
+const BIG_GRAPH_NODES = 40;
+const BIG_GRAPH_EDGES = 120;
+
+function graphLayout(nodes, edges) {
+  if (nodes <= BIG_GRAPH_NODES && edges <= BIG_GRAPH_EDGES)
+    return { name: "breadthfirst", directed: true, padding: 20, spacingFactor: 1.2 };
+  // rings by degree, hubs in the middle
+  return { name: "concentric", padding: 20, minNodeSpacing: 10, animate: false,
+           concentric: n => n.degree(), levelWidth: ns => Math.max(1, ns.maxDegree() / 6) };
+}
+
 async function loadGraph() {
   const g = await getJSON("/graph");
   const elements = [];
@@ -46,28 +62,44 @@ async function loadGraph() {
     data: { id: "e" + i, source: e.client, target: e.server, failed: e.failed,
             label: `${e.requests} req` + (e.failed ? ` / ${e.failed} failed` : "") },
   }));
+  const layout = graphLayout(g.nodes.length, g.edges.length);
+  const big = layout.name !== "breadthfirst";
+  const canvas = document.getElementById("graph-canvas");
+  canvas.dataset.layout = layout.name;
   const cy = cytoscape({
-    container: document.getElementById("graph-canvas"),
+    container: canvas,
     elements,
     style: [
       { selector: "node", style: { label: "data(label)", "background-color": "#5aa9ff", color: "#1d2330",
-        "text-valign": "bottom", "text-margin-y": 4, "font-size": 12 } },
+        "text-valign": "bottom", "text-margin-y": 4, "font-size": 12, "min-zoomed-font-size": 6 } },
       { selector: "node[virtual = 1]", style: { "background-color": "#c2c8d3", shape: "round-rectangle" } },
-      { selector: "edge", style: { label: "data(label)", "curve-style": "bezier", "target-arrow-shape": "triangle",
-        width: 2, "line-color": "#9aa5b8", "target-arrow-color": "#9aa5b8", "font-size": 10,
+      { selector: "edge", style: { label: big ? "" : "data(label)", "curve-style": big ? "haystack" : "bezier",
+        "target-arrow-shape": big ? "none" : "triangle", width: big ? 1 : 2, opacity: big ? 0.5 : 1,
+        "line-color": "#9aa5b8", "target-arrow-color": "#9aa5b8", "font-size": 10, "min-zoomed-font-size": 6,
         "text-background-color": "#fff", "text-background-opacity": 0.8 } },
       { selector: "edge[failed > 0]", style: { "line-color": "#e0574a", "target-arrow-color": "#e0574a" } },
+      { selector: "edge.focus", style: { label: "data(label)", "curve-style": "bezier", "target-arrow-shape": "triangle",
+        width: 2, opacity: 1, "line-color": "#2a6fd6", "target-arrow-color": "#2a6fd6", "z-index": 10 } },
     ],
-    layout: { name: "breadthfirst", directed: true, padding: 20, spacingFactor: 1.2 },
+    layout,
+    hideEdgesOnViewport: big,
+    textureOnViewport: big,
   });
+  if (big) {
+    // a node's edges with their labels while the pointer is on it
+    cy.on("mouseover", "node", ev => ev.target.connectedEdges().addClass("focus"));
+    cy.on("mouseout", "node", ev => ev.target.connectedEdges().removeClass("focus"));
+    cy.on("mouseover", "edge", ev => ev.target.addClass("focus"));
+    cy.on("mouseout", "edge", ev => ev.target.removeClass("focus"));
+  }
   window.deiGraph = cy;
   const table = document.getElementById("graph-edges");
   table.replaceChildren(el("tr", {}, el("th", {}, "client"), el("th", {}, "server"), el("th", {}, "requests"),
     el("th", {}, "failed"), el("th", {}, "via")));
-  for (const e of g.edges) {
-    table.append(el("tr", { class: e.failed ? "failed" : "" }, el("td", {}, e.client), el("td", {}, e.server),
-      el("td", {}, e.requests), el("td", {}, e.failed), el("td", {}, e.connection_type || "")));
-  }
+  const edges = [...g.edges].sort((a, b) => b.failed - a.failed || b.requests - a.requests);
+  renderPaged(table, edges, e => el("tr", { class: e.failed ? "failed" : "" }, el("td", {}, e.client),
+    el("td", {}, e.server), el("td", {}, e.requests), el("td", {}, e.failed), el("td", {}, e.connection_type || "")),
+    { moreRow: () => el("tr", { class: "more" }, el("td", { colspan: 5 })) });
 }
 
 // ---- prefix tree ------------------------------------------------------------------------------------
@@ -76,13 +108,14 @@ function nodeRow(n, onSelect) {
   const toggle = el("span", { class: "toggle" }, n.children > 0 ? "▸" : " ");
   const faults = sumValues(n.faults);
   const row = el("div", { class: "row" }, toggle,
+    n.depth >= DEEP ? el("span", { class: "depth" }, `${n.depth}`) : null,
     el("span", { class: "sig" }, n.signature || "(unknown)"), " ",
     el("span", { class: "el" }, n.element || ""),
     badge(`${n.seen}× in ${n.traces} traces`),
     n.errors ? badge(`${n.errors} errors`, "err") : null,
     faults ? badge(`${faults} faults`, "fault") : null,
     n.ambiguous_flagged ? badge("ambiguous", "amb") : null,
-    n.children ? badge(`${n.children} children`) : null);
+    n.children ? badge(`${n.children} ${n.children === 1 ? "child" : "children"}`) : null);
   let childList = null;
   row.addEventListener("click", async ev => {
     ev.stopPropagation();
@@ -90,29 +123,53 @@ function nodeRow(n, onSelect) {
     if (n.children === 0) return;
     if (childList) { childList.hidden = !childList.hidden; toggle.textContent = childList.hidden ? "▸" : "▾"; return; }
     toggle.textContent = "▾";
-    childList = el("ul", { role: "group" });
+    // past DEEP levels the indentation shrinks (a chain may be 64 deep) and rows carry their depth instead
+    childList = el("ul", { role: "group", class: n.depth + 1 >= DEEP ? "deep" : "" });
     li.append(childList);
-    const kids = await getJSON("/tree/children?index=" + encodeURIComponent(n.index));
-    renderPaged(childList, kids, k => nodeRow(k, onSelect));
+    await renderPaged(childList, childPages(n.index), k => nodeRow(k, onSelect), { total: n.children });
   });
   li.append(row);
   return li;
 }
 
-function renderPaged(ul, items, make) {
-  let shown = 0;
-  const more = el("li", { class: "more" });
-  const step = () => {
-    const frag = document.createDocumentFragment();
-    for (const it of items.slice(shown, shown + PAGE)) frag.append(make(it));
-    shown = Math.min(items.length, shown + PAGE);
-    more.before(frag);
-    more.textContent = shown < items.length ? `show ${Math.min(PAGE, items.length - shown)} more of ${items.length - shown}` : "";
-    if (shown >= items.length) more.remove();
+// Appends rows to `container` PAGE at a time, with a "show N more" row (made by `moreRow`) for the rest: a
+// node with thousands of children costs one page of DOM until the user asks for more. `source` is an array or
+// a function `(offset, limit) => items` (or a promise of them) with `total` items in all.
+function renderPaged(container, source, make, { total = source.length, moreRow = () => el("li", { class: "more" }) } = {}) {
+  const page = Array.isArray(source) ? (offset, limit) => source.slice(offset, offset + limit) : source;
+  let shown = 0, busy = false;
+  const more = moreRow();
+  const label = more.firstElementChild || more;
+  const step = async () => {
+    if (busy) return;
+    busy = true;
+    try {
+      const items = await page(shown, PAGE);
+      const frag = document.createDocumentFragment();
+      for (const it of items) frag.append(make(it));
+      shown += items.length;
+      more.before(frag);
+      const left = Math.max(0, total - shown);
+      label.textContent = `show ${Math.min(PAGE, left)} more of ${left}`;
+      if (left === 0 || items.length < PAGE) more.remove();
+    } finally { busy = false; }
   };
-  ul.append(more);
-  more.addEventListener("click", step);
-  step();
+  container.append(more);
+  more.addEventListener("click", ev => { ev.stopPropagation(); step().catch(e => console.error(e)); });
+  return step();
+}
+
+// A node's children a page at a time: `/tree/children?index=I&offset=O&limit=N`. A collector that ignores
+// offset and limit sends every child at once; they are kept and paged here.
+function childPages(index) {
+  let all = null;
+  return async (offset, limit) => {
+    if (all) return all.slice(offset, offset + limit);
+    const got = await getJSON(`/tree/children?index=${encodeURIComponent(index)}&offset=${offset}&limit=${limit}`);
+    if (got.length <= limit) return got;
+    all = got;
+    return all.slice(offset, offset + limit);
+  };
 }
 
 let selectedRow = null;
@@ -146,10 +203,10 @@ async function selectNode(n, row) {
 }
 
 async function loadTree() {
-  const root = await getJSON("/tree/children?index=1");
+  const root = await getJSON("/tree/node?index=1");
   const ul = el("ul", { role: "group" });
   document.getElementById("tree").replaceChildren(ul);
-  renderPaged(ul, root, n => nodeRow(n, selectNode));
+  await renderPaged(ul, childPages(root.index), n => nodeRow(n, selectNode), { total: root.children });
 }
 
 // ---- traces -----------------------------------------------------------------------------------------
@@ -170,15 +227,21 @@ function traceNode(n) {
     " ", el("span", {}, `${n.client_service || "?"} → ${n.server_service || "?"}`),
     n.fault ? badge("fault " + n.fault, "fault") : null, n.error ? badge("error", "err") : null,
     n.ambiguous ? badge("ambiguous", "amb") : null));
-  if (n.children && n.children.length) li.append(el("ul", {}, ...n.children.map(traceNode)));
+  if (n.children && n.children.length) {
+    const ul = el("ul", {});
+    li.append(ul);
+    renderPaged(ul, n.children, traceNode);
+  }
   return li;
 }
 
 async function openTrace(id) {
   showTab("traces");
   const t = await getJSON("/traces/" + id);
+  const root = el("ul", { id: "trace-tree-root" });
   document.getElementById("trace-tree").replaceChildren(el("p", { class: "mono" }, `trace ${t.trace_id} · ${t.rpcs} RPCs`),
-    el("ul", { id: "trace-tree-root" }, ...t.tree.map(traceNode)));
+    root);
+  renderPaged(root, t.tree, traceNode);
 }
 
 // ---- analyses ---------------------------------------------------------------------------------------
