@@ -270,6 +270,10 @@ fn bench(c: &mut Criterion) {
             .stack(dei_instrumentation::StackConfig::default().mode(dei_instrumentation::StackMode::CallSiteOnly))
             .build(),
     ));
+    if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
+        profile_calls(&rt, &variant, baseline, dei, dei_no_unwind);
+        return;
+    }
 
     let mut group = c.benchmark_group("unary_echo_1KiB");
     group.bench_function("otel_only", |b| {
@@ -339,6 +343,37 @@ fn bench(c: &mut Criterion) {
         );
     }
     println!("spans exported: {}", exported.load(Ordering::Relaxed));
+}
+
+/// `DEI_ECHO_PROFILE=otel_only|otel_plus_dei|otel_plus_dei_call_site_only [DEI_ECHO_CALLS=N]`: make N sequential
+/// calls (default 2000, after 200 to warm up) on one variant and skip the measurements, so that an instruction
+/// counter (`valgrind --tool=callgrind`) can compare the variants' cost per call.
+fn profile_calls(
+    rt: &tokio::runtime::Runtime,
+    variant: &str,
+    baseline: BaselineClient,
+    dei: DeiClient,
+    dei_no_unwind: DeiClient,
+) {
+    let calls: usize = std::env::var("DEI_ECHO_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2000);
+    let client = match variant {
+        "otel_only" => None,
+        "otel_plus_dei" => Some(dei),
+        "otel_plus_dei_call_site_only" => Some(dei_no_unwind),
+        other => panic!("unknown DEI_ECHO_PROFILE variant {other}"),
+    };
+    rt.block_on(async {
+        for _ in 0..200 + calls {
+            match &client {
+                None => drop(baseline.clone().work(payload()).await.expect("echo")),
+                Some(c) => drop(c.clone().work(payload()).await.expect("echo")),
+            }
+        }
+    });
+    println!("{variant}: {calls} calls after 200 to warm up");
 }
 
 criterion_group!(benches, bench);

@@ -1,8 +1,9 @@
 //! Configuration shared by every layer and middleware of a service.
 
 use crate::grpc::methods::{MethodKind, MethodKinds};
+use crate::grpc::signatures::GrpcSignatures;
 use crate::stack::{StackCapturer, StackConfig, StackMode};
-use dei_propagator::Instantiation;
+use dei_propagator::{Instantiation, Signature};
 use std::sync::Arc;
 
 /// Why a configuration could not be built.
@@ -39,6 +40,7 @@ struct ConfigInner {
     record_payloads: bool,
     payload_digest_cap: usize,
     methods: MethodKinds,
+    signatures: GrpcSignatures,
 }
 
 impl Default for DeiConfig {
@@ -87,6 +89,11 @@ impl DeiConfig {
     /// The declared kind of a gRPC method, by path (`/pkg.Service/Method`, leading `/` optional).
     pub fn method_kind(&self, path: &str) -> Option<MethodKind> {
         self.inner.methods.get(path)
+    }
+
+    /// The signature of the gRPC method at `path`, made once per method.
+    pub(crate) fn grpc_signature(&self, path: &str) -> Signature {
+        self.inner.signatures.get(path)
     }
 }
 
@@ -170,6 +177,7 @@ impl DeiConfigBuilder {
                 record_payloads: self.record_payloads,
                 payload_digest_cap: self.payload_digest_cap,
                 methods: self.methods,
+                signatures: GrpcSignatures::default(),
             }),
         }
     }

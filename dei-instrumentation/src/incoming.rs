@@ -2,10 +2,13 @@
 //! fault plan through the global propagator, open the request's scope, parent the server span and record the
 //! attributes.
 
+use crate::body::{CallGuard, InboundBody, InboundDigest};
 use crate::config::DeiConfig;
 use crate::grpc::stream::IncomingCall;
 use crate::span;
-use dei_propagator::{DeiContextExt, RequestScope, Signature};
+use dei_propagator::rejection::{self, Source};
+use dei_propagator::{DeiContextExt, FAULT_PLAN_KEY, RequestScope, Signature};
+use opentelemetry::Context;
 use opentelemetry::propagation::Extractor;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -22,11 +25,33 @@ impl Extractor for HeaderExtractor<'_> {
     }
 }
 
+/// A DEI-carrying header whose value is not visible ASCII, so no propagator can read it.
+#[derive(Debug, thiserror::Error)]
+#[error("the {0} header is not visible ASCII")]
+pub(crate) struct UnreadableHeader(&'static str);
+
+/// The headers that carry DEI state (under their default names), and the rejection counter of each.
+const DEI_HEADERS: [(&str, Source); 3] = [
+    ("dei", Source::Header),
+    (FAULT_PLAN_KEY, Source::FaultPlan),
+    ("baggage", Source::Baggage),
+];
+
+/// Counts DEI headers that [`HeaderExtractor`] must treat as absent because they are not visible ASCII.
+fn reject_unreadable(headers: &http::HeaderMap) {
+    for (name, source) in DEI_HEADERS {
+        if headers.get_all(name).iter().any(|v| v.to_str().is_err()) {
+            rejection::record(source, &UnreadableHeader(name));
+        }
+    }
+}
+
 /// Opens the request's scope. `single_request` is true for server-streaming methods, whose one request
 /// message is served as message 1 of the stream.
 ///
 /// Malformed `dei`, `baggage` or `dei-faults` values are rejected and counted by the propagator
-/// ([`dei_propagator::rejection`]) and treated as absent: the request is served as a root.
+/// ([`dei_propagator::rejection`]) and treated as absent: the request is served as a root. Values that are not
+/// visible ASCII never reach the propagator; they are counted here.
 pub(crate) fn open(
     config: &DeiConfig,
     headers: &http::HeaderMap,
@@ -34,6 +59,7 @@ pub(crate) fn open(
     span: &tracing::Span,
     single_request: bool,
 ) -> IncomingCall {
+    reject_unreadable(headers);
     let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
     let index = parent.dei_index().cloned().unwrap_or_default();
     let prefix = if single_request && index.is_preliminary() {
@@ -47,7 +73,7 @@ pub(crate) fn open(
     if let Err(e) = span.set_parent(context.clone()) {
         tracing::debug!("dei: could not parent the server span: {e}");
     }
-    span.set_attribute(span::SIGNATURE, signature.name().to_string());
+    span.set_attribute(span::SIGNATURE, signature.name_shared());
     span::record_index(span, &index, config.instantiation());
     if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
         span.set_attribute(span::FAULT_PLAN, plan.encode());
@@ -58,4 +84,49 @@ pub(crate) fn open(
         scope,
         context,
     }
+}
+
+/// What [`dispatch`] hands back: the handler's future, the guard that ends with the response, and the
+/// request's `Context` (the response body is polled in it).
+pub(crate) struct Dispatched<F> {
+    pub(crate) future: F,
+    pub(crate) guard: CallGuard,
+    pub(crate) cx: Context,
+}
+
+/// Hands the request to the inner service inside the server span and the request's `Context`, its body wrapped
+/// (by `wrap`, into the service's body type) in an [`InboundBody`] that digests the payload as it passes, and
+/// the call in its extensions (for [`crate::grpc::stream::DeiStreaming`]). `grpc`: the outcome is read from
+/// gRPC trailers.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dispatch<S, B>(
+    inner: &mut S,
+    config: &DeiConfig,
+    request: http::Request<B>,
+    call: IncomingCall,
+    digest: InboundDigest,
+    span: &tracing::Span,
+    grpc: bool,
+    wrap: impl FnOnce(InboundBody<B>) -> B,
+) -> Dispatched<S::Future>
+where
+    S: tower_service::Service<http::Request<B>>,
+    B: http_body::Body,
+{
+    let (mut parts, body) = request.into_parts();
+    let body = wrap(InboundBody::new(body, digest, span.clone(), config.record_payloads()));
+    let cx = call.context.clone();
+    parts.extensions.insert(call);
+    let request = http::Request::from_parts(parts, body);
+    let future = {
+        let _entered = span.enter();
+        let _attached = cx.clone().attach();
+        inner.call(request)
+    };
+    let guard = CallGuard {
+        span: span.clone(),
+        issued: None,
+        grpc,
+    };
+    Dispatched { future, guard, cx }
 }

@@ -55,7 +55,7 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
         scope.issue(&invocation)
     };
     let fault = cx.fault_plan().and_then(|plan| plan.fault_for(issued.index()));
-    span.set_attribute(span::SIGNATURE, call.signature.name().to_string());
+    span.set_attribute(span::SIGNATURE, call.signature.name_shared());
     span::record_index(span, issued.index(), scope.instantiation());
     span::record_payload(
         span,
@@ -89,7 +89,8 @@ pub(crate) struct HeaderInjector<'a>(pub(crate) &'a mut http::HeaderMap);
 
 impl Injector for HeaderInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
-        let name = http::header::HeaderName::from_bytes(key.to_ascii_lowercase().as_bytes());
+        // `from_bytes` lowercases.
+        let name = http::header::HeaderName::from_bytes(key.as_bytes());
         let value = http::header::HeaderValue::from_str(&value);
         if let (Ok(name), Ok(value)) = (name, value) {
             self.0.insert(name, value);

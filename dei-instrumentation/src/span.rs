@@ -68,7 +68,7 @@ pub(crate) fn record_index(span: &tracing::Span, index: &Index, instantiation: &
     span.set_attribute(INDEX, index.encode());
     span.set_attribute(COUNT, i64::from(index.last().map_or(0, |e| e.count)));
     span.set_attribute(DEPTH, index.depth() as i64);
-    span.set_attribute(INSTANTIATION, instantiation.name.to_string());
+    span.set_attribute(INSTANTIATION, instantiation.name.clone());
     if index.is_preliminary() {
         span.set_attribute(PRELIMINARY, true);
     }

@@ -61,11 +61,16 @@ async fn malformed_headers_are_counted_and_the_request_is_served() {
             vec![Source::FaultPlan],
             "1",
         ),
-        // Not UTF-8 at all: treated as absent.
+        // Not visible ASCII at all: counted, and treated as absent.
         (
             vec![("dei", vec![0xff, 0xfe, 0x80]), ("baggage", vec![0xc3, 0x28])],
-            vec![],
+            vec![Source::Header, Source::Baggage],
             "1",
+        ),
+        (
+            vec![("dei-faults", vec![0x80]), ("dei", b"1.AQEBAQEBAQE1".to_vec())],
+            vec![Source::FaultPlan],
+            "1.AQEBAQEBAQE1",
         ),
     ];
     for (headers, sources, expected) in &cases {

@@ -26,11 +26,18 @@ fn parse_hex32(s: &str) -> Result<[u8; 32], HexDigestError> {
     Ok(out)
 }
 
-fn write_hex(bytes: &[u8], f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    for b in bytes {
-        write!(f, "{b:02x}")?;
-    }
-    Ok(())
+/// The 64-character lowercase hex form of a digest, without allocating.
+fn hex32(bytes: &[u8; 32]) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    // Cannot fail: the output is exactly twice the input's length.
+    let _ = hex::encode_to_slice(bytes, &mut out);
+    out
+}
+
+fn write_hex(bytes: &[u8; 32], f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let hex = hex32(bytes);
+    // Hex digits are ASCII.
+    f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
 }
 
 macro_rules! sha256_digest_type {
@@ -47,7 +54,7 @@ macro_rules! sha256_digest_type {
 
             /// The 64-character lowercase hex form used in span attributes.
             pub fn to_hex(&self) -> String {
-                self.to_string()
+                std::str::from_utf8(&hex32(&self.0)).map(str::to_owned).unwrap_or_default()
             }
         }
 
@@ -103,8 +110,8 @@ impl PayloadDigest {
     }
 
     /// The digest of the empty payload, used for preliminary stream indexes.
-    pub fn empty() -> Self {
-        PayloadDigest::of(&[])
+    pub const fn empty() -> Self {
+        PayloadDigest(EMPTY_SHA256)
     }
 }
 
@@ -137,6 +144,12 @@ impl fmt::Debug for PayloadHasher {
     }
 }
 
+/// SHA-256 of the empty string (checked against `Sha256` by a test).
+const EMPTY_SHA256: [u8; 32] = [
+    0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24, 0x27, 0xae, 0x41,
+    0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +162,20 @@ mod tests {
         assert!(PayloadDigest::from_hex("abc").is_err());
         assert!(PayloadDigest::from_hex(&"g".repeat(64)).is_err());
         assert!(PayloadDigest::from_hex(&"é".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn hex_form_is_lowercase_and_matches_display() {
+        let d = StackDigest(std::array::from_fn(|i| (i * 37 + 11) as u8));
+        let expected: String = d.0.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(d.to_hex(), expected);
+        assert_eq!(d.to_string(), expected);
+        assert_eq!(format!("{d:?}"), format!("StackDigest({expected})"));
+    }
+
+    #[test]
+    fn empty_payload_digest_is_sha256_of_nothing() {
+        assert_eq!(PayloadDigest::empty(), PayloadDigest::of(b""));
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! RPC signatures (paper definition 1): what is called, independent of how or from where.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 /// The signature `(m, f, a)` of an RPC: the service or module, the method, and the parameter types or route.
 ///
@@ -10,16 +13,20 @@ use std::fmt;
 /// records as the `dei.signature` span attribute:
 /// `pkg.Service/Method` for gRPC, `METHOD /route/{template}` for an HTTP server route and
 /// `METHOD authority/path` for an outgoing HTTP call.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+///
+/// The digest is computed once, when the signature is made; clones share the name.
+#[derive(Clone)]
 pub struct Signature {
-    name: String,
+    name: Arc<str>,
+    digest: [u8; 32],
 }
 
 impl Signature {
     /// A signature from its readable name, as recorded in `dei.signature`.
     pub fn from_name(name: impl Into<String>) -> Self {
-        Signature { name: name.into() }
+        let name: Arc<str> = name.into().into();
+        let digest = Sha256::digest(name.as_bytes()).into();
+        Signature { name, digest }
     }
 
     /// A gRPC signature from the request path `/pkg.Service/Method` (the leading `/` is optional).
@@ -56,14 +63,83 @@ impl Signature {
         &self.name
     }
 
+    /// The readable name, shared: recording it on a span does not copy it.
+    pub fn name_shared(&self) -> Arc<str> {
+        self.name.clone()
+    }
+
     /// SHA-256 of the readable name: the signature's identity.
     pub fn digest(&self) -> [u8; 32] {
-        Sha256::digest(self.name.as_bytes()).into()
+        self.digest
+    }
+}
+
+// Identity, order and hashing are the name's (the digest is a function of it).
+impl PartialEq for Signature {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Signature {}
+
+impl Hash for Signature {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl PartialOrd for Signature {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Signature {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.name.cmp(&other.name)
+    }
+}
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Signature").field(&&*self.name).finish()
+    }
+}
+
+/// Serialized as its readable name.
+impl Serialize for Signature {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name)
+    }
+}
+
+impl<'de> Deserialize<'de> for Signature {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Signature::from_name)
     }
 }
 
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_is_sha256_of_the_name_and_survives_serde() {
+        let s = Signature::grpc_path("/cinema.Bookings/Get");
+        assert_eq!(s.digest(), <[u8; 32]>::from(Sha256::digest(b"cinema.Bookings/Get")));
+        let json = serde_json::to_string(&s).expect("serialize");
+        assert_eq!(json, "\"cinema.Bookings/Get\"");
+        let back: Signature = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back, s);
+        assert_eq!(back.digest(), s.digest());
+        assert_eq!(format!("{s:?}"), "Signature(\"cinema.Bookings/Get\")");
+        assert!(Signature::from_name("a") < Signature::from_name("b"));
     }
 }

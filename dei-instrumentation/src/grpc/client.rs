@@ -109,7 +109,7 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
         let path = request.uri().path().to_string();
-        let signature = Signature::grpc_path(&path);
+        let signature = self.config.grpc_signature(&path);
         let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
         let span = tracing::info_span!(
             target: "dei",

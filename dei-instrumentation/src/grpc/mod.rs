@@ -8,9 +8,11 @@
 //!   runs the handler in it.
 //! - [`stream`]: preliminary and final indexes of streams (paper §4.2).
 //! - [`methods`]: which methods stream, and why the layer has to be told.
+//! - `signatures`: one signature (and digest) per method path, cached.
 
 pub mod client;
 pub(crate) mod frame;
 pub mod methods;
 pub mod server;
+pub(crate) mod signatures;
 pub mod stream;

@@ -20,12 +20,12 @@
 
 use super::frame::MessageDigester;
 use super::methods::MethodKind;
-use crate::body::{CallGuard, DeiResponseBody, InboundBody, InboundDigest};
+use crate::body::{DeiResponseBody, InboundDigest};
 use crate::config::DeiConfig;
 use crate::incoming;
 use crate::span;
 use bytes::Bytes;
-use dei_propagator::{PayloadDigest, Signature};
+use dei_propagator::PayloadDigest;
 use futures::future::BoxFuture;
 use opentelemetry::context::FutureExt as _;
 use std::task::Poll;
@@ -80,7 +80,7 @@ where
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let path = request.uri().path().to_string();
-        let signature = Signature::grpc_path(&path);
+        let signature = self.config.grpc_signature(&path);
         let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
         let span = tracing::info_span!(
             target: "dei",
@@ -94,7 +94,6 @@ where
         let kind = self.config.method_kind(&path);
         let single_request = kind == Some(MethodKind::ServerStreaming);
         let call = incoming::open(&self.config, request.headers(), &signature, &span, single_request);
-        let (mut parts, body) = request.into_parts();
         let digest = if call.index.is_preliminary() {
             // A stream: its preliminary index has the empty payload.
             span::record_payload(&span, &PayloadDigest::empty(), None);
@@ -102,25 +101,16 @@ where
         } else {
             InboundDigest::Grpc(MessageDigester::new(0))
         };
-        let body = Body::new(InboundBody::new(
-            body,
+        let incoming::Dispatched { future, guard, cx } = incoming::dispatch(
+            &mut self.inner,
+            &self.config,
+            request,
+            call,
             digest,
-            span.clone(),
-            self.config.record_payloads(),
-        ));
-        let cx = call.context.clone();
-        parts.extensions.insert(call);
-        let request = http::Request::from_parts(parts, body);
-        let future = {
-            let _entered = span.enter();
-            let _attached = cx.clone().attach();
-            self.inner.call(request)
-        };
-        let guard = CallGuard {
-            span: span.clone(),
-            issued: None,
-            grpc: true,
-        };
+            &span,
+            true,
+            Body::new,
+        );
         let body_cx = cx.clone();
         Box::pin(
             async move {

@@ -12,7 +12,7 @@
 //! `MatchedPath` (a request that matched no route) the raw path is used. The payload digest covers the query,
 //! `?`, and the body up to the cap, computed as the handler reads the body: nothing is buffered.
 
-use crate::body::{CallGuard, DeiResponseBody, InboundBody, InboundDigest};
+use crate::body::{DeiResponseBody, InboundDigest};
 use crate::config::DeiConfig;
 use crate::incoming;
 use axum::body::Body;
@@ -88,27 +88,17 @@ where
         );
         let call = incoming::open(&self.config, request.headers(), &signature, &span, false);
         let query = request.uri().query().unwrap_or("").to_string();
-        let (mut parts, body) = request.into_parts();
         let digest = InboundDigest::http(&query, self.config.payload_digest_cap());
-        let body = Body::new(InboundBody::new(
-            body,
+        let incoming::Dispatched { future, guard, cx } = incoming::dispatch(
+            &mut self.inner,
+            &self.config,
+            request,
+            call,
             digest,
-            span.clone(),
-            self.config.record_payloads(),
-        ));
-        let cx = call.context.clone();
-        parts.extensions.insert(call);
-        let request = http::Request::from_parts(parts, body);
-        let future = {
-            let _entered = span.enter();
-            let _attached = cx.clone().attach();
-            self.inner.call(request)
-        };
-        let guard = CallGuard {
-            span: span.clone(),
-            issued: None,
-            grpc: false,
-        };
+            &span,
+            false,
+            Body::new,
+        );
         let body_cx = cx.clone();
         let status_span = span.clone();
         Box::pin(
