@@ -345,9 +345,11 @@ fn bench(c: &mut Criterion) {
     println!("spans exported: {}", exported.load(Ordering::Relaxed));
 }
 
-/// `DEI_ECHO_PROFILE=otel_only|otel_plus_dei|otel_plus_dei_call_site_only [DEI_ECHO_CALLS=N]`: make N sequential
-/// calls (default 2000, after 200 to warm up) on one variant and skip the measurements, so that an instruction
-/// counter (`valgrind --tool=callgrind`) can compare the variants' cost per call.
+/// `DEI_ECHO_PROFILE=otel_only|otel_plus_dei|otel_plus_dei_call_site_only [DEI_ECHO_CALLS=N]
+/// [DEI_ECHO_CONCURRENCY=C]`: make N calls (default 2000, after 200 to warm up) on one variant, C in flight
+/// (default 1: sequential), and skip the measurements, so that a profiler or an instruction counter
+/// (`valgrind --tool=callgrind`, `perf stat -e task-clock,context-switches`) can compare the variants' cost
+/// per call.
 fn profile_calls(
     rt: &tokio::runtime::Runtime,
     variant: &str,
@@ -365,15 +367,33 @@ fn profile_calls(
         "otel_plus_dei_call_site_only" => Some(dei_no_unwind),
         other => panic!("unknown DEI_ECHO_PROFILE variant {other}"),
     };
+    let concurrency: usize = std::env::var("DEI_ECHO_CONCURRENCY")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let started = Instant::now();
     rt.block_on(async {
-        for _ in 0..200 + calls {
-            match &client {
-                None => drop(baseline.clone().work(payload()).await.expect("echo")),
-                Some(c) => drop(c.clone().work(payload()).await.expect("echo")),
-            }
+        let tasks: Vec<_> = (0..concurrency)
+            .map(|i| {
+                let (baseline, client) = (baseline.clone(), client.clone());
+                let share = (200 + calls) / concurrency + usize::from(i < (200 + calls) % concurrency);
+                tokio::spawn(async move {
+                    for _ in 0..share {
+                        match &client {
+                            None => drop(baseline.clone().work(payload()).await.expect("echo")),
+                            Some(c) => drop(c.clone().work(payload()).await.expect("echo")),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("calls");
         }
     });
-    println!("{variant}: {calls} calls after 200 to warm up");
+    let per_call = started.elapsed() / (calls + 200) as u32;
+    println!("{variant}: {calls} calls after 200 to warm up, {concurrency} in flight, {per_call:?} per call");
 }
 
 criterion_group!(benches, bench);

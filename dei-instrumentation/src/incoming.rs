@@ -73,11 +73,13 @@ pub(crate) fn open(
     if let Err(e) = span.set_parent(context.clone()) {
         tracing::debug!("dei: could not parent the server span: {e}");
     }
-    span.set_attribute(span::SIGNATURE, signature.name_shared());
-    span::record_index(span, &index, config.instantiation());
+    let mut attributes = span::Attributes::new();
+    attributes.push(span::SIGNATURE, signature.name_shared());
+    attributes.index(&index, config.instantiation());
     if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
-        span.set_attribute(span::FAULT_PLAN, plan.encode());
+        attributes.push(span::FAULT_PLAN, plan.encode());
     }
+    attributes.set_on(span);
     IncomingCall {
         index,
         instantiation: config.instantiation().clone(),

@@ -11,7 +11,6 @@ use dei_propagator::{
 use opentelemetry::Context;
 use opentelemetry::propagation::Injector;
 use opentelemetry::trace::TraceContextExt;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The scope that issues the next index: the one in the current `Context`, or else a fresh root scope.
 ///
@@ -55,20 +54,17 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
         scope.issue(&invocation)
     };
     let fault = cx.fault_plan().and_then(|plan| plan.fault_for(issued.index()));
-    span.set_attribute(span::SIGNATURE, call.signature.name_shared());
-    span::record_index(span, issued.index(), scope.instantiation());
-    span::record_payload(
-        span,
-        &call.payload,
-        call.raw_payload.filter(|_| config.record_payloads()),
-    );
-    span::record_stack(span, call.stack, config.record_stack());
+    let mut attributes = span::Attributes::new();
+    attributes.push(span::SIGNATURE, call.signature.name_shared());
+    attributes.index(issued.index(), scope.instantiation());
+    attributes.payload(&call.payload, call.raw_payload.filter(|_| config.record_payloads()));
+    attributes.stack(call.stack, config.record_stack());
     if let Some(f) = fault {
-        span.set_attribute(span::FAULT, f.to_string());
+        attributes.push(span::FAULT, f.to_string());
     }
     // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
     // without one, inject the current context.
-    let span_cx = span.context();
+    let span_cx = attributes.set_on(span);
     let base = if span_cx.has_active_span() { span_cx } else { cx.clone() };
     let inject_cx = base.with_dei_index(issued.index().clone());
     Outgoing {

@@ -1,7 +1,7 @@
 //! The `dei.*` span attributes: the contract with the collector and the fault search.
 //!
-//! They are recorded through tracing-opentelemetry ([`OpenTelemetrySpanExt::set_attribute`]) so that they
-//! reach any OpenTelemetry exporter. Raw payloads never go on spans unless
+//! They are recorded through tracing-opentelemetry (on the OpenTelemetry span of the tracing span, all of a
+//! span's attributes at once) so that they reach any OpenTelemetry exporter. Raw payloads never go on spans unless
 //! [`record_payloads`](crate::DeiConfigBuilder::record_payloads) is on.
 //!
 //! | attribute | client span | server span |
@@ -22,7 +22,8 @@
 
 use crate::stack::CapturedStack;
 use dei_propagator::{Fault, Index, Instantiation, PayloadDigest};
-use opentelemetry::KeyValue;
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry::{Context, KeyValue, Value};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// `dei.index`: the index, wire form.
@@ -63,33 +64,66 @@ pub const MESSAGE: &str = "dei.message";
 /// Largest raw payload recorded.
 const PAYLOAD_RECORD_CAP: usize = 1024;
 
-/// Records the attributes derived from an index.
-pub(crate) fn record_index(span: &tracing::Span, index: &Index, instantiation: &Instantiation) {
-    span.set_attribute(INDEX, index.encode());
-    span.set_attribute(COUNT, i64::from(index.last().map_or(0, |e| e.count)));
-    span.set_attribute(DEPTH, index.depth() as i64);
-    span.set_attribute(INSTANTIATION, instantiation.name.clone());
-    if index.is_preliminary() {
-        span.set_attribute(PRELIMINARY, true);
+/// The `dei.*` attributes of one span, gathered and then set at once: one lookup of the span's OpenTelemetry
+/// data instead of one per attribute.
+#[derive(Default)]
+pub(crate) struct Attributes(Vec<KeyValue>);
+
+impl Attributes {
+    /// Room for the attributes a client span gets.
+    pub(crate) fn new() -> Self {
+        Attributes(Vec::with_capacity(12))
+    }
+
+    /// One attribute.
+    pub(crate) fn push(&mut self, key: &'static str, value: impl Into<Value>) {
+        self.0.push(KeyValue::new(key, value));
+    }
+
+    /// The attributes derived from an index.
+    pub(crate) fn index(&mut self, index: &Index, instantiation: &Instantiation) {
+        self.push(INDEX, index.encode());
+        self.push(COUNT, i64::from(index.last().map_or(0, |e| e.count)));
+        self.push(DEPTH, index.depth() as i64);
+        self.push(INSTANTIATION, instantiation.name.clone());
+        if index.is_preliminary() {
+            self.push(PRELIMINARY, true);
+        }
+    }
+
+    /// A payload digest (and the raw payload when asked for).
+    pub(crate) fn payload(&mut self, digest: &PayloadDigest, raw: Option<&[u8]>) {
+        self.push(PAYLOAD_DIGEST, digest.to_hex());
+        if let Some(raw) = raw {
+            let cut = &raw[..raw.len().min(PAYLOAD_RECORD_CAP)];
+            self.push(PAYLOAD, String::from_utf8_lossy(cut).into_owned());
+        }
+    }
+
+    /// A captured stack.
+    pub(crate) fn stack(&mut self, stack: &CapturedStack, readable: bool) {
+        self.push(STACK_DIGEST, stack.digest_hex());
+        self.push(STACK_MODE, stack.mode().as_str());
+        if readable {
+            self.push(STACK, stack.readable_shared());
+        }
+    }
+
+    /// Sets them on the span and returns its context. The span's OpenTelemetry span is started here if it was
+    /// not yet: call this after [`OpenTelemetrySpanExt::set_parent`]. Without a tracing-opentelemetry layer the
+    /// context has no span, and nothing is recorded.
+    pub(crate) fn set_on(self, span: &tracing::Span) -> Context {
+        let cx = span.context();
+        cx.span().set_attributes(self.0);
+        cx
     }
 }
 
-/// Records a payload digest (and the raw payload when asked for).
+/// Records a payload digest (and the raw payload when asked for) on its own.
 pub(crate) fn record_payload(span: &tracing::Span, digest: &PayloadDigest, raw: Option<&[u8]>) {
-    span.set_attribute(PAYLOAD_DIGEST, digest.to_hex());
-    if let Some(raw) = raw {
-        let cut = &raw[..raw.len().min(PAYLOAD_RECORD_CAP)];
-        span.set_attribute(PAYLOAD, String::from_utf8_lossy(cut).into_owned());
-    }
-}
-
-/// Records a captured stack.
-pub(crate) fn record_stack(span: &tracing::Span, stack: &CapturedStack, readable: bool) {
-    span.set_attribute(STACK_DIGEST, stack.digest_hex());
-    span.set_attribute(STACK_MODE, stack.mode().as_str());
-    if readable {
-        span.set_attribute(STACK, stack.readable_shared());
-    }
+    let mut a = Attributes::default();
+    a.payload(digest, raw);
+    a.set_on(span);
 }
 
 /// Records one stream message's final index (the preliminary → final mapping).
