@@ -1,4 +1,6 @@
 //! The paper's Fig. 5 (streaming) as real tonic services on loopback, searched exhaustively (docs/corpus.md).
+//! The search fails the stream (by its preliminary index) and each message (by its final index): 4 executions,
+//! `{}`, `{stream}`, `{Hello}`, `{World}`, the last three failing (A has no fallback).
 //! Run: `cargo run --example fig5_streaming` (options as for the cinema examples).
 
 #[path = "common/mod.rs"]

@@ -91,12 +91,14 @@ async fn figures_complete_and_non_redundant_on_real_services() {
     assert_eq!(r.executions.len(), 25);
     assert!(r.failing().is_empty(), "{r}");
 
-    // Fig. 5: the stream; failing it fails A (no fallback): the search finds that execution
+    // Fig. 5: the stream and each of its messages (by final index) can be failed; failing a message ends the
+    // stream before it; A has no fallback: {}, {stream}, {Hello}, {World}, three of them failing
     let a = hello::start(Figure::Fig5, &config).await;
     let test = hello::fig_test(Figure::Fig5, a);
     let r = check("fig5", &test, hello::catalog(), source.clone()).await;
-    assert_eq!(r.failing().len(), 1, "{r}");
-    // and it replays from its report file alone
+    assert_eq!(r.executions.len(), 4, "{r}");
+    assert_eq!(r.failing().len(), 3, "{r}");
+    // and a failing one replays from its report file alone
     let path = std::env::temp_dir().join(format!("fig5-{}.json", std::process::id()));
     r.save(&path).expect("save");
     let loaded = Report::load(&path).expect("load");
@@ -105,8 +107,20 @@ async fn figures_complete_and_non_redundant_on_real_services() {
         .await
         .expect("replay");
     assert!(!again.outcome.passed());
-    // the stream's messages were observed with their final indexes
+    assert_eq!(again.effective, loaded.failing()[0].effective);
+    // the stream's messages were observed with their final indexes, and targeted
     let first = &r.executions[0];
-    let messages: Vec<_> = first.rpcs.iter().filter(|x| !x.injectable).collect();
+    let messages: Vec<_> = first
+        .rpcs
+        .iter()
+        .filter(|x| x.parent.is_some_and(|p| first.rpcs[p].index.is_preliminary()))
+        .collect();
     assert_eq!(messages.len(), 2, "{:?}", first.rpcs);
+    assert!(messages.iter().all(|m| m.targetable() && !m.index.is_preliminary()));
+    let failed_messages = r
+        .failing()
+        .iter()
+        .filter(|e| e.effective.iter().all(|p| !p.index.is_preliminary()))
+        .count();
+    assert_eq!(failed_messages, 2, "{r}");
 }

@@ -6,8 +6,8 @@
 
 use crate::counters::Counters;
 use crate::graph::{GraphConfig, ServiceGraph};
-use crate::span_record::{SpanRecord, TraceId};
-use crate::tree::traces::{TraceStore, TraceStoreConfig};
+use crate::span_record::{SpanRecord, StreamMapping, TraceId};
+use crate::tree::traces::{MessageOf, StreamMessage, TraceStore, TraceStoreConfig};
 use crate::tree::{PrefixTree, bump};
 use dei_propagator::Index;
 use std::collections::HashMap;
@@ -134,7 +134,7 @@ impl Analyzer {
             }
             let pending = std::mem::take(&mut trace.pending);
             for m in span.dei.stream_messages.clone() {
-                self.apply_message(&span, &m.final_index);
+                self.apply_message(&span, &m);
             }
             for p in pending {
                 self.ingest_resolving(p);
@@ -183,8 +183,9 @@ impl Analyzer {
         self.update_node(span, &index, update);
     }
 
-    /// A stream message's final index, announced by the stream's client span.
-    fn apply_message(&mut self, span: &SpanRecord, final_index: &Index) {
+    /// A stream message's final index, announced by the stream's client span, with the fault injected on it.
+    fn apply_message(&mut self, span: &SpanRecord, m: &StreamMapping) {
+        let final_index = &m.final_index;
         let max = self.traces.config.max_occurrences;
         let Some(trace) = self.traces.get_mut(&span.trace_id) else {
             return;
@@ -205,10 +206,30 @@ impl Analyzer {
         if occ.client_time.is_none() {
             occ.client_time = Some((span.start_ns, span.end_ns));
         }
+        let new_fault = match (&occ.fault, &m.fault) {
+            (None, Some(f)) => {
+                occ.fault = Some(f.clone());
+                occ.error = true;
+                Some(f.clone())
+            }
+            _ => None,
+        };
+        if occ.stream.is_none() {
+            occ.stream = Some(MessageOf {
+                // the stream's own index, as resolved when its span is applied
+                index: span.dei.index.clone().unwrap_or_else(Index::root),
+                k: m.k,
+                time_unix_nano: m.time_ns,
+            });
+        }
         let id = self.tree.get_or_insert(final_index);
         if let Some(s) = self.tree.stats_mut(id) {
             s.seen += created as u64;
             s.traces += first_in_trace as u64;
+            if let Some(f) = new_fault {
+                s.errors += 1;
+                *s.faults.entry(f).or_insert(0) += 1;
+            }
             if s.signature.is_none() {
                 s.signature.clone_from(&occ.signature);
             }
@@ -235,17 +256,44 @@ impl Analyzer {
             return;
         };
         let first_in_trace = created && trace.indexes.insert(index.clone());
+        // the stream's messages: listed on the stream's occurrence, each pointing back at it
+        if !span.kind.is_callee() && !span.dei.stream_messages.is_empty() {
+            for m in &span.dei.stream_messages {
+                if let Some(mi) = trace.position(rpc, &m.final_index)
+                    && let Some(of) = trace.occurrences[mi].stream.as_mut()
+                {
+                    of.index = index.clone();
+                }
+            }
+        }
         let occ = &mut trace.occurrences[oi];
         let callee = span.kind.is_callee();
+        occ.preliminary |= span.dei.preliminary;
         if callee {
             occ.server_time = Some((span.start_ns, span.end_ns));
             occ.server_service = Some(span.service.clone());
+            occ.server_status = Some(span.status.clone());
         } else {
             occ.client_time = Some((span.start_ns, span.end_ns));
             occ.client_service = Some(span.service.clone());
             occ.caller_span = span.parent_span_id;
+            occ.client_status = Some(span.status.clone());
             if occ.server_service.is_none() {
                 occ.server_service = span.peer.as_ref().map(|(p, _)| Arc::from(p.as_str()));
+            }
+            if !span.dei.stream_messages.is_empty() {
+                occ.messages = span
+                    .dei
+                    .stream_messages
+                    .iter()
+                    .map(|m| StreamMessage {
+                        k: m.k,
+                        preliminary_index: m.preliminary.clone(),
+                        index: m.final_index.clone(),
+                        fault: m.fault.clone(),
+                        time_unix_nano: m.time_ns,
+                    })
+                    .collect();
             }
         }
         if occ.signature.is_none() {
@@ -263,7 +311,13 @@ impl Analyzer {
         }
         let new_error = span.error && !occ.error;
         occ.error |= span.error;
-        let new_fault = match (&occ.fault, &span.dei.fault) {
+        // a fault on one of a stream's messages is repeated on the stream's span: it is the message's
+        let own_fault = if span.dei.stream_messages.iter().any(|m| m.fault.is_some()) {
+            &None
+        } else {
+            &span.dei.fault
+        };
+        let new_fault = match (&occ.fault, own_fault) {
             (None, Some(f)) => {
                 occ.fault = Some(f.clone());
                 Some(f.clone())
@@ -341,15 +395,16 @@ fn resolve(mut index: Index, mappings: &HashMap<Index, Index>, stream_open: bool
                 continue;
             }
             let prefix = Index::from_elements(index.elements()[..=i].to_vec());
+            // a stream's own span: its last element is its preliminary index, never a message's prefix
+            if i + 1 == depth && stream_open {
+                return Resolution::Ready(index, rewritten);
+            }
             if let Some(to) = mappings.get(&prefix)
                 && let Some(n) = index.rewrite_prefix(&prefix, to)
             {
                 index = n;
                 rewritten = true;
                 continue 'outer;
-            }
-            if i + 1 == depth && stream_open {
-                return Resolution::Ready(index, rewritten);
             }
             return Resolution::Pending;
         }

@@ -130,7 +130,11 @@ struct TreeQuery {
     index: Option<String>,
     depth: Option<usize>,
     limit: Option<usize>,
+    offset: Option<usize>,
 }
+
+/// Most children in one `/api/v1/tree/children` response.
+const MAX_CHILDREN_PAGE: usize = 10_000;
 
 async fn tree(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Response {
     let index = match parse_index(q.index.as_deref()) {
@@ -167,10 +171,14 @@ async fn children(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -
     let Some((id, _)) = a.tree.get(&index) else {
         return not_found(format!("no node at {}", index.encode()));
     };
+    let offset = q.offset.unwrap_or(0);
+    let limit = q.limit.unwrap_or(MAX_CHILDREN_PAGE).min(MAX_CHILDREN_PAGE);
     let list: Vec<_> = a
         .tree
         .children(id)
         .into_iter()
+        .skip(offset)
+        .take(limit)
         .filter_map(|i| a.tree.node(i))
         .map(views::NodeView::of)
         .collect();

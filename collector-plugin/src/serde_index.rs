@@ -1,6 +1,6 @@
 //! Serde helpers: indexes as their wire form, ids and digests as lowercase hex.
 
-use dei_propagator::{Index, PayloadDigest};
+use dei_propagator::{Index, PayloadDigest, StackDigest};
 use serde::Serializer;
 
 /// An index as its wire form (`1.…`).
@@ -23,6 +23,14 @@ pub fn hex8_opt<S: Serializer>(id: &Option<[u8; 8]>, s: S) -> Result<S::Ok, S::E
 
 /// An optional payload digest as 64 hex characters or null.
 pub fn digest_opt<S: Serializer>(d: &Option<PayloadDigest>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_str(&d.to_hex()),
+        None => s.serialize_none(),
+    }
+}
+
+/// An optional stack digest as 64 hex characters or null.
+pub fn stack_digest_opt<S: Serializer>(d: &Option<StackDigest>, s: S) -> Result<S::Ok, S::Error> {
     match d {
         Some(d) => s.serialize_str(&d.to_hex()),
         None => s.serialize_none(),

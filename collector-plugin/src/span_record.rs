@@ -73,13 +73,47 @@ pub const PEER_ATTRIBUTES: [(&str, PeerSource); 4] = [
     ("db.system", PeerSource::DbSystem),
 ];
 
-/// One stream message's index mapping: preliminary → final (paper §4.2).
+/// One stream message's index mapping: preliminary → final (paper §4.2), from a `dei.stream.message` event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamMapping {
-    /// The preliminary index under which the callee served the message (`…r|(x+k)~`).
+    /// The preliminary index under which the callee served the message (`…r|(x+k)~`): the event's
+    /// `dei.preliminary_index` (the stream's `…r|x~`) counted up by `dei.message` = k, or
+    /// `dei.preliminary_index` as given when the event has no `dei.message`.
     pub preliminary: Index,
     /// The message's final index.
     pub final_index: Index,
+    /// `dei.message`: the message's 1-based position k on the stream, when given.
+    pub k: Option<u32>,
+    /// `dei.fault` on the event: the fault injected on this message (the stream ended before it).
+    pub fault: Option<String>,
+    /// The event's time, Unix ns (when the message was sent).
+    pub time_ns: u64,
+}
+
+/// An OTLP span status code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusCode {
+    /// `STATUS_CODE_UNSET`.
+    #[default]
+    Unset,
+    /// `STATUS_CODE_OK`.
+    Ok,
+    /// `STATUS_CODE_ERROR`.
+    Error,
+}
+
+/// A span's status and the protocol status its caller saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SpanStatus {
+    /// The OTLP status code.
+    pub code: StatusCode,
+    /// The status message (the description of an error), at most 1 KiB.
+    pub message: Option<Arc<str>>,
+    /// `rpc.grpc.status_code`.
+    pub grpc_status_code: Option<i64>,
+    /// `http.response.status_code`.
+    pub http_status_code: Option<i64>,
 }
 
 /// The `dei.*` attributes of one span, each `None` when absent or rejected.
@@ -132,6 +166,8 @@ pub struct SpanRecord {
     pub end_ns: u64,
     /// Status code ERROR.
     pub error: bool,
+    /// The status, and the gRPC or HTTP status code attributes.
+    pub status: SpanStatus,
     /// The uninstrumented peer this span talks to, if named by a peer attribute.
     pub peer: Option<(String, PeerSource)>,
     /// The `dei.*` attributes.
@@ -206,14 +242,31 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         }
     }
     let mut dei = DeiAttributes::default();
+    let mut status = SpanStatus::default();
     for kv in &span.attributes {
-        if kv.key.starts_with(b"dei.")
-            && let Err(problem) = apply_attribute(&mut dei, kv)
-        {
-            issues.push(AttributeIssue {
-                key: String::from_utf8_lossy(&kv.key).into_owned(),
-                problem,
-            });
+        match &kv.key[..] {
+            b"rpc.grpc.status_code" => status.grpc_status_code = as_int(kv.value.as_ref()),
+            b"http.response.status_code" => status.http_status_code = as_int(kv.value.as_ref()),
+            key if key.starts_with(b"dei.") => {
+                if let Err(problem) = apply_attribute(&mut dei, kv) {
+                    issues.push(AttributeIssue {
+                        key: String::from_utf8_lossy(&kv.key).into_owned(),
+                        problem,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = &span.status {
+        status.code = match s.code {
+            1 => StatusCode::Ok,
+            2 => StatusCode::Error,
+            _ => StatusCode::Unset,
+        };
+        if !s.message.is_empty() {
+            let cut = &s.message[..s.message.len().min(MAX_TEXT)];
+            status.message = Some(Arc::from(String::from_utf8_lossy(cut).as_ref()));
         }
     }
     if let (Some(index), Some(depth)) = (&dei.index, dei.depth)
@@ -225,7 +278,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         });
     }
     for event in span.events.iter().filter(|e| e.name == "dei.stream.message") {
-        match stream_mapping(&event.attributes) {
+        match stream_mapping(&event.attributes, event.time_unix_nano) {
             Ok(m) => dei.stream_messages.push(m),
             Err(problem) => issues.push(AttributeIssue {
                 key: "dei.stream.message".into(),
@@ -248,6 +301,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         start_ns: span.start_time_unix_nano,
         end_ns: span.end_time_unix_nano,
         error: span.status.as_ref().is_some_and(|s| s.code == 2),
+        status,
         peer,
         dei,
     })
@@ -256,6 +310,15 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
 fn as_str(v: Option<&AnyValue>) -> Option<&str> {
     match v?.value.as_ref()? {
         Value::StringValue(s) => std::str::from_utf8(s).ok(),
+        _ => None,
+    }
+}
+
+/// An integer attribute (or a decimal string), as the status code attributes come.
+fn as_int(v: Option<&AnyValue>) -> Option<i64> {
+    match v?.value.as_ref()? {
+        Value::IntValue(i) => Some(*i),
+        Value::StringValue(s) => std::str::from_utf8(s).ok()?.trim().parse().ok(),
         _ => None,
     }
 }
@@ -382,7 +445,7 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
     Ok(())
 }
 
-fn stream_mapping(attrs: &[KeyValue]) -> Result<StreamMapping, String> {
+fn stream_mapping(attrs: &[KeyValue], time_ns: u64) -> Result<StreamMapping, String> {
     let get = |key: &str| -> Result<Index, String> {
         let kv = attrs
             .iter()
@@ -399,9 +462,33 @@ fn stream_mapping(attrs: &[KeyValue]) -> Result<StreamMapping, String> {
     if final_index.last().is_none_or(|e| e.preliminary) {
         return Err("dei.index of a stream message must end in a final element".into());
     }
+    let k = match attrs.iter().find(|kv| kv.key == "dei.message") {
+        Some(kv) => match want_u32(kv).map_err(|e| format!("dei.message: {e}"))? {
+            0 => return Err("dei.message: positions start at 1".into()),
+            k => Some(k),
+        },
+        None => None,
+    };
+    let fault = match attrs.iter().find(|kv| kv.key == "dei.fault") {
+        Some(kv) => {
+            let s = want_str(kv).map_err(|e| format!("dei.fault: {e}"))?;
+            s.parse::<dei_propagator::Fault>()
+                .map_err(|_| format!("dei.fault: malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)"))?;
+            Some(s.to_string())
+        }
+        None => None,
+    };
     Ok(StreamMapping {
-        preliminary,
+        // the event names the stream's own preliminary index and the position: the callee served the
+        // message under that index counted up by k
+        preliminary: match k {
+            Some(k) => preliminary.stream_message(k),
+            None => preliminary,
+        },
         final_index,
+        k,
+        fault,
+        time_ns,
     })
 }
 

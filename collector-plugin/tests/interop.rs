@@ -20,9 +20,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-
-
-
 fn rotel_agent() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("ROTEL_AGENT") {
         return Some(PathBuf::from(p));
@@ -58,14 +55,12 @@ impl Drop for Killed {
     }
 }
 
-
 fn provider(service: &str, exporter: SpanExporter) -> SdkTracerProvider {
     SdkTracerProvider::builder()
         .with_resource(Resource::builder().with_service_name(service.to_string()).build())
         .with_simple_exporter(exporter)
         .build()
 }
-
 
 #[test]
 fn rust_exporters_through_rotel_and_dei_collector() {

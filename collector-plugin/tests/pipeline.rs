@@ -115,6 +115,12 @@ fn check_graph_and_tree(c: &CollectorProcess, get_user: &Index, query: &Index, t
     assert_eq!(children.as_array().unwrap().len(), 1);
     assert_eq!(children[0]["index"], query.encode());
     assert_eq!(children[0]["peers"]["postgresql"], traces);
+    // Paged: a page past the end is empty, a page of one holds the first child.
+    let page = |o: usize, l: usize| {
+        let url = format!("/api/v1/tree/children?index={}&offset={o}&limit={l}", get_user.encode());
+        c.get_json(&url).as_array().unwrap().len()
+    };
+    assert_eq!((page(0, 1), page(1, 5), page(0, 0)), (1, 0, 0));
     let metrics = common::get_text(c.api, "/metrics");
     assert!(
         metrics.contains(&format!(

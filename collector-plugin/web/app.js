@@ -159,8 +159,8 @@ function renderPaged(container, source, make, { total = source.length, moreRow =
   return step();
 }
 
-// A node's children a page at a time: `/tree/children?index=I&offset=O&limit=N`. A collector that ignores
-// offset and limit sends every child at once; they are kept and paged here.
+// A node's children a page at a time: `/tree/children?index=I&offset=O&limit=N`. A collector that ignored
+// offset and limit would send every child at once; they would be kept and paged here.
 function childPages(index) {
   let all = null;
   return async (offset, limit) => {

@@ -4,10 +4,12 @@
 //! as the global propagator, and a global tracing subscriber whose OpenTelemetry layer exports to an
 //! [`InMemorySpanExporter`] through a simple (synchronous) span processor, so a span is readable as soon as
 //! it ends. Tests that run in parallel share it: select spans by trace id ([`TestTelemetry::trace`]).
+//! [`telemetry_with`] also hands every span to a second processor, e.g. a batch processor exporting over OTLP
+//! to a collector under test.
 
 use opentelemetry::trace::{TraceId, TracerProvider as _};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::{BatchSpanProcessor, InMemorySpanExporter, SdkTracerProvider, SpanData, SpanProcessor};
 use std::sync::OnceLock;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::LevelFilter;
@@ -35,34 +37,56 @@ impl TestTelemetry {
             .collect()
     }
 
+    /// The in-memory exporter every span goes to.
+    pub fn exporter(&self) -> &InMemorySpanExporter {
+        &self.exporter
+    }
+
     /// The tracer provider (to create spans directly with the OpenTelemetry API).
     pub fn provider(&self) -> &SdkTracerProvider {
         &self.provider
     }
 }
 
+static TELEMETRY: OnceLock<TestTelemetry> = OnceLock::new();
+
 /// Installs the test telemetry on first use and returns it.
 pub fn telemetry() -> &'static TestTelemetry {
-    static TELEMETRY: OnceLock<TestTelemetry> = OnceLock::new();
-    TELEMETRY.get_or_init(|| {
-        dei_propagator::install_global_propagator();
-        let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .with_resource(Resource::builder().with_service_name("dei-test").build())
-            .build();
-        let tracer = provider.tracer("dei-test");
-        // INFO and above: the RPC spans, not the TRACE-level internals of h2, hyper and tower.
-        let otel = tracing_opentelemetry::layer()
-            .with_tracer(tracer)
-            .with_filter(LevelFilter::INFO);
-        let subscriber = tracing_subscriber::registry().with(otel);
-        if tracing::subscriber::set_global_default(subscriber).is_err() {
-            tracing::warn!("dei: a global tracing subscriber was already set; test spans may not be exported");
-        }
-        opentelemetry::global::set_tracer_provider(provider.clone());
-        TestTelemetry { exporter, provider }
-    })
+    TELEMETRY.get_or_init(|| install(None::<BatchSpanProcessor>))
+}
+
+/// Like [`telemetry`], and every span also goes to `processor`. Only the call that installs the telemetry adds
+/// the processor: call this before anything else in the process uses [`telemetry`].
+pub fn telemetry_with(processor: impl SpanProcessor + 'static) -> &'static TestTelemetry {
+    let mut processor = Some(processor);
+    let installed = TELEMETRY.get_or_init(|| install(processor.take()));
+    if processor.is_some() {
+        tracing::warn!("dei: the test telemetry was installed already; the extra span processor is not used");
+    }
+    installed
+}
+
+fn install<P: SpanProcessor + 'static>(extra: Option<P>) -> TestTelemetry {
+    dei_propagator::install_global_propagator();
+    let exporter = InMemorySpanExporter::default();
+    let mut builder = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .with_resource(Resource::builder().with_service_name("dei-test").build());
+    if let Some(p) = extra {
+        builder = builder.with_span_processor(p);
+    }
+    let provider = builder.build();
+    let tracer = provider.tracer("dei-test");
+    // INFO and above: the RPC spans, not the TRACE-level internals of h2, hyper and tower.
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(LevelFilter::INFO);
+    let subscriber = tracing_subscriber::registry().with(otel);
+    if tracing::subscriber::set_global_default(subscriber).is_err() {
+        tracing::warn!("dei: a global tracing subscriber was already set; test spans may not be exported");
+    }
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    TestTelemetry { exporter, provider }
 }
 
 /// The value of a string, integer or boolean attribute of a span, as text.

@@ -92,6 +92,24 @@ fn default_true() -> bool {
     true
 }
 
+impl ObservedRpc {
+    /// True when the search may plan a fault on this RPC by its index: the instrumentation can fail it
+    /// ([`injectable`](ObservedRpc::injectable)), it ran under this very index (not
+    /// [`rewritten`](ObservedRpc::rewritten), no unresolved preliminary prefix) and it is not the root.
+    pub fn targetable(&self) -> bool {
+        self.injectable && !self.rewritten && !has_unresolved_prefix(&self.index) && !self.index.is_root()
+    }
+}
+
+/// True when an element before the last is preliminary: the RPC was served under a stream message whose
+/// mapping to its final index is still unknown (a stream's own index ends in its only preliminary element).
+pub fn has_unresolved_prefix(index: &Index) -> bool {
+    let elements = index.elements();
+    elements
+        .split_last()
+        .is_some_and(|(_, prefix)| prefix.iter().any(|e| e.preliminary))
+}
+
 /// One stream message's preliminary index and its final index (paper §4.2).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamMapping {
@@ -116,23 +134,47 @@ pub type FaultSet = BTreeSet<(Index, Fault)>;
 impl Observation {
     /// Rewrites every index that starts with a preliminary stream index to its final form (paper §4.2), and
     /// sorts the RPCs by start (keeping parents consistent).
+    ///
+    /// Only proper prefixes are rewritten: an index that ends in a preliminary element is a stream's own. An
+    /// RPC rewritten under a message whose parent is the message's stream (what span ancestry shows: the
+    /// callee's server span hangs under the stream's client span) is re-parented to the message that caused it.
     pub fn finalize(&mut self) {
         // longest preliminary prefixes first, so that nested streams rewrite innermost-first
         let mut maps = self.streams.clone();
         maps.sort_by_key(|m| std::cmp::Reverse(m.preliminary.depth()));
-        for rpc in &mut self.rpcs {
-            for m in &maps {
-                if rpc.index == m.final_index {
-                    break;
-                }
-                if let Some(rewritten) = rpc.index.rewrite_prefix(&m.preliminary, &m.final_index) {
-                    rpc.index = rewritten;
-                    rpc.rewritten = true;
-                    break;
+        // each mapping's message, found by its final index before anything is rewritten
+        let messages: Vec<Option<usize>> = maps
+            .iter()
+            .map(|m| self.rpcs.iter().position(|r| r.index == m.final_index))
+            .collect();
+        let stream_of: Vec<Option<usize>> = messages.iter().map(|p| p.and_then(|p| self.rpcs[p].parent)).collect();
+        for i in 0..self.rpcs.len() {
+            // innermost mapping first; then the outer ones its result still starts with (nested streams)
+            for round in 0..maps.len() {
+                let rpc = &self.rpcs[i];
+                let hit = maps.iter().enumerate().find_map(|(j, m)| {
+                    (rpc.index != m.final_index && rpc.index.depth() > m.preliminary.depth())
+                        .then(|| rpc.index.rewrite_prefix(&m.preliminary, &m.final_index))
+                        .flatten()
+                        .map(|rewritten| (j, rewritten))
+                });
+                let Some((j, rewritten)) = hit else { break };
+                let reparent =
+                    round == 0 && rpc.parent.is_some() && rpc.parent == stream_of[j] && messages[j] != Some(i);
+                let rpc = &mut self.rpcs[i];
+                rpc.index = rewritten;
+                rpc.rewritten = true;
+                if reparent {
+                    rpc.parent = messages[j];
                 }
             }
         }
         self.sort_by_start();
+    }
+
+    /// How many RPCs still carry a preliminary prefix (their stream's mapping has not arrived yet).
+    pub fn unresolved(&self) -> usize {
+        self.rpcs.iter().filter(|r| has_unresolved_prefix(&r.index)).count()
     }
 
     fn sort_by_start(&mut self) {
@@ -216,4 +258,67 @@ pub fn describe_set(set: &FaultSet) -> String {
     }
     let parts: Vec<String> = set.iter().map(|(i, f)| format!("{i}:{f}")).collect();
     format!("{{{}}}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dei_propagator::{Element, ElementDigest};
+
+    fn el(d: u8) -> Element {
+        Element::new(ElementDigest([d; 8]), 1)
+    }
+
+    fn rpc(index: Index, parent: Option<usize>, start: u64) -> ObservedRpc {
+        ObservedRpc {
+            index,
+            signature: String::new(),
+            invocation: None,
+            parent,
+            fault: None,
+            outcome: Outcome::ok(),
+            start,
+            end: start + 10,
+            rewritten: false,
+            injectable: true,
+            reference: None,
+        }
+    }
+
+    #[test]
+    fn finalize_rewrites_under_messages_and_reparents_to_them() {
+        let a = Index::root().child(el(1));
+        let stream = a.child(el(2).preliminary());
+        let message = a.child(el(3));
+        // served under message 1 (mapped) and under message 2 (whose mapping never came)
+        let nested = stream.stream_message(1).child(el(4));
+        let orphan = stream.stream_message(2).child(el(5));
+        let mut obs = Observation {
+            rpcs: vec![
+                rpc(a.clone(), None, 1),
+                rpc(stream.clone(), Some(0), 2),
+                rpc(message.clone(), Some(1), 3),
+                rpc(nested, Some(1), 4),
+                rpc(orphan, Some(1), 5),
+            ],
+            streams: vec![StreamMapping {
+                preliminary: stream.stream_message(1),
+                final_index: message.clone(),
+            }],
+        };
+        obs.finalize();
+        let r = &obs.rpcs;
+        assert_eq!(r[1].index, stream, "a stream's own index is never rewritten");
+        assert!(r[1].targetable() && r[2].targetable());
+        assert_eq!(r[3].index, message.child(el(4)));
+        assert_eq!(r[3].parent, Some(2), "re-parented to the message that caused it");
+        assert!(r[3].rewritten && !r[3].targetable());
+        assert_eq!(obs.unresolved(), 1);
+        assert!(
+            !r[4].rewritten && !r[4].targetable(),
+            "an unresolved index is never targeted"
+        );
+        assert!(!r[0].index.is_root() && r[0].targetable());
+        assert!(!rpc(Index::root(), None, 0).targetable());
+    }
 }

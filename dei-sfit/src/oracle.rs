@@ -89,7 +89,7 @@ impl Oracle {
                         result.reference.insert(r);
                     }
                     for rpc in &record.rpcs {
-                        if rpc.rewritten || !rpc.injectable || rpc.index.is_root() {
+                        if !rpc.targetable() {
                             continue;
                         }
                         result.indexes.insert(rpc.index.clone());

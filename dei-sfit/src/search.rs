@@ -219,9 +219,18 @@ impl Search {
         let test_time = test_started.elapsed();
         self.source.settle().await?;
         let mut obs = self.source.collect().await?;
+        // preliminary indexes become final before anything is scheduled from this execution (§4.2)
         obs.finalize();
-        if let Some(reference) = &self.options.reference {
-            obs.compute_reference(reference);
+        match &self.options.reference {
+            // under its own instantiation an RPC's reference index is the index it ran under (also for stream
+            // messages, whose invocation components are not on their span events)
+            Some(reference) if *reference == self.options.instantiation => {
+                for rpc in &mut obs.rpcs {
+                    rpc.reference = Some(rpc.index.clone());
+                }
+            }
+            Some(reference) => obs.compute_reference(reference),
+            None => {}
         }
         let effective = obs.effective();
         let plan_set: FaultSet = planned.iter().map(|p| (p.index.clone(), p.fault)).collect();
@@ -394,7 +403,7 @@ impl Search {
         let path_mode = opts.instantiation.path == PathMode::Path;
         let mut out = Vec::new();
         for (i, r) in obs.rpcs.iter().enumerate() {
-            if r.fault.is_some() || r.rewritten || !r.injectable || r.index.is_root() {
+            if r.fault.is_some() || !r.targetable() {
                 continue;
             }
             let before: FaultSet = obs

@@ -167,12 +167,14 @@ impl InMemorySpans {
         InMemorySpans {
             exporter,
             provider: None,
-            messages: MessageTargeting::Observed,
+            messages: MessageTargeting::default(),
         }
     }
 
-    /// Lets the search fail single stream messages by their final indexes (needs instrumentation that
-    /// injects per-message faults and records them as `dei.fault` on the `dei.stream.message` events).
+    /// Whether the search fails single stream messages by their final indexes ([`MessageTargeting::Targeted`],
+    /// the default: `dei-instrumentation` checks the plan per message and records an injected fault as
+    /// `dei.fault` on the message's `dei.stream.message` event) or only whole streams
+    /// ([`MessageTargeting::Observed`]).
     pub fn with_message_targeting(mut self, messages: MessageTargeting) -> Self {
         self.messages = messages;
         self
@@ -199,8 +201,10 @@ fn is_complete(spans: &[SpanData]) -> bool {
 }
 
 impl SpanSource for InMemorySpans {
-    /// Polls (every millisecond, for at most `SETTLE_LIMIT`) until no exported span misses its parent: a
-    /// response body can end, and with it a client span, just after the caller got its answer.
+    /// Polls (every millisecond, for at most `SETTLE_LIMIT`) until no exported span misses its parent (a
+    /// response body can end, and with it a client span, just after the caller got its answer) and every
+    /// RPC served under a stream message has its message's final index (paper §4.2: the next execution is
+    /// scheduled only once preliminary indexes are rewritten).
     fn settle(&self) -> BoxFuture<'_, Result<(), SourceError>> {
         Box::pin(async move {
             let deadline = std::time::Instant::now() + SETTLE_LIMIT;
@@ -212,7 +216,12 @@ impl SpanSource for InMemorySpans {
                     .exporter
                     .get_finished_spans()
                     .map_err(|e| SourceError::Backend(e.to_string()))?;
-                if is_complete(&spans) || std::time::Instant::now() >= deadline {
+                let resolved = || {
+                    let mut obs = observation_from_spans_with(&spans, self.messages);
+                    obs.finalize();
+                    obs.unresolved() == 0
+                };
+                if (is_complete(&spans) && resolved()) || std::time::Instant::now() >= deadline {
                     return Ok(());
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
@@ -290,21 +299,22 @@ fn outcome_of(span: &SpanData, fault: Option<Fault>) -> Outcome {
 /// event) injected on that message.
 /// Spans with malformed DEI attributes are skipped (they cannot be targeted).
 ///
-/// Stream messages are observed but not targeted ([`MessageTargeting::Observed`]); see
-/// [`observation_from_spans_with`].
+/// Stream messages are targeted ([`MessageTargeting::Targeted`]); see [`observation_from_spans_with`].
 pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
-    observation_from_spans_with(spans, MessageTargeting::Observed)
+    observation_from_spans_with(spans, MessageTargeting::default())
 }
 
 /// Whether the search may plan faults on single stream messages.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MessageTargeting {
-    /// Messages are observed RPCs the search does not fail on their own (instrumentation that fails whole
-    /// streams only).
+    /// Messages are targeted by their final indexes (the default): the instrumentation checks the fault plan
+    /// per message (`dei-instrumentation` does: a failing fault ends the stream before that message).
     #[default]
-    Observed,
-    /// Messages are targeted by their final indexes: the instrumentation checks the fault plan per message.
     Targeted,
+    /// Messages are observed RPCs the search does not fail on their own: only whole streams are failed (for
+    /// instrumentation that fails whole streams only, or to keep the fault space small).
+    Observed,
 }
 
 /// [`observation_from_spans`], with stream messages targeted or not.

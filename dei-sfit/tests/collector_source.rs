@@ -15,22 +15,16 @@ use dei_sfit::{
     SpanSource, Strategy, test_fn,
 };
 use opentelemetry::context::FutureExt as _;
-use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, InMemorySpanExporter, SdkTracerProvider};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::layer::SubscriberExt as _;
 
 type Client = reqwest_middleware::ClientWithMiddleware;
 
-/// Installs the process's telemetry: every span goes to the in-memory exporter as it ends, and in batches
-/// over OTLP/HTTP to `otlp_url`.
+/// Every span to the in-memory exporter as it ends, and in batches over OTLP/HTTP to `otlp_url`.
 fn telemetry(otlp_url: &str) -> (InMemorySpanExporter, SdkTracerProvider) {
-    dei_propagator::install_global_propagator();
-    let memory = InMemorySpanExporter::default();
     let otlp = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_endpoint(otlp_url)
@@ -43,15 +37,8 @@ fn telemetry(otlp_url: &str) -> (InMemorySpanExporter, SdkTracerProvider) {
                 .build(),
         )
         .build();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(memory.clone())
-        .with_span_processor(batch)
-        .build();
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer("dei-sfit-test"))
-        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).expect("one subscriber");
-    (memory, provider)
+    let t = dei_instrumentation::testing::telemetry_with(batch);
+    (t.exporter().clone(), t.provider().clone())
 }
 
 async fn serve(router: axum::Router) -> String {

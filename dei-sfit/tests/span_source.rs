@@ -122,13 +122,23 @@ async fn spans_become_an_observation() {
     assert_eq!(obs.rpcs[pc].fault, None, "a malformed fault is ignored");
     assert_eq!(obs.rpcs[pc].outcome, Outcome::Err { code: "g13".into() });
     let message = obs.rpcs.iter().find(|r| r.index == fin).expect("message");
-    assert!(!message.injectable, "messages are not targeted by default");
+    assert!(
+        message.injectable && message.targetable(),
+        "messages are targeted by default"
+    );
     assert_eq!(message.fault, None);
     assert_eq!(obs.rpcs[message.parent.expect("parent")].index, pre);
     // the callee served message 1 under the preliminary index counted up by 1
     assert_eq!(obs.streams[0].preliminary, pre.stream_message(1));
     assert_eq!(obs.effective().len(), 1);
     assert_eq!(observation_from_spans(&[]).rpcs.len(), 0);
+    let spans = exporter.get_finished_spans().expect("spans");
+    let observed = observation_from_spans_with(&spans, MessageTargeting::Observed);
+    let message = observed.rpcs.iter().find(|r| r.index == fin).expect("message");
+    assert!(
+        !message.targetable(),
+        "with MessageTargeting::Observed, only whole streams"
+    );
 
     source.begin().await.expect("begin");
     assert!(
@@ -185,10 +195,10 @@ fn a_fault_on_a_stream_message_event_is_that_messages() {
         opentelemetry::trace::Span::end(&mut stream);
         let spans = exporter.get_finished_spans().expect("spans");
         exporter.reset();
-        let mut obs = observation_from_spans_with(&spans, MessageTargeting::Targeted);
+        let mut obs = observation_from_spans(&spans);
         obs.finalize();
         assert_eq!(
-            observation_from_spans(&spans).effective(),
+            observation_from_spans_with(&spans, MessageTargeting::Observed).effective(),
             obs.effective(),
             "faults are read the same whether messages are targeted or not"
         );

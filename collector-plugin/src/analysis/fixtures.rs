@@ -144,6 +144,9 @@ impl TraceBuilder {
             mappings.push(StreamMapping {
                 preliminary: prelim.stream_message(k as u32 + 1),
                 final_index: f.clone(),
+                k: Some(k as u32 + 1),
+                fault: None,
+                time_ns: self.t0,
             });
             finals.push(f);
         }
@@ -204,6 +207,7 @@ pub fn span(
         start_ns: start,
         end_ns: end,
         error: false,
+        status: Default::default(),
         peer: None,
         dei,
     }

@@ -520,3 +520,162 @@ fn projection_finds_names_that_change_meaning_across_traces() {
     );
     assert!(f.unstable.iter().all(|u| u.distinct_full == 2));
 }
+
+/// The trace view of a stream as `dei-instrumentation` records it (OTLP/JSON through the receivers' parser):
+/// events name the stream's own preliminary index and the position k (`dei.message`); the second message
+/// was failed (`dei.fault` on its event and repeated on the stream's span, which ended with UNAVAILABLE).
+#[test]
+fn trace_view_carries_statuses_digests_and_stream_messages() {
+    use dei_propagator::Element;
+    let root_el = |d: u8| Element::new(dei_propagator::ElementDigest([d; 8]), 1);
+    let a = Index::root().child(root_el(1));
+    let prelim = a.child(root_el(2).preliminary());
+    let (hello, world) = (a.child(root_el(3)), a.child(root_el(4)));
+    let nested = prelim.stream_message(1).child(root_el(5));
+    let digest = "cd".repeat(32);
+    let attr = |k: &str, v: &str| format!(r#"{{"key":"{k}","value":{{"stringValue":"{v}"}}}}"#);
+    let span = |id: u8, parent: u8, kind: u8, attrs: Vec<String>, events: &str, status: &str| {
+        format!(
+            r#"{{"traceId":"0909090909090909090909090909090a","spanId":"{id:02x}{id:02x}{id:02x}{id:02x}{id:02x}{id:02x}{id:02x}{id:02x}",
+            "parentSpanId":"{}","name":"n","kind":{kind},"startTimeUnixNano":"{}","endTimeUnixNano":"{}",
+            "status":{status},"attributes":[{}],"events":[{events}]}}"#,
+            if parent == 0 {
+                String::new()
+            } else {
+                format!("{parent:02x}").repeat(8)
+            },
+            1000 + u64::from(id),
+            2000 - u64::from(id),
+            attrs.join(",")
+        )
+    };
+    let event = |k: u32, fin: &Index, fault: Option<&str>, t: u64| {
+        format!(
+            r#"{{"timeUnixNano":"{t}","name":"dei.stream.message","attributes":[{},{},{{"key":"dei.message","value":{{"intValue":"{k}"}}}}{}]}}"#,
+            attr("dei.preliminary_index", &prelim.encode()),
+            attr("dei.index", &fin.encode()),
+            fault.map(|f| format!(",{}", attr("dei.fault", f))).unwrap_or_default()
+        )
+    };
+    let spans = [
+        // the test's call to A, which failed with UNAVAILABLE
+        span(
+            1,
+            0,
+            3,
+            vec![
+                attr("dei.index", &a.encode()),
+                attr("dei.signature", "a.A/Run"),
+                attr("dei.payload.digest", &"ab".repeat(32)),
+                attr("dei.stack.digest", &digest),
+                r#"{"key":"rpc.grpc.status_code","value":{"intValue":"14"}}"#.into(),
+            ],
+            "",
+            r#"{"code":2,"message":"Unavailable"}"#,
+        ),
+        span(2, 1, 2, vec![attr("dei.index", &a.encode())], "", "{}"),
+        // A's stream to B, carrying both message events
+        span(
+            3,
+            2,
+            3,
+            vec![
+                attr("dei.index", &prelim.encode()),
+                attr("dei.signature", "b.B/Chat"),
+                attr("dei.stack.digest", &digest),
+                attr("dei.fault", "c"),
+                r#"{"key":"dei.preliminary","value":{"boolValue":true}}"#.into(),
+                r#"{"key":"rpc.grpc.status_code","value":{"intValue":"14"}}"#.into(),
+            ],
+            &format!("{},{}", event(1, &hello, None, 1500), event(2, &world, Some("c"), 1600)),
+            r#"{"code":2,"message":"Unavailable"}"#,
+        ),
+        span(
+            4,
+            3,
+            2,
+            vec![
+                attr("dei.index", &prelim.encode()),
+                r#"{"key":"dei.preliminary","value":{"boolValue":true}}"#.into(),
+            ],
+            "",
+            "{}",
+        ),
+        // B's call to C while serving message 1, under the preliminary index counted up by 1
+        span(
+            5,
+            4,
+            3,
+            vec![attr("dei.index", &nested.encode()), attr("dei.signature", "c.C/Log")],
+            "",
+            "{}",
+        ),
+    ];
+    let json = format!(
+        r#"{{"resourceSpans":[{{"resource":{{"attributes":[{}]}},"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+        attr("service.name", "svc"),
+        spans.join(",")
+    );
+    let req = crate::otlp::decode_json(json.as_bytes()).expect("OTLP/JSON");
+    let mut issues = Vec::new();
+    let records = crate::span_record::extract(&req, &mut issues);
+    assert_eq!(issues, vec![]);
+    let mut an = analyzer();
+    an.ingest(records, Instant::now());
+    let view = serde_json::to_value(views::trace_view(
+        an.trace(&{
+            let mut t = [9u8; 16];
+            t[15] = 10;
+            t
+        })
+        .expect("trace"),
+    ))
+    .expect("JSON");
+    assert_eq!(view["pending_preliminary"], 0, "{view:#}");
+    let mut nodes = Vec::new();
+    fn walk(v: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
+        for n in v.as_array().into_iter().flatten() {
+            out.push(n.clone());
+            walk(&n["children"], out);
+        }
+    }
+    walk(&view["tree"], &mut nodes);
+    let node = |i: &Index| {
+        nodes
+            .iter()
+            .find(|n| n["index"] == i.encode())
+            .unwrap_or_else(|| panic!("no node {i} in {view:#}"))
+            .clone()
+    };
+    let na = node(&a);
+    assert_eq!(na["stack_digest"], digest);
+    assert_eq!(na["client_status"]["code"], "error");
+    assert_eq!(na["client_status"]["message"], "Unavailable");
+    assert_eq!(na["client_status"]["grpc_status_code"], 14);
+    assert_eq!(na["server_status"]["code"], "unset");
+    let ns = node(&prelim);
+    assert_eq!(ns["preliminary"], true);
+    assert_eq!(ns["fault"], serde_json::Value::Null, "the fault was the message's");
+    let messages = ns["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["k"], 1);
+    assert_eq!(messages[0]["preliminary_index"], prelim.stream_message(1).encode());
+    assert_eq!(messages[0]["index"], hello.encode());
+    assert_eq!(messages[0]["fault"], serde_json::Value::Null);
+    assert_eq!(messages[1]["fault"], "c");
+    assert_eq!(messages[1]["time_unix_nano"], 1600);
+    let nw = node(&world);
+    assert_eq!(nw["fault"], "c");
+    assert_eq!(nw["stream"]["index"], prelim.encode());
+    assert_eq!(nw["stream"]["k"], 2);
+    assert_eq!(node(&hello)["fault"], serde_json::Value::Null);
+    // the nested call is under Hello's final index (k = 1), not the stream's own index
+    let rewritten = nested
+        .rewrite_prefix(&prelim.stream_message(1), &hello)
+        .expect("prefix");
+    assert_eq!(node(&rewritten)["signature"], "c.C/Log");
+    let (_, tw) = an.tree.get(&world).expect("world in the tree");
+    assert_eq!(tw.stats.faults.get("c"), Some(&1));
+    let (_, ts) = an.tree.get(&prelim).expect("stream in the tree");
+    assert!(ts.stats.faults.is_empty());
+}

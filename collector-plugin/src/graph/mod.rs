@@ -372,6 +372,7 @@ mod tests {
             start_ns: 1_000_000_000,
             end_ns: 1_000_000_000 + ms * 1_000_000,
             error,
+            status: Default::default(),
             peer: None,
             dei: DeiAttributes::default(),
         }

@@ -81,6 +81,9 @@ pub struct Span {
 /// `Span.Event`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Event {
+    /// `time_unix_nano = 1`.
+    #[prost(fixed64, tag = "1")]
+    pub time_unix_nano: u64,
     /// `name = 2`.
     #[prost(bytes = "bytes", tag = "2")]
     pub name: Bytes,
@@ -92,6 +95,9 @@ pub struct Event {
 /// `Status`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Status {
+    /// `message = 2` (a string, kept as bytes).
+    #[prost(bytes = "bytes", tag = "2")]
+    pub message: Bytes,
     /// `code = 3` (2 is ERROR).
     #[prost(int32, tag = "3")]
     pub code: i32,

@@ -2,7 +2,7 @@
 //!
 //! Bounded by the number of traces (oldest evicted first), by age, and by occurrences per trace.
 
-use crate::span_record::{SpanId, SpanRecord, TraceId};
+use crate::span_record::{SpanId, SpanRecord, SpanStatus, TraceId};
 use dei_propagator::{Index, PayloadDigest, StackDigest};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -26,9 +26,15 @@ pub struct Occurrence {
     /// `dei.payload.digest`.
     #[serde(serialize_with = "crate::serde_index::digest_opt")]
     pub payload: Option<PayloadDigest>,
-    /// `dei.stack.digest`.
-    #[serde(skip)]
+    /// `dei.stack.digest` (of the client span).
+    #[serde(serialize_with = "crate::serde_index::stack_digest_opt")]
     pub stack_digest: Option<StackDigest>,
+    /// A stream's own occurrence (`dei.preliminary`): its index ends in the preliminary element.
+    pub preliminary: bool,
+    /// The client span's status, when the client span was seen.
+    pub client_status: Option<SpanStatus>,
+    /// The server span's status, when the server span was seen.
+    pub server_status: Option<SpanStatus>,
     /// Calling service.
     pub client_service: Option<Arc<str>>,
     /// Called service (or virtual peer).
@@ -43,6 +49,39 @@ pub struct Occurrence {
     pub fault: Option<String>,
     /// Flagged ambiguous by instrumentation.
     pub ambiguous: bool,
+    /// On a stream's occurrence: the messages its client sent (`dei.stream.message` events), in order.
+    pub messages: Vec<StreamMessage>,
+    /// On a stream message's occurrence: which stream it was sent on.
+    pub stream: Option<MessageOf>,
+}
+
+/// One message a stream's client sent (a `dei.stream.message` event, paper §4.2).
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamMessage {
+    /// Its 1-based position k on the stream, when the event said (`dei.message`).
+    pub k: Option<u32>,
+    /// The preliminary index the callee served it under (`…r|(x+k)~`).
+    #[serde(serialize_with = "crate::serde_index::serialize")]
+    pub preliminary_index: Index,
+    /// Its final index (its own occurrence's index).
+    #[serde(serialize_with = "crate::serde_index::serialize")]
+    pub index: Index,
+    /// The fault injected on it, wire form (the stream ended before it).
+    pub fault: Option<String>,
+    /// When it was sent, Unix ns.
+    pub time_unix_nano: u64,
+}
+
+/// The stream a message occurrence was sent on.
+#[derive(Debug, Clone, Serialize)]
+pub struct MessageOf {
+    /// The stream's (preliminary) index.
+    #[serde(serialize_with = "crate::serde_index::serialize")]
+    pub index: Index,
+    /// The message's 1-based position k, when known.
+    pub k: Option<u32>,
+    /// When it was sent, Unix ns.
+    pub time_unix_nano: u64,
 }
 
 impl Occurrence {
@@ -92,6 +131,9 @@ impl TraceRecord {
             signature: None,
             payload: None,
             stack_digest: None,
+            preliminary: false,
+            client_status: None,
+            server_status: None,
             client_service: None,
             server_service: None,
             client_time: None,
@@ -99,10 +141,17 @@ impl TraceRecord {
             error: false,
             fault: None,
             ambiguous: false,
+            messages: Vec::new(),
+            stream: None,
         });
         let i = self.occurrences.len() - 1;
         self.by_rpc.insert((rpc, index.clone()), i);
         Some((i, true))
+    }
+
+    /// The position of the occurrence for `(rpc, index)`, if any.
+    pub fn position(&self, rpc: SpanId, index: &Index) -> Option<usize> {
+        self.by_rpc.get(&(rpc, index.clone())).copied()
     }
 
     /// Re-keys occurrences after an index rewrite.

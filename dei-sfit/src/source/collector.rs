@@ -6,29 +6,32 @@
 //! the execution (the test's client spans and, through propagation, everything they cause) lands in that
 //! trace. The source reads `GET /api/v1/traces/{trace_id}` (collector-plugin/API.md) and turns the trace's
 //! occurrences into an [`Observation`]. Spans arrive asynchronously, so [`settle`](SpanSource::settle) polls
-//! until the trace is complete and has not changed for a quiet period, bounded by a timeout.
+//! until the trace is complete (every preliminary index resolved, every client span seen) and has not
+//! changed for a quiet period, bounded by a timeout.
 //!
-//! What the trace view gives, and how it maps:
-//! - `index`, `signature`, `fault` (wire form), `error`, `client_time`/`server_time` → the RPC's index,
-//!   signature, injected fault, outcome (`fault`, else `error`, else ok) and times;
+//! The trace view carries what the in-memory source reads from the spans themselves, so both give the same
+//! observation of an execution:
+//! - `index`, `signature`, `payload`, `stack_digest` → the RPC's index and invocation signature (reference
+//!   indexes under coarser instantiations);
+//! - `fault` (a stream's own; a message's is on the message), `client_status` (gRPC / HTTP status code, OTLP
+//!   status) → the injected fault and the outcome, by the same rules as the in-memory source;
+//! - `client_time` → start and end;
+//! - a stream's `messages` (its `dei.stream.message` events: position, preliminary and final index, fault,
+//!   time) → the messages, as RPCs under the stream at their final indexes, targeted by default
+//!   ([`MessageTargeting`]); their own occurrences (marked `stream`) are not counted twice;
 //! - the parent RPC is the occurrence at the index's parent (the collector nests by index prefix, so this
-//!   needs an instantiation with the path component, as `dei` and `filibuster` have);
-//! - stream messages are the occurrences that share the stream client span's `rpc` id; their indexes, and
-//!   those of the RPCs served under them, are already rewritten to final form by the collector, so the
-//!   search's `streams` stay empty and such RPCs are marked `rewritten`.
-//!
-//! The view has no stack digest and no status code: [`ObservedRpc::invocation`] stays `None` (no reference
-//! indexes) and an error's outcome code is `error`.
+//!   needs an instantiation with the path component, as `dei` and `filibuster` have); RPCs served under a
+//!   message are already rewritten to final form by the collector and marked `rewritten`.
 
-use crate::observation::{Observation, ObservedRpc, Outcome};
-use crate::source::{SourceError, SpanSource};
-use dei_propagator::{Fault, Index};
+use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
+use crate::source::{MessageTargeting, SourceError, SpanSource};
+use dei_propagator::{Fault, Index, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use futures::future::BoxFuture;
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags, TraceId, TraceState};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use serde::Deserialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -78,6 +81,7 @@ pub struct CollectorSpans {
     settle: SettleConfig,
     trace: Arc<Mutex<Option<SpanContext>>>,
     flush: Option<FlushHook>,
+    messages: MessageTargeting,
 }
 
 impl std::fmt::Debug for CollectorSpans {
@@ -85,6 +89,7 @@ impl std::fmt::Debug for CollectorSpans {
         f.debug_struct("CollectorSpans")
             .field("api", &self.api)
             .field("settle", &self.settle)
+            .field("messages", &self.messages)
             .finish_non_exhaustive()
     }
 }
@@ -98,7 +103,15 @@ impl CollectorSpans {
             settle: SettleConfig::default(),
             trace: Arc::default(),
             flush: None,
+            messages: MessageTargeting::default(),
         }
+    }
+
+    /// Whether the search fails single stream messages ([`MessageTargeting::Targeted`], the default) or only
+    /// whole streams ([`MessageTargeting::Observed`]).
+    pub fn with_message_targeting(mut self, messages: MessageTargeting) -> Self {
+        self.messages = messages;
+        self
     }
 
     /// Waits for spans as `settle` says.
@@ -185,7 +198,7 @@ impl SpanSource for CollectorSpans {
             Ok(self
                 .fetch()
                 .await?
-                .map(|v| observation_from_trace(&v))
+                .map(|v| observation_from_trace_with(&v, self.messages))
                 .unwrap_or_default())
         })
     }
@@ -250,7 +263,7 @@ impl Fingerprint {
     }
 }
 
-/// `GET /api/v1/traces/{trace_id}`.
+/// `GET /api/v1/traces/{trace_id}` (collector-plugin/API.md, "The trace view").
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct TraceView {
     /// Occurrences in the trace.
@@ -275,21 +288,85 @@ pub struct TraceNode {
     /// `dei.signature`.
     #[serde(default)]
     pub signature: Option<String>,
+    /// `dei.payload.digest`, hex.
+    #[serde(default)]
+    pub payload: Option<String>,
+    /// `dei.stack.digest` of the client span, hex.
+    #[serde(default)]
+    pub stack_digest: Option<String>,
+    /// A stream's own occurrence.
+    #[serde(default)]
+    pub preliminary: bool,
     /// Client span start and end, Unix ns.
     #[serde(default)]
     pub client_time: Option<(u64, u64)>,
     /// Server span start and end, Unix ns.
     #[serde(default)]
     pub server_time: Option<(u64, u64)>,
+    /// The client span's status.
+    #[serde(default)]
+    pub client_status: Option<StatusView>,
     /// Either span had status error.
     #[serde(default)]
     pub error: bool,
-    /// The injected fault, wire form.
+    /// The injected fault, wire form (on a stream: the stream's own, not one of its messages').
     #[serde(default)]
     pub fault: Option<String>,
+    /// On a stream: the messages its client sent.
+    #[serde(default)]
+    pub messages: Vec<MessageView>,
+    /// On a message: the stream it was sent on.
+    #[serde(default)]
+    pub stream: Option<MessageOfView>,
     /// Occurrences one index level down.
     #[serde(default)]
     pub children: Vec<TraceNode>,
+}
+
+/// A span's status in the trace view.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct StatusView {
+    /// `unset`, `ok` or `error`.
+    #[serde(default)]
+    pub code: String,
+    /// The status message.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `rpc.grpc.status_code`.
+    #[serde(default)]
+    pub grpc_status_code: Option<i64>,
+    /// `http.response.status_code`.
+    #[serde(default)]
+    pub http_status_code: Option<i64>,
+}
+
+/// One message a stream's client sent.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct MessageView {
+    /// Its 1-based position.
+    #[serde(default)]
+    pub k: Option<u32>,
+    /// The preliminary index the callee served it under.
+    pub preliminary_index: String,
+    /// Its final index.
+    pub index: String,
+    /// The fault injected on it.
+    #[serde(default)]
+    pub fault: Option<String>,
+    /// When it was sent, Unix ns.
+    #[serde(default)]
+    pub time_unix_nano: u64,
+}
+
+/// The stream a message occurrence was sent on.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct MessageOfView {
+    /// The stream's index.
+    #[serde(default)]
+    pub index: String,
+    /// The message's position.
+    #[serde(default)]
+    pub k: Option<u32>,
 }
 
 fn flatten<'a>(nodes: &'a [TraceNode], out: &mut Vec<&'a TraceNode>) {
@@ -299,72 +376,145 @@ fn flatten<'a>(nodes: &'a [TraceNode], out: &mut Vec<&'a TraceNode>) {
     }
 }
 
-/// Builds an execution's observation from a trace view. Occurrences whose index does not decode are skipped.
-pub fn observation_from_trace(view: &TraceView) -> Observation {
+/// The caller's view of how an RPC ended, by the same rules as the in-memory source: the injected fault,
+/// else the gRPC status code, else an HTTP status of 400 or more, else an error status.
+fn outcome_of(n: &TraceNode, fault: Option<Fault>) -> Outcome {
+    if let Some(f) = fault {
+        return Outcome::of_fault(f);
+    }
+    let Some(status) = &n.client_status else {
+        return match (n.error, n.client_time) {
+            (true, _) => Outcome::Err { code: "error".into() },
+            (false, Some(_)) => Outcome::ok(),
+            (false, None) => Outcome::Unknown,
+        };
+    };
+    if let Some(code) = status.grpc_status_code.filter(|c| *c != 0) {
+        return Outcome::Err {
+            code: format!("g{code}"),
+        };
+    }
+    if let Some(code) = status.http_status_code.filter(|c| *c >= 400) {
+        return Outcome::Err {
+            code: format!("h{code}"),
+        };
+    }
+    if status.code == "error" {
+        return Outcome::Err {
+            code: format!("error: {}", status.message.as_deref().unwrap_or_default()),
+        };
+    }
+    Outcome::ok()
+}
+
+/// Builds an execution's observation from a trace view, as [`observation_from_spans`] builds it from the
+/// spans themselves: the RPC occurrences (messages excluded) with their invocation components, faults and
+/// outcomes, then each stream's messages (from the stream's `messages`) as RPCs under the stream at their
+/// final indexes, with their own faults, targeted as `messages` says. Occurrences whose index does not
+/// decode are skipped.
+///
+/// [`observation_from_spans`]: crate::source::observation_from_spans
+pub fn observation_from_trace_with(view: &TraceView, messages_targeting: MessageTargeting) -> Observation {
     let mut nodes = Vec::new();
     flatten(&view.tree, &mut nodes);
-    let decoded: Vec<(&TraceNode, Index)> = nodes
+    // (stream rpc id, final index) of every message listed on a stream
+    let listed: HashSet<(&str, &str)> = nodes
+        .iter()
+        .flat_map(|n| n.messages.iter().map(move |m| (n.rpc.as_str(), m.index.as_str())))
+        .collect();
+    let rpcs: Vec<(&TraceNode, Index)> = nodes
         .into_iter()
+        .filter(|n| n.stream.is_none() && !listed.contains(&(n.rpc.as_str(), n.index.as_str())))
         .filter_map(|n| Index::decode(&n.index).ok().map(|i| (n, i)))
         .collect();
-    let is_stream = |i: &Index| i.elements().last().is_some_and(|e| e.preliminary);
-    // stream client span id → position of the stream's own occurrence
-    let streams: HashMap<&str, usize> = decoded
-        .iter()
-        .enumerate()
-        .filter(|(_, (n, i))| is_stream(i) && !n.rpc.is_empty())
-        .map(|(p, (n, _))| (n.rpc.as_str(), p))
-        .collect();
-    let stream_of = |p: usize| -> Option<usize> {
-        let (n, i) = &decoded[p];
-        (!is_stream(i)).then(|| streams.get(n.rpc.as_str()).copied()).flatten()
-    };
-    let messages: Vec<&Index> = (0..decoded.len())
-        .filter(|&p| stream_of(p).is_some())
-        .map(|p| &decoded[p].1)
-        .collect();
-    let mut by_index: HashMap<&Index, Vec<usize>> = HashMap::new();
-    for (p, (_, i)) in decoded.iter().enumerate() {
-        by_index.entry(i).or_default().push(p);
+    let mut obs = Observation::default();
+    // (position of the stream, message) for each decodable message
+    let mut messages: Vec<(usize, &MessageView, Index)> = Vec::new();
+    for (p, (n, _)) in rpcs.iter().enumerate() {
+        for m in &n.messages {
+            let (Ok(pre), Ok(fin)) = (Index::decode(&m.preliminary_index), Index::decode(&m.index)) else {
+                continue;
+            };
+            obs.streams.push(StreamMapping {
+                preliminary: pre,
+                final_index: fin.clone(),
+            });
+            messages.push((p, m, fin));
+        }
     }
     let times = |n: &TraceNode| n.client_time.or(n.server_time);
-    let mut obs = Observation::default();
-    for (p, (n, index)) in decoded.iter().enumerate() {
+    // every RPC's index and times, the occurrences first, then the messages (as the in-memory source)
+    let mut entries: Vec<(&Index, Option<(u64, u64)>)> = rpcs.iter().map(|(n, i)| (i, times(n))).collect();
+    entries.extend(
+        messages
+            .iter()
+            .map(|(_, m, i)| (i, Some((m.time_unix_nano, m.time_unix_nano)))),
+    );
+    let mut by_index: HashMap<&Index, Vec<usize>> = HashMap::new();
+    for (p, (i, _)) in entries.iter().enumerate() {
+        by_index.entry(i).or_default().push(p);
+    }
+    let message_indexes: Vec<&Index> = messages.iter().map(|(_, _, i)| i).collect();
+    for (n, index) in &rpcs {
         let (start, end) = times(n).unwrap_or((0, u64::MAX));
-        let message_of = stream_of(p);
-        let parent = message_of.or_else(|| {
-            let candidates = by_index.get(&index.parent()?)?;
+        let parent = index.parent().and_then(|pi| {
+            let candidates = by_index.get(&pi)?;
             // with several RPCs under the parent index, the one running when this one started
             candidates
                 .iter()
                 .copied()
-                .find(|&c| times(decoded[c].0).is_some_and(|(s, e)| s <= start && start <= e))
+                .find(|&c| entries[c].1.is_some_and(|(s, e)| s <= start && start <= e))
                 .or_else(|| candidates.first().copied())
         });
         let fault = n.fault.as_deref().and_then(|f| f.parse::<Fault>().ok());
-        let outcome = match (fault, n.error, n.client_time) {
-            (Some(f), _, _) => Outcome::of_fault(f),
-            (None, true, _) => Outcome::Err { code: "error".into() },
-            (None, false, Some(_)) => Outcome::ok(),
-            (None, false, None) => Outcome::Unknown,
+        let invocation = match (
+            n.payload.as_deref().and_then(|d| PayloadDigest::from_hex(d).ok()),
+            n.stack_digest.as_deref().and_then(|d| StackDigest::from_hex(d).ok()),
+            n.signature.as_deref(),
+        ) {
+            (Some(p), Some(s), Some(sig)) => Some(InvocationSignature::new(Signature::from_name(sig), p, s)),
+            _ => None,
         };
         obs.rpcs.push(ObservedRpc {
             index: index.clone(),
             signature: n.signature.clone().unwrap_or_default(),
-            invocation: None,
+            invocation,
             parent,
             fault,
-            outcome,
+            outcome: outcome_of(n, fault),
             start,
             end,
-            rewritten: messages
+            // served under a message: it ran under the message's preliminary index, which the collector
+            // rewrote to the final one
+            rewritten: message_indexes
                 .iter()
                 .any(|m| m.depth() < index.depth() && index.starts_with(m)),
-            injectable: message_of.is_none(),
+            injectable: true,
+            reference: None,
+        });
+    }
+    for (stream, m, index) in messages {
+        let fault = m.fault.as_deref().and_then(|f| f.parse::<Fault>().ok());
+        obs.rpcs.push(ObservedRpc {
+            index,
+            signature: rpcs[stream].0.signature.clone().unwrap_or_default(),
+            invocation: None,
+            parent: Some(stream),
+            fault,
+            outcome: fault.map_or_else(Outcome::ok, Outcome::of_fault),
+            start: m.time_unix_nano,
+            end: m.time_unix_nano,
+            rewritten: false,
+            injectable: messages_targeting == MessageTargeting::Targeted,
             reference: None,
         });
     }
     obs
+}
+
+/// [`observation_from_trace_with`], stream messages targeted.
+pub fn observation_from_trace(view: &TraceView) -> Observation {
+    observation_from_trace_with(view, MessageTargeting::default())
 }
 
 #[cfg(test)]
@@ -381,16 +531,27 @@ mod tests {
         )
     }
 
+    fn status(grpc: Option<i64>) -> StatusView {
+        StatusView {
+            code: if grpc.is_some_and(|c| c != 0) { "error" } else { "unset" }.into(),
+            message: None,
+            grpc_status_code: grpc,
+            http_status_code: None,
+        }
+    }
+
     fn node(index: &Index, rpc: &str, time: (u64, u64), children: Vec<TraceNode>) -> TraceNode {
         TraceNode {
             index: index.encode(),
             rpc: rpc.into(),
             signature: Some(format!("sig{}", index.depth())),
+            payload: Some("ab".repeat(32)),
+            stack_digest: Some("cd".repeat(32)),
             client_time: Some(time),
             server_time: Some(time),
-            error: false,
-            fault: None,
+            client_status: Some(status(Some(0))),
             children,
+            ..TraceNode::default()
         }
     }
 
@@ -398,58 +559,93 @@ mod tests {
     fn occurrences_become_rpcs_with_parents_faults_and_streams() {
         let a = idx(&[(1, 1)]);
         let b = idx(&[(1, 1), (2, 1)]);
-        let pre = Index::from_elements(
-            idx(&[(1, 1), (3, 1)])
-                .elements()
-                .iter()
-                .map(|e| e.preliminary())
-                .collect(),
-        );
-        let msg = idx(&[(1, 1), (4, 1)]);
-        let under_msg = idx(&[(1, 1), (4, 1), (5, 1)]);
+        let pre = a.child(Element::new(ElementDigest([3; 8]), 1).preliminary());
+        let hello = idx(&[(1, 1), (4, 1)]);
+        let world = idx(&[(1, 1), (7, 1)]);
+        let under_hello = idx(&[(1, 1), (4, 1), (5, 1)]);
         let mut fb = node(&b, "bb", (20, 30), vec![]);
         fb.fault = Some("g14".into());
         fb.error = true;
         let mut unknown = node(&idx(&[(1, 1), (6, 1)]), "ee", (50, 60), vec![]);
         unknown.client_time = None;
+        unknown.client_status = None;
         let bad = TraceNode {
             index: "not an index".into(),
             ..TraceNode::default()
         };
+        // the stream: World was sent first and failed (the stream ended there, with UNAVAILABLE); Hello was
+        // sent before it and served, and B's call for it was rewritten under Hello's final index
+        let mut stream = node(&pre, "ss", (31, 40), vec![]);
+        stream.preliminary = true;
+        stream.error = true;
+        stream.client_status = Some(status(Some(14)));
+        stream.messages = vec![
+            MessageView {
+                k: Some(1),
+                preliminary_index: pre.stream_message(1).encode(),
+                index: hello.encode(),
+                fault: None,
+                time_unix_nano: 32,
+            },
+            MessageView {
+                k: Some(2),
+                preliminary_index: pre.stream_message(2).encode(),
+                index: world.encode(),
+                fault: Some("c".into()),
+                time_unix_nano: 34,
+            },
+        ];
+        let mut hello_node = node(&hello, "ss", (31, 40), vec![node(&under_hello, "uu", (33, 35), vec![])]);
+        hello_node.stream = Some(MessageOfView {
+            index: pre.encode(),
+            k: Some(1),
+        });
+        let mut world_node = node(&world, "ss", (31, 40), vec![]);
+        world_node.fault = Some("c".into());
+        world_node.stream = Some(MessageOfView {
+            index: pre.encode(),
+            k: Some(2),
+        });
         let view = TraceView {
-            rpcs: 6,
+            rpcs: 8,
             pending_preliminary: 0,
             tree: vec![node(
                 &a,
                 "aa",
                 (10, 100),
-                vec![
-                    fb,
-                    node(&pre, "ss", (31, 40), vec![]),
-                    node(&msg, "ss", (31, 40), vec![node(&under_msg, "uu", (33, 35), vec![])]),
-                    unknown,
-                    bad,
-                ],
+                vec![fb, stream, hello_node, world_node, unknown, bad],
             )],
         };
         let obs = observation_from_trace(&view);
-        assert_eq!(obs.rpcs.len(), 6, "{:#?}", obs.rpcs);
+        assert_eq!(obs.rpcs.len(), 7, "{:#?}", obs.rpcs);
         let pos = |i: &Index| obs.rpcs.iter().position(|r| &r.index == i).expect("rpc");
-        let (pa, pb, ps, pm, pu) = (pos(&a), pos(&b), pos(&pre), pos(&msg), pos(&under_msg));
+        let (pa, pb, ps, ph, pw, pu) = (pos(&a), pos(&b), pos(&pre), pos(&hello), pos(&world), pos(&under_hello));
         assert_eq!(obs.rpcs[pa].parent, None);
+        assert!(
+            obs.rpcs[pa].invocation.is_some(),
+            "payload and stack digests make the invocation"
+        );
         assert_eq!(obs.rpcs[pb].parent, Some(pa));
         assert_eq!(obs.rpcs[pb].fault, Some(Fault::UNAVAILABLE));
         assert_eq!(obs.rpcs[pb].outcome, Outcome::Err { code: "g14".into() });
-        assert_eq!(obs.effective().len(), 1);
-        assert!(obs.rpcs[ps].injectable && !obs.rpcs[ps].rewritten);
-        assert_eq!(obs.rpcs[pm].parent, Some(ps), "a message hangs under its stream");
-        assert!(!obs.rpcs[pm].injectable);
-        assert_eq!(obs.rpcs[pu].parent, Some(pm));
+        // the message's fault is the message's; the stream ended with the status it caused
+        assert_eq!(obs.rpcs[pw].fault, Some(Fault::Connection));
+        assert_eq!(obs.rpcs[ps].fault, None);
+        assert_eq!(obs.rpcs[ps].outcome, Outcome::Err { code: "g14".into() });
+        assert_eq!(obs.effective().len(), 2);
+        assert!(obs.rpcs[ps].targetable() && obs.rpcs[ps].index.is_preliminary());
+        for p in [ph, pw] {
+            assert_eq!(obs.rpcs[p].parent, Some(ps), "a message hangs under its stream");
+            assert!(obs.rpcs[p].targetable(), "messages are targeted by default");
+            assert_eq!(obs.rpcs[p].start, obs.rpcs[p].end, "sent at its event's time");
+        }
+        assert_eq!(obs.rpcs[ph].outcome, Outcome::ok());
+        assert_eq!(obs.rpcs[pu].parent, Some(ph));
         assert!(
-            obs.rpcs[pu].rewritten,
+            obs.rpcs[pu].rewritten && !obs.rpcs[pu].targetable(),
             "served under a message: ran under the preliminary index"
         );
-        assert!(obs.is_descendant(pu, ps));
+        assert_eq!(obs.streams.len(), 2);
         let e = obs
             .rpcs
             .iter()
@@ -457,6 +653,8 @@ mod tests {
             .expect("e");
         assert_eq!(e.outcome, Outcome::Unknown);
         assert!(!Fingerprint::of(&view).complete, "a client span is missing");
+        let observed = observation_from_trace_with(&view, MessageTargeting::Observed);
+        assert!(observed.rpcs.iter().filter(|r| !r.targetable()).count() == 3);
     }
 
     #[test]
@@ -465,14 +663,17 @@ mod tests {
         let json = format!(
             r#"{{"trace_id":"0102030405060708090a0b0c0d0e0f10","start_unix_nano":5,"rpcs":1,"pending_preliminary":0,
             "tree":[{{"index":"{}","rpc":"0102030405060708","caller_span":null,"signature":"GET /x","payload":null,
+            "stack_digest":null,"preliminary":false,"client_status":{{"code":"error","message":"Service Unavailable",
+            "grpc_status_code":null,"http_status_code":503}},"server_status":null,
             "client_service":"t","server_service":"s","client_time":[5,9],"server_time":null,"error":true,
-            "fault":"h503","ambiguous":false,"children":[]}}]}}"#,
+            "fault":null,"ambiguous":false,"messages":[],"stream":null,"children":[]}}]}}"#,
             a.encode()
         );
         let view: TraceView = serde_json::from_str(&json).expect("decodes");
         let obs = observation_from_trace(&view);
         assert_eq!(obs.rpcs.len(), 1);
-        assert_eq!(obs.rpcs[0].fault, Some(Fault::Http(503)));
+        assert_eq!(obs.rpcs[0].fault, None);
+        assert_eq!(obs.rpcs[0].outcome, Outcome::Err { code: "h503".into() });
         assert_eq!((obs.rpcs[0].start, obs.rpcs[0].end), (5, 9));
         assert!(Fingerprint::of(&view).complete);
         assert!(serde_json::from_str::<TraceView>(r#"{"tree":[{"rpc":"x"}]}"#).is_err());
