@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::chain::{element, frontend_to_users_trace, python, unavailable};
+use common::chain::{element, free_port, frontend_to_users_trace, python, unavailable};
 use common::{CollectorProcess, Downstream, eventually};
 use dei_propagator::Index;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
@@ -37,14 +37,6 @@ fn rotel_agent() -> Option<PathBuf> {
         .output()
         .is_ok_and(|o| o.status.success());
     ok.then_some(p)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Killed(Child);

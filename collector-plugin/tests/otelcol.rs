@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::chain::{element, frontend_to_users_trace, python, unavailable};
+use common::chain::{element, free_port, frontend_to_users_trace, python, unavailable};
 use common::{CollectorProcess, Downstream, eventually};
 use dei_propagator::Index;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
@@ -109,14 +109,6 @@ fn otelcol_for_chain() -> Option<PathBuf> {
         return None;
     }
     Some(bin)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn listening(port: u16) -> bool {

@@ -21,6 +21,12 @@ pub fn unavailable(what: &str) {
     );
 }
 
+/// A loopback port that was free a moment ago (for child processes that take a port, not a listener).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
+
 /// The Python interpreter (`$PYTHON`, or `python3`).
 pub fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
