@@ -221,12 +221,23 @@ async function loadTraces() {
   document.getElementById("trace-list").replaceChildren(el("p", {}, `${t.retained} traces retained`), table);
 }
 
+// The outcome a span recorded: its gRPC status code or HTTP status, when it has one.
+function statusBadge(s) {
+  if (!s) return null;
+  if (s.grpc_status_code != null) return badge("gRPC " + s.grpc_status_code, s.grpc_status_code ? "err" : "");
+  if (s.http_status_code != null) return badge("HTTP " + s.http_status_code, s.http_status_code >= 500 ? "err" : "");
+  return null;
+}
+
 function traceNode(n) {
   const li = el("li", {}, el("div", { class: "row" },
     el("span", { class: "sig" }, n.signature || "?"), " ", el("span", { class: "el" }, n.index),
     " ", el("span", {}, `${n.client_service || "?"} → ${n.server_service || "?"}`),
+    statusBadge(n.client_status || n.server_status),
     n.fault ? badge("fault " + n.fault, "fault") : null, n.error ? badge("error", "err") : null,
-    n.ambiguous ? badge("ambiguous", "amb") : null));
+    n.ambiguous ? badge("ambiguous", "amb") : null,
+    n.messages && n.messages.length ? badge(`stream · ${n.messages.length} messages`) : null,
+    n.stream ? badge(`message ${n.stream.k}`) : null));
   if (n.children && n.children.length) {
     const ul = el("ul", {});
     li.append(ul);
