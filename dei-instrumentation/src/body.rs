@@ -10,7 +10,7 @@
 use crate::fault;
 use crate::grpc::frame::MessageDigester;
 use crate::grpc::stream::StreamFault;
-use crate::span;
+use crate::span::{self, OtelSpan};
 use bytes::Bytes;
 use dei_propagator::{IssuedIndex, PayloadHasher};
 use http_body::{Body, Frame, SizeHint};
@@ -18,11 +18,13 @@ use opentelemetry::Context;
 use pin_project_lite::pin_project;
 use std::pin::Pin;
 use std::task::{Poll, ready};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// What ends with an RPC: its span handle and, on clients, its issued index.
 pub(crate) struct CallGuard {
-    pub(crate) span: tracing::Span,
+    /// Held until the RPC ends: the span closes (and its OpenTelemetry span ends) when this is dropped.
+    pub(crate) _span: tracing::Span,
+    /// Its OpenTelemetry span, where the outcome is recorded.
+    pub(crate) otel: OtelSpan,
     pub(crate) issued: Option<IssuedIndex>,
     pub(crate) grpc: bool,
 }
@@ -32,13 +34,13 @@ impl CallGuard {
         if self.grpc
             && let Some(status) = tonic::Status::from_header_map(trailers)
         {
-            record_grpc_status(&self.span, status.code());
+            record_grpc_status(&self.otel, status.code());
         }
     }
 }
 
 /// Records `rpc.grpc.status_code` and the span status.
-pub(crate) fn record_grpc_status(span: &tracing::Span, code: tonic::Code) {
+pub(crate) fn record_grpc_status(span: &OtelSpan, code: tonic::Code) {
     span.set_attribute("rpc.grpc.status_code", code as i64);
     if code != tonic::Code::Ok {
         span.set_status(opentelemetry::trace::Status::error(format!("{code:?}")));
@@ -48,13 +50,9 @@ pub(crate) fn record_grpc_status(span: &tracing::Span, code: tonic::Code) {
 impl Drop for CallGuard {
     fn drop(&mut self) {
         if let Some(issued) = &self.issued {
-            span_ambiguous(&self.span, issued);
+            self.otel.set_attribute(span::AMBIGUOUS, issued.is_ambiguous());
         }
     }
-}
-
-fn span_ambiguous(span: &tracing::Span, issued: &IssuedIndex) {
-    span.set_attribute(span::AMBIGUOUS, issued.is_ambiguous());
 }
 
 pin_project! {
@@ -120,7 +118,7 @@ where
             this.inner.set(None);
             let status = fault::status_for_stream(f);
             if let Some(g) = this.guard.take() {
-                record_grpc_status(&g.span, status.code());
+                record_grpc_status(&g.otel, status.code());
             }
             let mut trailers = http::HeaderMap::new();
             if status.add_header(&mut trailers).is_ok() {
@@ -146,7 +144,7 @@ where
             }
             Some(Err(_)) => {
                 if let Some(g) = this.guard.take() {
-                    g.span
+                    g.otel
                         .set_status(opentelemetry::trace::Status::error("response body error"));
                 }
             }
@@ -194,23 +192,23 @@ pin_project! {
         #[pin]
         inner: B,
         digest: InboundDigest,
-        span: tracing::Span,
+        otel: OtelSpan,
         keep_raw: bool,
         raw: Vec<u8>,
     }
 }
 
 impl<B: Body> InboundBody<B> {
-    pub(crate) fn new(inner: B, digest: InboundDigest, span: tracing::Span, keep_raw: bool) -> Self {
+    pub(crate) fn new(inner: B, digest: InboundDigest, otel: OtelSpan, keep_raw: bool) -> Self {
         let mut body = InboundBody {
             inner,
             digest,
-            span,
+            otel,
             keep_raw,
             raw: Vec::new(),
         };
         if body.inner.is_end_stream() {
-            finish(&mut body.digest, &body.span, &body.raw, body.keep_raw);
+            finish(&mut body.digest, &body.otel, &body.raw, body.keep_raw);
         }
         body
     }
@@ -218,9 +216,9 @@ impl<B: Body> InboundBody<B> {
 
 const RAW_CAP: usize = 1024;
 
-fn finish(digest: &mut InboundDigest, span: &tracing::Span, raw: &[u8], keep_raw: bool) {
+fn finish(digest: &mut InboundDigest, otel: &OtelSpan, raw: &[u8], keep_raw: bool) {
     if let InboundDigest::Http { hasher, .. } = std::mem::replace(digest, InboundDigest::Done) {
-        span::record_payload(span, &hasher.finish(), keep_raw.then_some(raw));
+        span::record_payload(otel, &hasher.finish(), keep_raw.then_some(raw));
     }
 }
 
@@ -254,7 +252,7 @@ where
                             });
                             if let Some(m) = first {
                                 let raw = m.prefix.as_deref().or((*this.keep_raw).then_some(&this.raw[..]));
-                                span::record_payload(this.span, &m.digest, raw.filter(|_| *this.keep_raw));
+                                span::record_payload(this.otel, &m.digest, raw.filter(|_| *this.keep_raw));
                                 *this.digest = InboundDigest::Done;
                             }
                         }
@@ -263,14 +261,14 @@ where
                             hasher.update(&data[..take]);
                             *remaining -= take;
                             if *remaining == 0 {
-                                finish(this.digest, this.span, this.raw, *this.keep_raw);
+                                finish(this.digest, this.otel, this.raw, *this.keep_raw);
                             }
                         }
                         InboundDigest::Done => {}
                     }
                 }
             }
-            None => finish(this.digest, this.span, this.raw, *this.keep_raw),
+            None => finish(this.digest, this.otel, this.raw, *this.keep_raw),
             Some(Err(_)) => *this.digest = InboundDigest::Done,
         }
         Poll::Ready(polled)

@@ -5,7 +5,7 @@
 use crate::body::{CallGuard, InboundBody, InboundDigest};
 use crate::config::DeiConfig;
 use crate::grpc::stream::IncomingCall;
-use crate::span;
+use crate::span::{self, OtelSpan};
 use dei_propagator::rejection::{self, Source};
 use dei_propagator::{DeiContextExt, FAULT_PLAN_KEY, RequestScope, Signature};
 use opentelemetry::Context;
@@ -46,7 +46,7 @@ fn reject_unreadable(headers: &http::HeaderMap) {
     }
 }
 
-/// Opens the request's scope. `single_request` is true for server-streaming methods, whose one request
+/// Opens the request's scope; returns it with the server span's OpenTelemetry span (started here). `single_request` is true for server-streaming methods, whose one request
 /// message is served as message 1 of the stream.
 ///
 /// Malformed `dei`, `baggage` or `dei-faults` values are rejected and counted by the propagator
@@ -58,7 +58,7 @@ pub(crate) fn open(
     signature: &Signature,
     span: &tracing::Span,
     single_request: bool,
-) -> IncomingCall {
+) -> (IncomingCall, OtelSpan) {
     reject_unreadable(headers);
     let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
     let index = parent.dei_index().cloned().unwrap_or_default();
@@ -79,13 +79,14 @@ pub(crate) fn open(
     if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
         attributes.push(span::FAULT_PLAN, plan.encode());
     }
-    attributes.set_on(span);
-    IncomingCall {
+    let otel = attributes.set_on(span);
+    let call = IncomingCall {
         index,
         instantiation: config.instantiation().clone(),
         scope,
         context,
-    }
+    };
+    (call, otel)
 }
 
 /// What [`dispatch`] hands back: the handler's future, the guard that ends with the response, and the
@@ -105,7 +106,7 @@ pub(crate) fn dispatch<S, B>(
     inner: &mut S,
     config: &DeiConfig,
     request: http::Request<B>,
-    call: IncomingCall,
+    (call, otel): (IncomingCall, OtelSpan),
     digest: InboundDigest,
     span: &tracing::Span,
     grpc: bool,
@@ -116,7 +117,7 @@ where
     B: http_body::Body,
 {
     let (mut parts, body) = request.into_parts();
-    let body = wrap(InboundBody::new(body, digest, span.clone(), config.record_payloads()));
+    let body = wrap(InboundBody::new(body, digest, otel.clone(), config.record_payloads()));
     let cx = call.context.clone();
     parts.extensions.insert(call);
     let request = http::Request::from_parts(parts, body);
@@ -126,7 +127,8 @@ where
         inner.call(request)
     };
     let guard = CallGuard {
-        span: span.clone(),
+        _span: span.clone(),
+        otel,
         issued: None,
         grpc,
     };

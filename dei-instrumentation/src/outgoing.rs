@@ -3,7 +3,7 @@
 
 use crate::config::DeiConfig;
 use crate::fault::Action;
-use crate::span;
+use crate::span::{self, OtelSpan};
 use crate::stack::CapturedStack;
 use dei_propagator::{
     DeiContextExt, FaultPlan, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature,
@@ -32,6 +32,8 @@ pub(crate) struct Outgoing {
     pub(crate) action: Action,
     /// The scope the index came from (streams issue their messages' final indexes from it).
     pub(crate) scope: RequestScope,
+    /// The client span's OpenTelemetry span, where the outcome is recorded.
+    pub(crate) otel: OtelSpan,
 }
 
 /// The components of an outgoing call.
@@ -64,14 +66,19 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
     }
     // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
     // without one, inject the current context.
-    let span_cx = attributes.set_on(span);
-    let base = if span_cx.has_active_span() { span_cx } else { cx.clone() };
+    let otel = attributes.set_on(span);
+    let base = if otel.context().has_active_span() {
+        otel.context().clone()
+    } else {
+        cx.clone()
+    };
     let inject_cx = base.with_dei_index(issued.index().clone());
     Outgoing {
         issued,
         inject_cx,
         action: Action::for_fault(fault),
         scope,
+        otel,
     }
 }
 

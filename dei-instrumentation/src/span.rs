@@ -109,21 +109,58 @@ impl Attributes {
         }
     }
 
-    /// Sets them on the span and returns its context. The span's OpenTelemetry span is started here if it was
-    /// not yet: call this after [`OpenTelemetrySpanExt::set_parent`]. Without a tracing-opentelemetry layer the
-    /// context has no span, and nothing is recorded.
-    pub(crate) fn set_on(self, span: &tracing::Span) -> Context {
+    /// Sets them on the span and returns its OpenTelemetry span. That span is started here if it was not yet:
+    /// call this after [`OpenTelemetrySpanExt::set_parent`].
+    pub(crate) fn set_on(self, span: &tracing::Span) -> OtelSpan {
+        let otel = OtelSpan::of(span);
+        otel.0.span().set_attributes(self.0);
+        otel
+    }
+
+    /// Sets them on an OpenTelemetry span taken earlier.
+    pub(crate) fn set_on_otel(self, otel: &OtelSpan) {
+        otel.0.span().set_attributes(self.0);
+    }
+}
+
+/// The OpenTelemetry span behind a tracing span, held so that what is recorded later (the payload digest of a
+/// streamed body, the outcome) needs no lookup through the subscriber. Without a tracing-opentelemetry layer
+/// it holds no span, and recording does nothing.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OtelSpan(Context);
+
+impl OtelSpan {
+    /// The OpenTelemetry span of `span`, started if it was not yet.
+    pub(crate) fn of(span: &tracing::Span) -> Self {
         let cx = span.context();
-        cx.span().set_attributes(self.0);
-        cx
+        if cx.has_active_span() {
+            OtelSpan(cx)
+        } else {
+            OtelSpan::default()
+        }
+    }
+
+    /// Its context (the current context when the span was started, plus the span).
+    pub(crate) fn context(&self) -> &Context {
+        &self.0
+    }
+
+    /// Sets one attribute.
+    pub(crate) fn set_attribute(&self, key: &'static str, value: impl Into<Value>) {
+        self.0.span().set_attribute(KeyValue::new(key, value));
+    }
+
+    /// Sets the status.
+    pub(crate) fn set_status(&self, status: opentelemetry::trace::Status) {
+        self.0.span().set_status(status);
     }
 }
 
 /// Records a payload digest (and the raw payload when asked for) on its own.
-pub(crate) fn record_payload(span: &tracing::Span, digest: &PayloadDigest, raw: Option<&[u8]>) {
+pub(crate) fn record_payload(otel: &OtelSpan, digest: &PayloadDigest, raw: Option<&[u8]>) {
     let mut a = Attributes::default();
     a.payload(digest, raw);
-    a.set_on(span);
+    a.set_on_otel(otel);
 }
 
 /// Records one stream message's final index (the preliminary → final mapping).

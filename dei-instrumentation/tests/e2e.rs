@@ -243,6 +243,20 @@ async fn a_planned_fault_fails_exactly_that_rpc() {
                     !spans.iter().any(|s| is_server(s) && index_of(s) == Some(site2.clone())),
                     "the faulted call was never sent"
                 );
+                // Outcomes reach the spans: UNAVAILABLE (14) and an error status on the faulted call, OK (0) on
+                // every other gRPC span that has a status code.
+                let faulted = spans
+                    .iter()
+                    .find(|s| is_client(s) && index_of(s) == Some(site2.clone()))
+                    .expect("the faulted call's client span");
+                assert_eq!(attr(faulted, "rpc.grpc.status_code").as_deref(), Some("14"));
+                assert!(matches!(faulted.status, opentelemetry::trace::Status::Error { .. }));
+                let ok = spans
+                    .iter()
+                    .filter(|s| index_of(s) != Some(site2.clone()))
+                    .filter_map(|s| attr(s, "rpc.grpc.status_code"))
+                    .collect::<Vec<_>>();
+                assert!(ok.len() >= 10 && ok.iter().all(|c| c == "0"), "{ok:?}");
                 // The plan travelled with the requests: servers saw it.
                 assert!(
                     spans

@@ -248,15 +248,16 @@ where
     );
     match out.action {
         Action::Fail(f) => {
+            let response = fault::grpc_response(f, ());
+            if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+                record_grpc_status(&out.otel, status.code());
+            }
             let guard = CallGuard {
-                span: span.clone(),
+                _span: span.clone(),
+                otel: out.otel,
                 issued: Some(out.issued),
                 grpc: true,
             };
-            let response = fault::grpc_response(f, ());
-            if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-                record_grpc_status(&span, status.code());
-            }
             let (rparts, ()) = response.into_parts();
             return Ok(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
         }
@@ -287,8 +288,10 @@ where
         cut: false,
     });
     let request = http::Request::from_parts(parts, body);
+    let otel = out.otel;
     let guard = CallGuard {
-        span: span.clone(),
+        _span: span.clone(),
+        otel: otel.clone(),
         issued: Some(out.issued),
         grpc: true,
     };
@@ -296,32 +299,21 @@ where
     // A fault on a stream message that hit before the response came: the call ends with the fault's status.
     if let Some(f) = stream_fault.as_ref().and_then(StreamFault::get) {
         let status = fault::status_for_stream(f);
-        record_grpc_status(&span, status.code());
+        record_grpc_status(&otel, status.code());
         let (rparts, ()) = status.into_http::<()>().into_parts();
         return Ok(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
     }
     match response {
         Ok(response) => {
             if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-                record_grpc_status(&span, status.code());
+                record_grpc_status(&otel, status.code());
             }
             Ok(response.map(|b| DeiResponseBody::new(b, guard, None).ending_on(stream_fault)))
         }
         Err(e) => {
-            span.set_status_error("transport error");
+            otel.set_status(opentelemetry::trace::Status::error("transport error"));
             Err(e)
         }
-    }
-}
-
-trait SpanStatusExt {
-    fn set_status_error(&self, message: &'static str);
-}
-
-impl SpanStatusExt for tracing::Span {
-    fn set_status_error(&self, message: &'static str) {
-        use tracing_opentelemetry::OpenTelemetrySpanExt;
-        self.set_status(opentelemetry::trace::Status::error(message));
     }
 }
 

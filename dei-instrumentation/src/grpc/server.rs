@@ -94,9 +94,9 @@ where
         let kind = self.config.method_kind(&path);
         let single_request = kind == Some(MethodKind::ServerStreaming);
         let call = incoming::open(&self.config, request.headers(), &signature, &span, single_request);
-        let digest = if call.index.is_preliminary() {
+        let digest = if call.0.index.is_preliminary() {
             // A stream: its preliminary index has the empty payload.
-            span::record_payload(&span, &PayloadDigest::empty(), None);
+            span::record_payload(&call.1, &PayloadDigest::empty(), None);
             InboundDigest::Done
         } else {
             InboundDigest::Grpc(MessageDigester::new(0))
@@ -116,7 +116,7 @@ where
             async move {
                 let response = future.await?;
                 if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-                    crate::body::record_grpc_status(&guard.span, status.code());
+                    crate::body::record_grpc_status(&guard.otel, status.code());
                 }
                 Ok(response.map(|b| DeiResponseBody::new(b, guard, Some(body_cx))))
             }

@@ -21,7 +21,6 @@ use http::Extensions;
 use opentelemetry::Context;
 use reqwest_middleware::{Middleware, Next};
 use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// reqwest-middleware middleware doing for HTTP calls what [`crate::DeiClientLayer`] does for gRPC.
 #[derive(Clone, Debug, Default)]
@@ -96,8 +95,10 @@ impl Middleware for DeiReqwestMiddleware {
         );
         match out.action {
             Action::Fail(Fault::Connection) => {
-                span.set_status(opentelemetry::trace::Status::error("injected connection error"));
-                span.set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+                out.otel
+                    .set_status(opentelemetry::trace::Status::error("injected connection error"));
+                out.otel
+                    .set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
                 return Err(reqwest_middleware::Error::middleware(InjectedConnectionError {
                     index: out.issued.index().encode(),
                 }));
@@ -105,8 +106,10 @@ impl Middleware for DeiReqwestMiddleware {
             Action::Fail(f) => {
                 let response = fault_response(f);
                 span.record("http.response.status_code", response.status().as_u16());
-                span.set_status(opentelemetry::trace::Status::error("injected fault"));
-                span.set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+                out.otel
+                    .set_status(opentelemetry::trace::Status::error("injected fault"));
+                out.otel
+                    .set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
                 return Ok(response);
             }
             Action::Delay(d) => tokio::time::sleep(d).await,
@@ -118,12 +121,14 @@ impl Middleware for DeiReqwestMiddleware {
             Ok(response) => {
                 span.record("http.response.status_code", response.status().as_u16());
                 if response.status().is_server_error() {
-                    span.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
+                    out.otel
+                        .set_status(opentelemetry::trace::Status::error(response.status().to_string()));
                 }
             }
-            Err(e) => span.set_status(opentelemetry::trace::Status::error(e.to_string())),
+            Err(e) => out.otel.set_status(opentelemetry::trace::Status::error(e.to_string())),
         }
-        span.set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+        out.otel
+            .set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
         result
     }
 }
