@@ -90,14 +90,16 @@ fn shape(e: &ExecutionRecord) -> BTreeSet<String> {
         })
         .map(|r| {
             format!(
-                "{} {} parent={:?} fault={:?} outcome={} targetable={} invocation={}",
+                "{} {} parent={:?} fault={:?} outcome={} targetable={} invocation={:?}",
                 r.index,
                 r.signature,
                 r.parent.map(|p| e.rpcs[p].index.to_string()),
                 r.fault,
                 r.outcome,
                 r.targetable(),
-                r.invocation.is_some()
+                r.invocation
+                    .as_ref()
+                    .map(|i| (i.signature.name().to_string(), i.payload, i.stack))
             )
         })
         .collect()
@@ -147,10 +149,6 @@ async fn fig5_stream_messages_are_targeted_through_memory_and_collector() {
     assert_eq!(
         streams, 1,
         "one on the stream's preliminary index, two on final message indexes"
-    );
-    assert_eq!(
-        truth.reference, truth.effective,
-        "full DEI: reference indexes are the indexes"
     );
 
     // the search through the in-memory exporter, depth- and breadth-first

@@ -128,6 +128,10 @@ impl Analyzer {
         if span.start_ns != 0 && (trace.start_ns == 0 || span.start_ns < trace.start_ns) {
             trace.start_ns = span.start_ns;
         }
+        Counters::add(
+            &self.counters.preliminary_messages_dropped,
+            span.dei.stream_messages_dropped,
+        );
         if !span.dei.stream_messages.is_empty() {
             for m in &span.dei.stream_messages {
                 trace.mappings.insert(m.preliminary.clone(), m.final_index.clone());
@@ -268,7 +272,9 @@ impl Analyzer {
         }
         let occ = &mut trace.occurrences[oi];
         let callee = span.kind.is_callee();
-        occ.preliminary |= span.dei.preliminary;
+        // a stream's own occurrence: its resolved index still ends in the preliminary element (calls made under
+        // a message were rewritten to the message's final index)
+        occ.preliminary |= span.dei.preliminary && index.opens_stream();
         if callee {
             occ.server_time = Some((span.start_ns, span.end_ns));
             occ.server_service = Some(span.service.clone());
@@ -303,7 +309,8 @@ impl Analyzer {
                 .clone()
                 .or_else(|| Some(Arc::from(span.name.as_str())));
         }
-        if occ.payload.is_none() {
+        // the caller's digest is the payload of the invocation signature; the callee's stands in until it comes
+        if occ.payload.is_none() || (!callee && span.dei.payload_digest.is_some()) {
             occ.payload = span.dei.payload_digest;
         }
         if occ.stack_digest.is_none() {
@@ -311,13 +318,8 @@ impl Analyzer {
         }
         let new_error = span.error && !occ.error;
         occ.error |= span.error;
-        // a fault on one of a stream's messages is repeated on the stream's span: it is the message's
-        let own_fault = if span.dei.stream_messages.iter().any(|m| m.fault.is_some()) {
-            &None
-        } else {
-            &span.dei.fault
-        };
-        let new_fault = match (&occ.fault, own_fault) {
+        // a fault on one of a stream's messages is on its event (applied to the message), not on the span
+        let new_fault = match (&occ.fault, &span.dei.fault) {
             (None, Some(f)) => {
                 occ.fault = Some(f.clone());
                 Some(f.clone())

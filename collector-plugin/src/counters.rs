@@ -90,6 +90,8 @@ counters! {
     preliminary_unresolved,
     /// Preliminary→final mappings ignored because they were malformed.
     preliminary_mappings_rejected,
+    /// `dei.stream.message` events ignored past the per-span limit.
+    preliminary_messages_dropped,
     /// Offline input lines or documents that could not be parsed.
     offline_bad_documents,
 }

@@ -141,9 +141,14 @@ pub struct DeiAttributes {
     pub ambiguous: bool,
     /// `dei.fault`.
     pub fault: Option<String>,
-    /// Mappings from `dei.stream.message` span events.
+    /// Mappings from `dei.stream.message` span events (at most [`MAX_STREAM_MESSAGES`]).
     pub stream_messages: Vec<StreamMapping>,
+    /// `dei.stream.message` events past [`MAX_STREAM_MESSAGES`], ignored.
+    pub stream_messages_dropped: u64,
 }
+
+/// Most `dei.stream.message` events kept per span: the analysis stores each (memory stays bounded).
+pub const MAX_STREAM_MESSAGES: usize = 10_000;
 
 /// A span, reduced to what analysis needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,6 +283,10 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         });
     }
     for event in span.events.iter().filter(|e| e.name == "dei.stream.message") {
+        if dei.stream_messages.len() >= MAX_STREAM_MESSAGES {
+            dei.stream_messages_dropped += 1;
+            continue;
+        }
         match stream_mapping(&event.attributes, event.time_unix_nano) {
             Ok(m) => dei.stream_messages.push(m),
             Err(problem) => issues.push(AttributeIssue {
@@ -576,6 +585,22 @@ mod tests {
         assert!(issues[5].problem.contains("preliminary element"));
         assert_eq!(spans[0].dei.signature.as_deref(), Some("ok"));
         assert!(spans[0].dei.index.is_none());
+    }
+
+    #[test]
+    fn stream_message_events_are_capped_per_span_and_the_rest_counted() {
+        let event = r#"{"name":"dei.stream.message","attributes":[
+            {"key":"dei.preliminary_index","value":{"stringValue":"1.AQEBAQEBAQE1~"}},
+            {"key":"dei.index","value":{"stringValue":"1.AgICAgICAgI1"}},
+            {"key":"dei.message","value":{"intValue":"1"}}]}"#;
+        let events = vec![event; MAX_STREAM_MESSAGES + 7].join(",");
+        let (spans, issues) = one(
+            r#"{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1~"}}"#,
+            &events,
+        );
+        assert_eq!(issues, vec![]);
+        assert_eq!(spans[0].dei.stream_messages.len(), MAX_STREAM_MESSAGES);
+        assert_eq!(spans[0].dei.stream_messages_dropped, 7);
     }
 
     proptest::proptest! {

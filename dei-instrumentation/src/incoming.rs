@@ -62,7 +62,7 @@ pub(crate) fn open(
     reject_unreadable(headers);
     let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
     let index = parent.dei_index().cloned().unwrap_or_default();
-    let prefix = if single_request && index.is_preliminary() {
+    let prefix = if single_request && index.opens_stream() {
         index.stream_message(1)
     } else {
         index.clone()

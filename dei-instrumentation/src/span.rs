@@ -18,7 +18,8 @@
 //!
 //! Streams add one span event per message sent, [`STREAM_MESSAGE_EVENT`], with [`PRELIMINARY_INDEX`],
 //! [`INDEX`] and [`MESSAGE`] (the 1-based position k): the mapping from the preliminary to the final index.
-//! A message whose final index the fault plan names also gets [`FAULT`] on its event (and on the span).
+//! A message whose final index the fault plan names also gets [`FAULT`] on its event; the stream's span has
+//! [`FAULT`] only when the stream itself was failed.
 
 use crate::stack::CapturedStack;
 use dei_propagator::{Fault, Index, Instantiation, PayloadDigest};
@@ -86,7 +87,7 @@ impl Attributes {
         self.push(COUNT, i64::from(index.last().map_or(0, |e| e.count)));
         self.push(DEPTH, index.depth() as i64);
         self.push(INSTANTIATION, instantiation.name.clone());
-        if index.is_preliminary() {
+        if index.opens_stream() {
             self.push(PRELIMINARY, true);
         }
     }
@@ -178,7 +179,6 @@ pub(crate) fn record_stream_message(
     ];
     if let Some(f) = fault {
         attributes.push(KeyValue::new(FAULT, f.to_string()));
-        span.set_attribute(FAULT, f.to_string());
     }
     span.add_event(STREAM_MESSAGE_EVENT, attributes);
 }

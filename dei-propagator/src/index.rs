@@ -127,9 +127,23 @@ impl Index {
         self.elements.starts_with(&prefix.elements)
     }
 
-    /// True when any element is preliminary.
+    /// True when any element is preliminary: the index of a stream, or of a call made under one.
     pub fn is_preliminary(&self) -> bool {
         self.elements.iter().any(|e| e.preliminary)
+    }
+
+    /// True when the innermost element is preliminary: the index of a stream itself, not of a call made while
+    /// serving one of a stream's messages.
+    ///
+    /// ```
+    /// use dei_propagator::Index;
+    /// let stream = Index::decode("1.AQEBAQEBAQE1~").unwrap();
+    /// let under_a_message = Index::decode("1.AQEBAQEBAQE2~.AgICAgICAgI1").unwrap();
+    /// assert!(stream.opens_stream() && stream.is_preliminary());
+    /// assert!(!under_a_message.opens_stream() && under_a_message.is_preliminary());
+    /// ```
+    pub fn opens_stream(&self) -> bool {
+        self.elements.last().is_some_and(|e| e.preliminary)
     }
 
     /// Replaces the prefix `from` by `to`, for rewriting preliminary stream indexes to final ones.

@@ -347,14 +347,8 @@ pub fn observation_from_spans_with(spans: &[SpanData], messages_targeting: Messa
         };
         let fault_in =
             |attributes: &[KeyValue]| attr_str(attributes, attr::FAULT).and_then(|f| f.parse::<Fault>().ok());
-        // A message's fault is recorded on its event and repeated on the stream's span: then it is the
-        // message's, not the stream's.
-        let message_faulted = span
-            .events
-            .events
-            .iter()
-            .any(|e| e.name == attr::STREAM_MESSAGE_EVENT && fault_in(&e.attributes).is_some());
-        let fault = if message_faulted { None } else { fault_in(a) };
+        // A message's fault is recorded on its event; the span's own is the stream's.
+        let fault = fault_in(a);
         // nearest ancestor span that is an RPC; bounded walk in case of a malformed cycle
         let mut parent = None;
         let mut cur = span.parent_span_id;

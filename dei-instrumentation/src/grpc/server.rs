@@ -94,7 +94,7 @@ where
         let kind = self.config.method_kind(&path);
         let single_request = kind == Some(MethodKind::ServerStreaming);
         let call = incoming::open(&self.config, request.headers(), &signature, &span, single_request);
-        let digest = if call.0.index.is_preliminary() {
+        let digest = if call.0.index.opens_stream() {
             // A stream: its preliminary index has the empty payload.
             span::record_payload(&call.1, &PayloadDigest::empty(), None);
             InboundDigest::Done

@@ -9,6 +9,9 @@ use std::sync::RwLock;
 /// that calls unboundedly many paths cannot grow the cache).
 const MAX_PATHS: usize = 4096;
 
+/// Longer paths are never kept (real method paths are far shorter; a peer cannot pin memory with long ones).
+const MAX_PATH_LEN: usize = 256;
+
 /// A bounded cache of gRPC signatures keyed by request path (`/pkg.Service/Method`).
 #[derive(Debug, Default)]
 pub(crate) struct GrpcSignatures(RwLock<HashMap<Box<str>, Signature>>);
@@ -16,13 +19,19 @@ pub(crate) struct GrpcSignatures(RwLock<HashMap<Box<str>, Signature>>);
 impl GrpcSignatures {
     /// The signature of the method at `path`.
     pub(crate) fn get(&self, path: &str) -> Signature {
-        if let Some(s) = self.0.read().unwrap_or_else(|p| p.into_inner()).get(path) {
-            return s.clone();
-        }
+        let full = {
+            let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(s) = map.get(path) {
+                return s.clone();
+            }
+            map.len() >= MAX_PATHS
+        };
         let signature = Signature::grpc_path(path);
-        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
-        if map.len() < MAX_PATHS {
-            map.insert(path.into(), signature.clone());
+        if !full && path.len() <= MAX_PATH_LEN {
+            let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+            if map.len() < MAX_PATHS {
+                map.insert(path.into(), signature.clone());
+            }
         }
         signature
     }
@@ -42,5 +51,9 @@ mod tests {
             assert_eq!(cache.get(&format!("/s.S/M{i}")).name(), format!("s.S/M{i}"));
         }
         assert_eq!(cache.0.read().expect("lock").len(), MAX_PATHS);
+        let long = format!("/s.S/{}", "m".repeat(MAX_PATH_LEN));
+        let fresh = GrpcSignatures::default();
+        assert_eq!(fresh.get(&long).name(), &long[1..]);
+        assert!(fresh.0.read().expect("lock").is_empty(), "long paths are not kept");
     }
 }

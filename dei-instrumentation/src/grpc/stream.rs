@@ -224,7 +224,7 @@ impl<T> DeiStreaming<T> {
         self.k = self.k.saturating_add(1);
         let k = self.k;
         match &self.call {
-            Some(call) if call.index.is_preliminary() => {
+            Some(call) if call.index.opens_stream() => {
                 let index = call.index.stream_message(k);
                 let scope = RequestScope::enter(index.clone(), call.instantiation.clone());
                 let context = call.context.with_dei_scope(scope).with_dei_index(index.clone());
