@@ -95,6 +95,7 @@ impl Analyzer {
             for span in t.pending {
                 self.apply_unresolved(&span);
             }
+            Counters::add(&self.counters.preliminary_unresolved, t.pending_messages.len() as u64);
         }
         self.tree.enforce_limit(&self.counters);
     }
@@ -104,11 +105,12 @@ impl Analyzer {
     pub fn finish(&mut self) {
         self.graph.flush(&self.counters);
         for id in self.traces.with_pending() {
-            let pending = self
+            let (pending, pending_messages) = self
                 .traces
                 .get_mut(&id)
-                .map(|t| std::mem::take(&mut t.pending))
+                .map(|t| (std::mem::take(&mut t.pending), std::mem::take(&mut t.pending_messages)))
                 .unwrap_or_default();
+            Counters::add(&self.counters.preliminary_unresolved, pending_messages.len() as u64);
             for span in pending {
                 if let Some(index) = span.dei.index.clone() {
                     self.apply(&span, index);
@@ -137,8 +139,12 @@ impl Analyzer {
                 trace.mappings.insert(m.preliminary.clone(), m.final_index.clone());
             }
             let pending = std::mem::take(&mut trace.pending);
+            let pending_messages = std::mem::take(&mut trace.pending_messages);
             for m in span.dei.stream_messages.clone() {
-                self.apply_message(&span, &m);
+                self.apply_message_resolving(&span, m);
+            }
+            for (s, m) in pending_messages {
+                self.apply_message_resolving(&s, m);
             }
             for p in pending {
                 self.ingest_resolving(p);
@@ -187,9 +193,25 @@ impl Analyzer {
         self.update_node(span, &index, update);
     }
 
-    /// A stream message's final index, announced by the stream's client span, with the fault injected on it.
-    fn apply_message(&mut self, span: &SpanRecord, m: &StreamMapping) {
-        let final_index = &m.final_index;
+    /// A stream message, once its final index resolves (it is under a preliminary prefix itself when the
+    /// stream was opened while serving another stream's message).
+    fn apply_message_resolving(&mut self, span: &SpanRecord, m: StreamMapping) {
+        let max_pending = self.traces.config.max_pending;
+        let Some(trace) = self.traces.get_mut(&span.trace_id) else {
+            return;
+        };
+        match resolve(m.final_index.clone(), &trace.mappings, false) {
+            Resolution::Ready(final_index, _) => self.apply_message(span, &m, &final_index),
+            Resolution::Pending if trace.pending_messages.len() < max_pending => {
+                trace.pending_messages.push((span.clone(), m));
+            }
+            Resolution::Pending => Counters::add(&self.counters.preliminary_unresolved, 1),
+        }
+    }
+
+    /// A stream message's (resolved) final index, announced by the stream's client span, with the fault
+    /// injected on it.
+    fn apply_message(&mut self, span: &SpanRecord, m: &StreamMapping, final_index: &Index) {
         let max = self.traces.config.max_occurrences;
         let Some(trace) = self.traces.get_mut(&span.trace_id) else {
             return;
@@ -263,7 +285,8 @@ impl Analyzer {
         // the stream's messages: listed on the stream's occurrence, each pointing back at it
         if !span.kind.is_callee() && !span.dei.stream_messages.is_empty() {
             for m in &span.dei.stream_messages {
-                if let Some(mi) = trace.position(rpc, &m.final_index)
+                let final_index = resolved_or_raw(&m.final_index, &trace.mappings);
+                if let Some(mi) = trace.position(rpc, &final_index)
                     && let Some(of) = trace.occurrences[mi].stream.as_mut()
                 {
                     of.index = index.clone();
@@ -295,7 +318,7 @@ impl Analyzer {
                     .map(|m| StreamMessage {
                         k: m.k,
                         preliminary_index: m.preliminary.clone(),
-                        index: m.final_index.clone(),
+                        index: resolved_or_raw(&m.final_index, &trace.mappings),
                         fault: m.fault.clone(),
                         time_unix_nano: m.time_ns,
                     })
@@ -385,32 +408,42 @@ impl Analyzer {
     }
 }
 
-/// Rewrites the preliminary elements of `index` with the trace's mappings. A preliminary last element is
-/// left as is on a stream's own span (`stream_open`); any other unmapped preliminary element makes the span
+/// Rewrites the preliminary elements of `index` with the trace's mappings, innermost first: a mapping is
+/// keyed by the message's index as its callee served it, which is under any outer stream's preliminary prefix
+/// too, and its final index may itself be under one (rewritten in a later round). A preliminary last element
+/// is left as is on a stream's own span (`stream_open`); any other unmapped preliminary element makes the span
 /// wait for its mapping.
 fn resolve(mut index: Index, mappings: &HashMap<Index, Index>, stream_open: bool) -> Resolution {
     let mut rewritten = false;
-    'outer: for _ in 0..64 {
+    for _ in 0..64 {
         let depth = index.depth();
-        for (i, e) in index.elements().iter().enumerate() {
-            if !e.preliminary {
-                continue;
-            }
-            let prefix = Index::from_elements(index.elements()[..=i].to_vec());
-            // a stream's own span: its last element is its preliminary index, never a message's prefix
-            if i + 1 == depth && stream_open {
-                return Resolution::Ready(index, rewritten);
-            }
-            if let Some(to) = mappings.get(&prefix)
-                && let Some(n) = index.rewrite_prefix(&prefix, to)
-            {
+        // a stream's own span: its last element is its preliminary index, never a message's prefix
+        let innermost = index
+            .elements()
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(i, e)| e.preliminary && !(stream_open && i + 1 == depth))
+            .map(|(i, _)| i);
+        let Some(i) = innermost else {
+            return Resolution::Ready(index, rewritten);
+        };
+        let prefix = Index::from_elements(index.elements()[..=i].to_vec());
+        match mappings.get(&prefix).and_then(|to| index.rewrite_prefix(&prefix, to)) {
+            Some(n) => {
                 index = n;
                 rewritten = true;
-                continue 'outer;
             }
-            return Resolution::Pending;
+            None => return Resolution::Pending,
         }
-        return Resolution::Ready(index, rewritten);
     }
     Resolution::Pending
+}
+
+/// `index` resolved with the trace's mappings, or as it is while some of them have not arrived.
+fn resolved_or_raw(index: &Index, mappings: &HashMap<Index, Index>) -> Index {
+    match resolve(index.clone(), mappings, false) {
+        Resolution::Ready(resolved, _) => resolved,
+        Resolution::Pending => index.clone(),
+    }
 }

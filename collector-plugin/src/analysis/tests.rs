@@ -194,6 +194,55 @@ fn preliminary_stream_indexes_are_rewritten_when_the_mapping_arrives() {
     );
 }
 
+/// A stream opened while serving another stream's message (B streams to C while serving A's message): the
+/// inner mapping is keyed under the outer preliminary prefix and its final index is under it too, so
+/// resolution goes innermost first, and the inner messages wait for the outer mapping when it comes last.
+#[test]
+fn nested_streams_resolve_innermost_first_in_either_arrival_order() {
+    for outer_mapping_last in [false, true] {
+        let mut a = analyzer();
+        let mut b = TraceBuilder::new(9, 1_000);
+        let root = b.root("a");
+        let r = Index::root();
+        let (outer, outer_server, outer_finals) = b.stream((&r, root), "a", "b", "b.B/Chat", &["Hello"]);
+        let served = outer.stream_message(1);
+        let (inner, inner_server, inner_finals) = b.stream((&served, outer_server), "b", "c", "c.C/Chat", &["x"]);
+        let under = inner.stream_message(1);
+        let leaf = b.rpc((&under, inner_server), "c", "d", "d.D/Put", "x", 1, 2, 3, None);
+        let mut spans = b.spans;
+        if outer_mapping_last {
+            spans.reverse();
+        }
+        a.ingest(spans, Instant::now());
+        let outer_final = |i: &Index| {
+            i.rewrite_prefix(&served, &outer_finals[0])
+                .expect("under the outer message")
+        };
+        let inner_stream = outer_final(&inner);
+        let inner_message = outer_final(&inner_finals[0]);
+        let leaf_final = outer_final(&leaf.index.rewrite_prefix(&under, &inner_finals[0]).expect("under x"));
+        for (what, i) in [
+            ("the inner stream", &inner_stream),
+            ("its message", &inner_message),
+            ("the call under it", &leaf_final),
+        ] {
+            assert!(
+                a.tree.get(i).is_some(),
+                "{what} at {i} (outer mapping last: {outer_mapping_last})"
+            );
+        }
+        let t = a.trace(&[9; 16]).expect("trace");
+        assert_eq!((t.pending.len(), t.pending_messages.len()), (0, 0));
+        assert!(
+            a.tree
+                .ids()
+                .filter_map(|i| a.tree.node(i))
+                .all(|n| n.index == outer || n.index == inner_stream || !n.index.is_preliminary()),
+            "only the two streams' own indexes stay preliminary"
+        );
+    }
+}
+
 #[test]
 fn unresolved_preliminary_spans_are_kept_at_finish() {
     let mut a = analyzer();

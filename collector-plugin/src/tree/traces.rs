@@ -111,6 +111,9 @@ pub struct TraceRecord {
     pub mappings: HashMap<Index, Index>,
     /// Spans under preliminary indexes waiting for their mapping.
     pub pending: Vec<SpanRecord>,
+    /// Stream messages whose final index is itself under a preliminary index still unmapped (a stream opened
+    /// while serving another stream's message), with the stream's client span.
+    pub pending_messages: Vec<(SpanRecord, crate::span_record::StreamMapping)>,
     created: Instant,
     seq: u64,
 }
@@ -231,6 +234,7 @@ impl TraceStore {
                 indexes: HashSet::new(),
                 mappings: HashMap::new(),
                 pending: Vec::new(),
+                pending_messages: Vec::new(),
                 created: now,
                 seq: *seq,
             }
@@ -294,7 +298,7 @@ impl TraceStore {
     pub fn with_pending(&mut self) -> Vec<TraceId> {
         self.traces
             .values()
-            .filter(|t| !t.pending.is_empty())
+            .filter(|t| !t.pending.is_empty() || !t.pending_messages.is_empty())
             .map(|t| t.trace_id)
             .collect()
     }

@@ -200,7 +200,7 @@ pub fn trace_view(t: &TraceRecord) -> TraceView {
         start_unix_nano: t.start_ns,
         rpcs: t.occurrences.len(),
         tree: tops.into_iter().map(|i| build(t, i, &order, 128)).collect(),
-        pending_preliminary: t.pending.len(),
+        pending_preliminary: t.pending.len() + t.pending_messages.len(),
     }
 }
 
