@@ -283,14 +283,17 @@ impl Analyzer {
         };
         let first_in_trace = created && trace.indexes.insert(index.clone());
         // the stream's messages: listed on the stream's occurrence, each pointing back at it
-        if !span.kind.is_callee() && !span.dei.stream_messages.is_empty() {
-            for m in &span.dei.stream_messages {
-                let final_index = resolved_or_raw(&m.final_index, &trace.mappings);
-                if let Some(mi) = trace.position(rpc, &final_index)
-                    && let Some(of) = trace.occurrences[mi].stream.as_mut()
-                {
-                    of.index = index.clone();
-                }
+        let finals: Vec<Index> = if span.kind.is_callee() {
+            Vec::new()
+        } else {
+            let resolved = |m: &StreamMapping| resolved_or_raw(&m.final_index, &trace.mappings);
+            span.dei.stream_messages.iter().map(resolved).collect()
+        };
+        for final_index in &finals {
+            if let Some(mi) = trace.position(rpc, final_index)
+                && let Some(of) = trace.occurrences[mi].stream.as_mut()
+            {
+                of.index = index.clone();
             }
         }
         let occ = &mut trace.occurrences[oi];
@@ -310,15 +313,16 @@ impl Analyzer {
             if occ.server_service.is_none() {
                 occ.server_service = span.peer.as_ref().map(|(p, _)| Arc::from(p.as_str()));
             }
-            if !span.dei.stream_messages.is_empty() {
+            if !finals.is_empty() {
                 occ.messages = span
                     .dei
                     .stream_messages
                     .iter()
-                    .map(|m| StreamMessage {
+                    .zip(finals)
+                    .map(|(m, index)| StreamMessage {
                         k: m.k,
                         preliminary_index: m.preliminary.clone(),
-                        index: resolved_or_raw(&m.final_index, &trace.mappings),
+                        index,
                         fault: m.fault.clone(),
                         time_unix_nano: m.time_ns,
                     })

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::chain::{element, free_port, frontend_to_users_trace, python, unavailable};
+use common::chain::{assert_frontend_users_edge, element, free_port, frontend_to_users_trace, python, unavailable};
 use common::{CollectorProcess, Downstream, eventually};
 use dei_propagator::Index;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
@@ -135,15 +135,7 @@ fn rust_exporters_through_rotel_and_dei_collector() {
         let n = c.get_json(&format!("/api/v1/tree/node?index={}", index.encode()));
         n["seen"] == 5 && n["traces"] == 5 && n["server_services"]["users"] == 5
     }));
-    let g = c.get_json("/api/v1/graph");
-    assert!(
-        g["edges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["client"] == "frontend" && e["server"] == "users" && e["requests"] == 5),
-        "{g}"
-    );
+    assert_frontend_users_edge(&c, 5);
 }
 
 const PY: &str = r#"

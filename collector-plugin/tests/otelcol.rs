@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::chain::{element, free_port, frontend_to_users_trace, python, unavailable};
+use common::chain::{assert_frontend_users_edge, element, free_port, frontend_to_users_trace, python, unavailable};
 use common::{CollectorProcess, Downstream, eventually};
 use dei_propagator::Index;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
@@ -282,15 +282,7 @@ fn assert_arrived(
         c.get_json(&node_path)
     );
     assert_eq!(c.get_json(&node_path)["signature"], "users.Users/GetUser");
-    let g = c.get_json("/api/v1/graph");
-    assert!(
-        g["edges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["client"] == "frontend" && e["server"] == "users" && e["requests"] == traces),
-        "{g}"
-    );
+    assert_frontend_users_edge(c, traces as u64);
 }
 
 #[test]

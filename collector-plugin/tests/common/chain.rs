@@ -66,3 +66,16 @@ pub fn frontend_to_users_trace(front: &SdkTracerProvider, users: &SdkTracerProvi
     client.span().end();
     root.span().end();
 }
+
+/// Asserts that the collector's service graph (`/api/v1/graph`) has the frontend → users edge with exactly
+/// `requests` requests.
+pub fn assert_frontend_users_edge(c: &super::CollectorProcess, requests: u64) {
+    let g = c.get_json("/api/v1/graph");
+    let edges = g["edges"].as_array().cloned().unwrap_or_default();
+    assert!(
+        edges
+            .iter()
+            .any(|e| e["client"] == "frontend" && e["server"] == "users" && e["requests"] == requests),
+        "{g}"
+    );
+}
