@@ -271,8 +271,26 @@ fn bench(c: &mut Criterion) {
             .stack(dei_instrumentation::StackConfig::default().mode(dei_instrumentation::StackMode::CallSiteOnly))
             .build(),
     ));
+    // The default walker (`Auto`) picks frame pointers or DWARF by measuring both; each of them alone.
+    let walker = |w| {
+        DeiConfig::builder()
+            .stack(dei_instrumentation::StackConfig::default().walker(w))
+            .build()
+    };
+    let (_, dei_dwarf) = rt.block_on(start(walker(dei_instrumentation::StackWalker::Dwarf)));
+    let (_, dei_fp) = rt.block_on(start(walker(dei_instrumentation::StackWalker::FramePointers)));
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
-        profile_calls(&rt, &variant, baseline, dei, dei_no_unwind);
+        profile_calls(
+            &rt,
+            &variant,
+            baseline,
+            [
+                ("otel_plus_dei", dei),
+                ("otel_plus_dei_call_site_only", dei_no_unwind),
+                ("otel_plus_dei_dwarf", dei_dwarf),
+                ("otel_plus_dei_frame_pointers", dei_fp),
+            ],
+        );
         return;
     }
 
@@ -292,10 +310,12 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // The same run: interleaved latency samples, then interleaved throughput windows.
-    let variants: [(&str, Option<DeiClient>); 3] = [
+    let variants: [(&str, Option<DeiClient>); 5] = [
         ("otel_only", None),
         ("otel_plus_dei", Some(dei.clone())),
         ("otel_plus_dei_call_site_only", Some(dei_no_unwind.clone())),
+        ("otel_plus_dei_dwarf", Some(dei_dwarf.clone())),
+        ("otel_plus_dei_frame_pointers", Some(dei_fp.clone())),
     ];
     // The calls are made from a task on the runtime, as a service's handler makes them (its stack ends at the
     // task's poll), not from the thread that blocks on the runtime.
@@ -353,7 +373,8 @@ fn bench(c: &mut Criterion) {
     println!("spans exported: {}", exported.load(Ordering::Relaxed));
 }
 
-/// `DEI_ECHO_PROFILE=otel_only|otel_plus_dei|otel_plus_dei_call_site_only [DEI_ECHO_CALLS=N]
+/// `DEI_ECHO_PROFILE=otel_only|otel_plus_dei|otel_plus_dei_call_site_only|otel_plus_dei_dwarf|otel_plus_dei_frame_pointers`,
+/// `[DEI_ECHO_CALLS=N]`
 /// [DEI_ECHO_CONCURRENCY=C]`: make N calls (default 2000, after 200 to warm up) on one variant, C in flight
 /// (default 1: sequential), and skip the measurements, so that a profiler or an instruction counter
 /// (`valgrind --tool=callgrind`, `perf stat -e task-clock,context-switches`) can compare the variants' cost
@@ -362,18 +383,16 @@ fn profile_calls(
     rt: &tokio::runtime::Runtime,
     variant: &str,
     baseline: BaselineClient,
-    dei: DeiClient,
-    dei_no_unwind: DeiClient,
+    dei_variants: [(&str, DeiClient); 4],
 ) {
     let calls: usize = std::env::var("DEI_ECHO_CALLS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(2000);
-    let client = match variant {
-        "otel_only" => None,
-        "otel_plus_dei" => Some(dei),
-        "otel_plus_dei_call_site_only" => Some(dei_no_unwind),
-        other => panic!("unknown DEI_ECHO_PROFILE variant {other}"),
+    let client = match dei_variants.into_iter().find(|(name, _)| *name == variant) {
+        Some((_, client)) => Some(client),
+        None if variant == "otel_only" => None,
+        None => panic!("unknown DEI_ECHO_PROFILE variant {variant}"),
     };
     let concurrency: usize = std::env::var("DEI_ECHO_CONCURRENCY")
         .ok()

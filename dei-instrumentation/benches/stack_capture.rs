@@ -1,9 +1,10 @@
-//! Stack capture cost at about 30 frames: warm (every address cached) and cold (a fresh cache each time).
+//! Stack capture cost at about 30 frames: warm (every address cached) and cold (a fresh cache each time), with
+//! each walker (`Auto`, the default; saved frame pointers, which the workspace builds with; DWARF unwinding).
 //!
 //! `cargo bench -p dei-instrumentation --bench stack_capture`
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use dei_instrumentation::stack::{CallSiteExt, StackCapturer, StackConfig, StackMode};
+use dei_instrumentation::stack::{CallSiteExt, StackCapturer, StackConfig, StackMode, StackWalker};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -38,31 +39,43 @@ fn capture(c: &mut Criterion) {
     let frames = rt.block_on(async { nest(28, &mut || capturer.capture().len()) });
     println!("application frames per capture: {frames}");
     let mut group = c.benchmark_group("stack_capture");
-    group.bench_function("warm_30_frames_in_tokio_task", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    nest(28, &mut || black_box(capturer.capture().digest()));
-                }
-                start.elapsed()
+    for walker in [StackWalker::Auto, StackWalker::FramePointers, StackWalker::Dwarf] {
+        let config = StackConfig::default().max_depth(64).walker(walker);
+        let capturer = StackCapturer::new(config.clone());
+        if walker != StackWalker::Auto {
+            assert_eq!(capturer.walker(), walker, "the workspace builds with frame pointers");
+        }
+        let digest = rt.block_on(async { nest(28, &mut || capturer.capture().digest()) });
+        println!("{walker}: digest {}", digest.to_hex());
+        group.bench_function(format!("warm_30_frames_in_tokio_task/{walker}"), |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        nest(28, &mut || black_box(capturer.capture().digest()));
+                    }
+                    start.elapsed()
+                })
             })
-        })
-    });
-    group.bench_function("cold_30_frames_in_tokio_task", |b| {
-        b.iter_custom(|iters| {
-            let fresh: Vec<StackCapturer> = (0..iters)
-                .map(|_| StackCapturer::new(StackConfig::default().max_depth(64)))
-                .collect();
-            rt.block_on(async {
-                let start = Instant::now();
-                for f in &fresh {
-                    nest(28, &mut || black_box(f.capture().digest()));
-                }
-                start.elapsed()
+        });
+        group.bench_function(format!("cold_30_frames_in_tokio_task/{walker}"), |b| {
+            b.iter_custom(|iters| {
+                let fresh: Vec<StackCapturer> = (0..iters).map(|_| StackCapturer::new(config.clone())).collect();
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for f in &fresh {
+                        nest(28, &mut || black_box(f.capture().digest()));
+                    }
+                    start.elapsed()
+                })
             })
-        })
-    });
+        });
+        // Outside a runtime the walk goes on to `main` (through the bench harness's frames).
+        group.bench_function(format!("warm_30_frames_plain_thread/{walker}"), |b| {
+            b.iter(|| nest(28, &mut || black_box(capturer.capture().digest())))
+        });
+    }
+    same_run_ratio(&rt);
     // The floor: the unwind alone (no lookups, no digest), to the same depth as the capture.
     let raw_depth = rt.block_on(async {
         nest(28, &mut || {
@@ -93,10 +106,6 @@ fn capture(c: &mut Criterion) {
             })
         })
     });
-    // Outside a runtime the walk goes on to `main` (through the bench harness's frames).
-    group.bench_function("warm_30_frames_plain_thread", |b| {
-        b.iter(|| nest(28, &mut || black_box(capturer.capture().digest())))
-    });
     let fast = StackCapturer::new(StackConfig::default().mode(StackMode::CallSiteOnly));
     group.bench_function("call_site_only", |b| {
         b.iter_custom(|iters| {
@@ -113,6 +122,45 @@ fn capture(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// Warm captures with each walker, interleaved in rounds of 2,000 (medians of 50 rounds), and their ratios to
+/// DWARF.
+fn same_run_ratio(rt: &tokio::runtime::Runtime) {
+    let walkers = [StackWalker::Auto, StackWalker::FramePointers, StackWalker::Dwarf];
+    let capturers: Vec<StackCapturer> = walkers
+        .iter()
+        .map(|&w| StackCapturer::new(StackConfig::default().max_depth(64).walker(w)))
+        .collect();
+    let mut rounds = vec![Vec::new(); walkers.len()];
+    rt.block_on(async {
+        for _ in 0..50 {
+            for (i, c) in capturers.iter().enumerate() {
+                let start = Instant::now();
+                for _ in 0..2000 {
+                    nest(28, &mut || black_box(c.capture().digest()));
+                }
+                rounds[i].push(start.elapsed() / 2000);
+            }
+        }
+    });
+    let medians: Vec<_> = rounds
+        .into_iter()
+        .map(|mut r| {
+            r.sort();
+            r[r.len() / 2]
+        })
+        .collect();
+    println!(
+        "same-run warm capture, 30 frames in a tokio task: auto {:?} (prefers {}), frame-pointers {:?}, dwarf {:?}; \
+         auto / dwarf {:.3}, frame-pointers / dwarf {:.3}",
+        medians[0],
+        capturers[0].walker(),
+        medians[1],
+        medians[2],
+        medians[0].as_secs_f64() / medians[2].as_secs_f64(),
+        medians[1].as_secs_f64() / medians[2].as_secs_f64()
+    );
 }
 
 criterion_group!(benches, capture);

@@ -91,7 +91,7 @@ pub use grpc::server::{DeiServerLayer, DeiServerService};
 pub use grpc::stream::{DeiStreaming, IncomingCall, StreamMessage, StreamSender};
 pub use http::client::DeiReqwestMiddleware;
 pub use http::server::{DeiHttpServerLayer, DeiHttpServerService};
-pub use stack::{CallSiteExt, StackConfig, StackMode};
+pub use stack::{CallSiteExt, StackConfig, StackMode, StackWalker};
 
 use dei_propagator::{DeiContextExt, RequestScope};
 use opentelemetry::Context;

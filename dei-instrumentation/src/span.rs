@@ -9,7 +9,7 @@
 //! | `dei.index` | the outgoing index (wire form) | the incoming index (`1` for a root) |
 //! | `dei.signature` | `pkg.Service/Method`, `METHOD authority/path` | `pkg.Service/Method`, `METHOD /route/{template}` |
 //! | `dei.payload.digest` | SHA-256 of the payload, 64 hex | the same, digested from the received body |
-//! | `dei.stack.digest`, `dei.stack`, `dei.stack.mode` | the caller's application stack | — (the callee cannot see it) |
+//! | `dei.stack.digest`, `dei.stack`, `dei.stack.mode`, `dei.stack.walker` | the caller's application stack | — (the callee cannot see it) |
 //! | `dei.count`, `dei.depth` | of the index | of the index |
 //! | `dei.instantiation` | the scope's instantiation | the server's |
 //! | `dei.preliminary` | `true` on streams | `true` on streams |
@@ -41,6 +41,9 @@ pub const STACK_DIGEST: &str = "dei.stack.digest";
 pub const STACK: &str = "dei.stack";
 /// `dei.stack.mode`: how the stack was captured (see [`crate::stack::StackMode`]).
 pub const STACK_MODE: &str = "dei.stack.mode";
+/// `dei.stack.walker`: how the stack was walked, `frame-pointers` or `dwarf` (see
+/// [`crate::stack::StackWalker`]); only when the mode unwinds.
+pub const STACK_WALKER: &str = "dei.stack.walker";
 /// `dei.count`: the innermost element's invocation count.
 pub const COUNT: &str = "dei.count";
 /// `dei.depth`: the number of elements.
@@ -105,6 +108,9 @@ impl Attributes {
     pub(crate) fn stack(&mut self, stack: &CapturedStack, readable: bool) {
         self.push(STACK_DIGEST, stack.digest_hex());
         self.push(STACK_MODE, stack.mode().as_str());
+        if stack.mode().unwinds() {
+            self.push(STACK_WALKER, stack.walker().as_str());
+        }
         if readable {
             self.push(STACK, stack.readable_shared());
         }

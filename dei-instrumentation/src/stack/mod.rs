@@ -1,6 +1,7 @@
 //! Call-stack capture: the `t` of an invocation signature `s(p)^t`.
 //!
-//! A capture unwinds the current thread with [`backtrace::trace`], stops at the async runtime's task machinery
+//! A capture walks the current thread's stack ([`StackWalker`]: saved frame pointers where the build has them,
+//! the DWARF unwinder otherwise), stops at the async runtime's task machinery
 //! (nothing outside it belongs to the request, and what is there varies with the worker that polled the task),
 //! looks each address up in a per-address symbol cache and keeps only the application's frames
 //! (see `filter`): unfiltered stacks are not deterministic in async Rust. Frames are keyed by
@@ -20,10 +21,15 @@
 mod cache;
 mod call_site;
 pub(crate) mod filter;
+#[cfg(target_os = "linux")]
+mod frame_pointer;
 mod mode;
+mod walker;
 
 pub use call_site::{AtCallSite, CallSiteExt, at_call_site};
 pub use mode::{StackMode, detect as detect_mode};
+pub use walker::StackWalker;
+use walker::Walk;
 
 use cache::{AppFrame, Resolved, SymbolCache};
 use dei_propagator::{CallStack, Frame, StackDigest};
@@ -59,10 +65,12 @@ pub struct StackConfig {
     /// Forces a mode instead of detecting one; forcing an unwinding mode the binary cannot support falls back
     /// to what it can.
     pub mode: Option<StackMode>,
+    /// How the stack is walked ([`StackWalker::Auto`] by default).
+    pub walker: StackWalker,
 }
 
 impl Default for StackConfig {
-    /// Detected root and mode, no allow or deny entries, 32 frames.
+    /// Detected root, mode and walker, no allow or deny entries, 32 frames.
     fn default() -> Self {
         StackConfig {
             workspace_root: None,
@@ -70,6 +78,7 @@ impl Default for StackConfig {
             deny: Vec::new(),
             max_depth: 32,
             mode: None,
+            walker: StackWalker::Auto,
         }
     }
 }
@@ -106,6 +115,12 @@ impl StackConfig {
         self.mode = Some(mode);
         self
     }
+
+    /// Chooses how the stack is walked.
+    pub fn walker(mut self, walker: StackWalker) -> Self {
+        self.walker = walker;
+        self
+    }
 }
 
 /// A captured stack: its digest, its frames for display and the mode it was captured in. Cheap to clone.
@@ -113,6 +128,7 @@ impl StackConfig {
 pub struct CapturedStack {
     entry: Arc<StackEntry>,
     mode: StackMode,
+    walker: StackWalker,
 }
 
 /// One distinct stack: shared by every capture that walked the same addresses from the same call site.
@@ -136,6 +152,11 @@ impl CapturedStack {
     /// The mode the stack was captured in.
     pub fn mode(&self) -> StackMode {
         self.mode
+    }
+
+    /// How the stack was walked: [`StackWalker::Dwarf`] or [`StackWalker::FramePointers`] (never `Auto`).
+    pub fn walker(&self) -> StackWalker {
+        self.walker
     }
 
     fn iter(&self) -> impl Iterator<Item = &Frame> {
@@ -204,6 +225,7 @@ struct CapturerInner {
     cache: SymbolCache,
     stacks: RwLock<StackMap>,
     mode: StackMode,
+    walk: Walk,
     max_depth: usize,
 }
 
@@ -232,6 +254,11 @@ impl StackCapturer {
                 filter: FrameFilter::new(config.workspace_root.as_deref(), config.allow, config.deny),
                 cache: SymbolCache::new(),
                 stacks: RwLock::new(StackMap::default()),
+                walk: if mode.unwinds() {
+                    Walk::choose(config.walker)
+                } else {
+                    Walk::Dwarf
+                },
                 mode,
                 max_depth: config.max_depth,
             }),
@@ -241,6 +268,12 @@ impl StackCapturer {
     /// The mode in use.
     pub fn mode(&self) -> StackMode {
         self.inner.mode
+    }
+
+    /// The walker in use: [`StackWalker::Dwarf`] or [`StackWalker::FramePointers`] (with `Auto`, the one its
+    /// measurements currently favour).
+    pub fn walker(&self) -> StackWalker {
+        self.inner.walk.kind()
     }
 
     /// Number of addresses symbolized so far.
@@ -259,55 +292,66 @@ impl StackCapturer {
     pub fn capture_at(&self, call_site: Option<&'static std::panic::Location<'static>>) -> CapturedStack {
         let inner = &*self.inner;
         let site_key = call_site.map_or(0, |loc| std::ptr::from_ref(loc) as usize);
-        let mut walk: Vec<Result<Arc<[AppFrame]>, usize>> = Vec::new();
         let mut seen: Vec<usize> = Vec::new();
+        let mut warm = true;
+        let mut walker = inner.walk.kind();
         if inner.mode.unwinds() {
-            // Warm path: look each address up while unwinding, and stop at the runtime boundary or once
-            // enough application frames were found. Addresses not cached yet are resolved afterwards.
-            walk.reserve(32);
+            // Warm path: look each address up while walking, and stop at the runtime boundary or once enough
+            // application frames were found. Addresses not cached yet are resolved afterwards.
             seen.reserve(48);
             let mut kept = usize::from(call_site.is_some());
             let map = inner.cache.read();
-            backtrace::trace(|frame| {
-                let ip = frame.ip() as usize;
+            walker = inner.walk.walk(&mut |ip| {
                 match map.get(&ip) {
                     Some(Resolved::Boundary) => return false,
                     Some(Resolved::Skip) => {}
-                    Some(Resolved::App(group)) => {
-                        kept += group.len();
-                        walk.push(Ok(group.clone()));
-                    }
-                    None => walk.push(Err(ip)),
+                    Some(Resolved::App(group)) => kept += group.len(),
+                    None => warm = false,
                 }
                 seen.push(ip);
                 kept < inner.max_depth && seen.len() < MAX_RAW_FRAMES
             });
         }
-        let warm = walk.iter().all(Result::is_ok);
         let key = (site_key, seen);
         if warm && let Some(entry) = inner.stacks.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return CapturedStack {
                 entry: entry.clone(),
                 mode: inner.mode,
+                walker,
             };
         }
-        // A stack not seen yet: symbolize the misses in order (stopping at the boundary), then digest.
-        let mut frames: Vec<Arc<[AppFrame]>> = Vec::new();
-        let mut kept = usize::from(call_site.is_some());
-        for step in walk {
-            let group = match step {
-                Ok(group) => group,
-                Err(ip) => match inner.cache.resolve(ip, &inner.filter, inner.mode) {
-                    Resolved::Boundary => break,
-                    Resolved::Skip => continue,
-                    Resolved::App(group) => group,
-                },
-            };
-            kept += group.len();
-            frames.push(group);
-            if kept >= inner.max_depth {
-                break;
-            }
+        let entry = inner.new_stack(call_site, key, walker);
+        CapturedStack {
+            entry,
+            mode: inner.mode,
+            walker,
+        }
+    }
+}
+
+impl CapturerInner {
+    /// A stack not seen yet: symbolizes the misses in order (stopping at the boundary), digests, and remembers
+    /// the stack under what was walked. Kept out of [`StackCapturer::capture_at`], so that the frame that every
+    /// capture walks through (and, with frame pointers, copies) stays small.
+    #[inline(never)]
+    ///
+    /// A stack walked through frame pointers is checked against the DWARF unwinder here, once per distinct
+    /// stack: code built without frame pointers on the way (a doctest, a C library calling back) breaks the
+    /// chain in ways that can differ from walk to walk, and the first disagreement turns frame pointers off
+    /// for the process.
+    fn new_stack(
+        &self,
+        call_site: Option<&'static std::panic::Location<'static>>,
+        key: (usize, Vec<usize>),
+        walker: StackWalker,
+    ) -> Arc<StackEntry> {
+        let inner = self;
+        let mut frames = self.app_frames(&key.1, call_site.is_some());
+        if walker == StackWalker::FramePointers
+            && let Some(unwound) = self.disagreeing_unwind(&key.1, call_site.is_some())
+        {
+            self.walk.distrust_frame_pointers();
+            frames = self.app_frames(&unwound, call_site.is_some());
         }
         let call_site = call_site.map(|loc| {
             Frame::new(
@@ -346,10 +390,59 @@ impl StackCapturer {
             stacks.insert(key, entry.clone());
         }
         drop(stacks);
-        CapturedStack {
-            entry,
-            mode: inner.mode,
+        entry
+    }
+
+    /// Unwinds with DWARF and compares with `walked` (a frame-pointer walk from [`StackCapturer::capture_at`]):
+    /// `None` when both give the same application frames, else the return addresses to use instead. The two
+    /// walks start in different places (this function, the walker's own functions), so they are compared from
+    /// the first return address they share: the one into `capture_at`'s caller.
+    #[inline(never)]
+    fn disagreeing_unwind(&self, walked: &[usize], call_site: bool) -> Option<Vec<usize>> {
+        let mut unwound = Vec::new();
+        backtrace::trace(|frame| {
+            unwound.push(frame.ip() as usize);
+            unwound.len() < MAX_RAW_FRAMES
+        });
+        let Some((i, j)) = walked
+            .iter()
+            .enumerate()
+            .find_map(|(i, ip)| unwound.iter().position(|u| u == ip).map(|j| (i, j)))
+        else {
+            return Some(unwound);
+        };
+        let keys = |ips: &[usize]| -> Vec<Box<str>> {
+            self.app_frames(ips, call_site)
+                .iter()
+                .flat_map(|group| group.iter().map(|f| f.key.clone()))
+                .collect()
+        };
+        if keys(&walked[i..]) == keys(&unwound[j..]) {
+            None
+        } else {
+            // The walk is right up to the shared address (this crate's own frames, checked at start-up).
+            Some([&walked[..i], &unwound[j..]].concat())
         }
+    }
+
+    /// The application frames among `ips` (innermost first), up to the runtime's boundary and the depth
+    /// limit; `call_site` says whether a call-site frame comes first.
+    fn app_frames(&self, ips: &[usize], call_site: bool) -> Vec<Arc<[AppFrame]>> {
+        let mut frames: Vec<Arc<[AppFrame]>> = Vec::new();
+        let mut kept = usize::from(call_site);
+        for &ip in ips {
+            let group = match self.cache.resolve(ip, &self.filter, self.mode) {
+                Resolved::Boundary => break,
+                Resolved::Skip => continue,
+                Resolved::App(group) => group,
+            };
+            kept += group.len();
+            frames.push(group);
+            if kept >= self.max_depth {
+                break;
+            }
+        }
+        frames
     }
 }
 
@@ -387,6 +480,51 @@ mod tests {
         );
         assert!(!a1.readable().contains(".cargo/registry"), "{}", a1.readable());
         assert!(a1.readable().contains("site_a"), "{}", a1.readable());
+    }
+
+    /// Return addresses from here outwards, through one more frame of this module.
+    #[inline(never)]
+    fn walk_one_level_down() -> Vec<usize> {
+        let mut ips = Vec::new();
+        backtrace::trace(|frame| {
+            ips.push(frame.ip() as usize);
+            true
+        });
+        std::hint::black_box(ips)
+    }
+
+    #[inline(never)]
+    fn outer_frame_for_the_check(c: &StackCapturer) {
+        let walked = walk_one_level_down();
+        // The same stack: no disagreement, whatever the innermost frames were.
+        assert_eq!(c.inner.disagreeing_unwind(&walked, false), None);
+        // A walk that went astray past the shared frames (the test's frame repeated, as a broken chain can make
+        // it): the unwind's frames are offered instead.
+        let test_frame = walked.iter().position(|ip| {
+            c.inner
+                .app_frames(&[*ip], false)
+                .iter()
+                .flat_map(|g| g.iter())
+                .any(|f| {
+                    f.frame
+                        .function
+                        .as_deref()
+                        .is_some_and(|n| n.contains("frame_pointer_walks_are_checked"))
+                })
+        });
+        let i = test_frame.expect("the test's own frame is an application frame");
+        let mut astray = walked.clone();
+        astray.insert(i, walked[i]);
+        let instead = c.inner.disagreeing_unwind(&astray, false).expect("disagreement");
+        assert!(c.inner.disagreeing_unwind(&instead, false).is_none());
+        // A walk sharing nothing with the unwind is replaced whole.
+        assert!(c.inner.disagreeing_unwind(&[1, 2, 3], false).is_some());
+    }
+
+    #[test]
+    fn frame_pointer_walks_are_checked_against_the_unwinder() {
+        let c = StackCapturer::new(StackConfig::default().allow("stack::tests").walker(StackWalker::Dwarf));
+        outer_frame_for_the_check(&c);
     }
 
     #[test]

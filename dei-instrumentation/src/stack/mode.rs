@@ -10,9 +10,8 @@
 //! The mode used is recorded on every span as `dei.stack.mode`. In `LineTables` mode, a frame of code built
 //! without line tables (a dependency with its own profile override, a doctest) is keyed by its function name.
 //!
-//! There is no frame-pointer mode: walking frame pointers (about 0.13 µs for 29 frames, measured with
-//! `-C force-frame-pointers=yes`) means reading raw stack memory, which needs `unsafe` code, and this crate
-//! forbids it. [`CallSiteOnly`](StackMode::CallSiteOnly) is the fast mode offered instead.
+//! How the unwinding modes walk the stack (saved frame pointers or DWARF unwind tables) is a separate choice,
+//! [`StackWalker`](super::StackWalker), recorded as `dei.stack.walker`.
 
 use std::fmt;
 
