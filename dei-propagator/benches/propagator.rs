@@ -7,10 +7,11 @@ use dei_propagator::{
     Carriers, DeiContextExt, DeiPropagator, Element, ElementDigest, Index, Instantiation, InvocationSignature, Limits,
     PayloadDigest, PayloadHasher, RequestScope, Signature, StackDigest,
 };
-use opentelemetry::Context;
-use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::baggage::BaggageExt;
+use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -23,6 +24,13 @@ fn depth8() -> Index {
             .map(|i| Element::new(ElementDigest([i.wrapping_mul(37); 8]), u32::from(i)))
             .collect(),
     )
+}
+
+/// The headers `p` writes for `cx`.
+fn carrier(p: &dyn TextMapPropagator, cx: &Context) -> HashMap<String, String> {
+    let mut headers: HashMap<String, String> = HashMap::with_capacity(4);
+    p.inject_context(cx, &mut headers);
+    headers
 }
 
 fn round_trip(p: &dyn TextMapPropagator, cx: &Context) -> Context {
@@ -203,6 +211,34 @@ fn paired_ratios(_: &mut Criterion) {
     paired("inject+extract, dei header+baggage / tracecontext", 200, base, || {
         timed(n, || drop(black_box(round_trip(&both, black_box(&dei_cx)))))
     });
+    // A middle service's hop: extract what the caller sent (trace context, user baggage, the index), then
+    // inject the next index onwards. Baseline: the same hop with the W3C propagators alone.
+    let plain = TextMapCompositePropagator::new(vec![
+        Box::new(TraceContextPropagator::new()),
+        Box::new(BaggagePropagator::new()),
+    ]);
+    let dei = dei_propagator::composite_propagator();
+    let incoming_cx = trace_cx
+        .with_baggage([KeyValue::new("user", "alice")])
+        .with_dei_index(depth8());
+    let (plain_in, dei_in) = (carrier(&plain, &incoming_cx), carrier(&dei, &incoming_cx));
+    let next = depth8().child(Element::new(ElementDigest([9; 8]), 1));
+    paired(
+        "middle hop (extract, inject onwards), composite with dei / W3C trace context + baggage",
+        200,
+        || {
+            timed(n, || {
+                let cx = plain.extract(black_box(&plain_in));
+                drop(black_box(carrier(&plain, &cx)));
+            })
+        },
+        || {
+            timed(n, || {
+                let cx = dei.extract(black_box(&dei_in)).with_dei_index(next.clone());
+                drop(black_box(carrier(&dei, &cx)));
+            })
+        },
+    );
     paired(
         "next index, 2 threads contending / 1 thread (per issue)",
         100,

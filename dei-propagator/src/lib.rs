@@ -57,7 +57,9 @@ pub use fault::{FAULT_PLAN_KEY, Fault, FaultPlan, FaultPlanError, PlanLimits};
 pub use index::{Element, ElementDigest, Index};
 pub use instantiation::{Instantiation, PathMode};
 pub use invocation::InvocationSignature;
-pub use propagator::{Carriers, DeiPropagator, INDEX_KEY, composite_propagator, install_global_propagator};
+pub use propagator::{
+    Carriers, DeiPropagator, INDEX_KEY, OtherBaggagePropagator, composite_propagator, install_global_propagator,
+};
 pub use scope::{IssuedIndex, RequestScope};
 pub use signature::Signature;
 pub use spawn::{spawn, spawn_blocking, spawn_thread};

@@ -16,6 +16,17 @@ pub const INDEX_KEY: &str = "dei";
 const BAGGAGE_HEADER: &str = "baggage";
 /// The W3C baggage size limit that `opentelemetry`'s `Baggage` enforces on its entries.
 const MAX_BAGGAGE_BYTES: usize = 8192;
+/// The number of entries `opentelemetry`'s `Baggage` keeps at most.
+const MAX_BAGGAGE_ENTRIES: usize = 64;
+
+/// The one header an inner propagator writes.
+struct CapturedHeader(Option<String>);
+
+impl Injector for CapturedHeader {
+    fn set(&mut self, _key: &str, value: String) {
+        self.0 = Some(value);
+    }
+}
 
 /// Which carriers the propagator writes. It always reads both, preferring the header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,23 +205,48 @@ impl TextMapPropagator for DeiPropagator {
             }
             injector.set(BAGGAGE_HEADER, header);
         } else if self.carriers.baggage {
-            let mut baggage: Baggage = cx
-                .baggage()
-                .iter()
-                .filter(|(k, _)| k.as_str() != INDEX_KEY && k.as_str() != FAULT_PLAN_KEY)
-                .map(|(k, (v, m))| (k.clone(), (v.clone(), m.clone())))
-                .collect();
+            // The other entries as the W3C propagator writes them, then ours appended as they are (as above),
+            // within the limits `Baggage` applies (64 entries, 8192 bytes of keys, values and properties).
+            let theirs = cx.baggage();
+            let filtered;
+            let others_cx = if theirs.get(INDEX_KEY).is_some() || theirs.get(FAULT_PLAN_KEY).is_some() {
+                // An incoming request's entries, when its context was not extracted by this propagator.
+                filtered = Context::new().with_baggage(
+                    theirs
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != INDEX_KEY && k.as_str() != FAULT_PLAN_KEY)
+                        .map(|(k, (v, m))| (k.clone(), (v.clone(), m.clone())))
+                        .collect::<Baggage>(),
+                );
+                &filtered
+            } else {
+                cx
+            };
+            let mut others = CapturedHeader(None);
+            BaggagePropagator::new().inject_context(others_cx, &mut others);
+            let (mut entries, mut bytes) = others_cx.baggage().iter().fold((0, 0), |(n, b), (k, (v, m))| {
+                (n + 1, b + k.as_str().len() + v.as_str().len() + m.as_str().len())
+            });
+            let mut header = others.0.unwrap_or_default();
             for (key, value) in [(INDEX_KEY, index), (FAULT_PLAN_KEY, plan)] {
-                if let Some(value) = value {
-                    let len = value.len();
-                    baggage.insert(key, value);
-                    if baggage.get(key).is_none() {
-                        // Baggage drops entries past its limits (64 entries, 8192 bytes) without a word.
-                        rejection::record_baggage_full(key, len);
-                    }
+                let Some(value) = value else { continue };
+                if entries >= MAX_BAGGAGE_ENTRIES || bytes + key.len() + value.len() > MAX_BAGGAGE_BYTES {
+                    // `Baggage` would drop the entry without a word; count it.
+                    rejection::record_baggage_full(key, value.len());
+                    continue;
                 }
+                entries += 1;
+                bytes += key.len() + value.len();
+                if !header.is_empty() {
+                    header.push(',');
+                }
+                header.push_str(key);
+                header.push('=');
+                header.push_str(&value);
             }
-            BaggagePropagator::new().inject_context(&Context::new().with_baggage(baggage), injector);
+            if !header.is_empty() {
+                injector.set(BAGGAGE_HEADER, header);
+            }
         }
     }
 
@@ -238,7 +274,7 @@ impl TextMapPropagator for DeiPropagator {
         if let Some(plan) = plan {
             out = out.with_fault_plan(plan);
         }
-        out
+        without_our_entries(out)
     }
 
     fn fields(&self) -> FieldIter<'_> {
@@ -246,11 +282,101 @@ impl TextMapPropagator for DeiPropagator {
     }
 }
 
-/// W3C trace context, W3C baggage and the DEI propagator, composed in the order that works.
+/// `cx` with the `dei` and `dei-faults` entries removed from its baggage (the W3C baggage propagator, which runs
+/// first in [`composite_propagator`], copied them there from the carrier). Extraction has put their values in
+/// the context as the index and the plan, so they are no longer needed there: without them the next hop's
+/// inject writes the `baggage` header directly (nothing else to merge), and an application that forwards the
+/// baggage elsewhere does not carry a stale index.
+fn without_our_entries(cx: Context) -> Context {
+    let baggage = cx.baggage();
+    if baggage.get(INDEX_KEY).is_none() && baggage.get(FAULT_PLAN_KEY).is_none() {
+        return cx;
+    }
+    let rest: Baggage = baggage
+        .iter()
+        .filter(|(k, _)| k.as_str() != INDEX_KEY && k.as_str() != FAULT_PLAN_KEY)
+        .map(|(k, (v, m))| (k.clone(), (v.clone(), m.clone())))
+        .collect();
+    cx.with_baggage(rest)
+}
+
+/// The W3C baggage propagator for every entry but DEI's own (`dei`, `dei-faults`), which [`DeiPropagator`]
+/// reads and writes: extraction hides them from the standard [`BaggagePropagator`], so that it does not parse
+/// and percent-decode a value that is about to be dropped, and parses nothing when they are all there is.
+/// Injection is the standard one.
+#[derive(Debug, Default)]
+pub struct OtherBaggagePropagator(BaggagePropagator);
+
+impl OtherBaggagePropagator {
+    /// The propagator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl TextMapPropagator for OtherBaggagePropagator {
+    fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
+        self.0.inject_context(cx, injector);
+    }
+
+    fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
+        let Some(header) = extractor.get(BAGGAGE_HEADER) else {
+            return cx.clone();
+        };
+        if !header.contains(INDEX_KEY) {
+            return self.0.extract_with_context(cx, extractor);
+        }
+        let others: Vec<&str> = header
+            .split(',')
+            .filter(|entry| {
+                let key = entry.split('=').next().unwrap_or("").trim();
+                key != INDEX_KEY && key != FAULT_PLAN_KEY
+            })
+            .collect();
+        if others.iter().all(|entry| entry.trim().is_empty()) {
+            return cx.clone();
+        }
+        let others = others.join(",");
+        self.0.extract_with_context(
+            cx,
+            &WithBaggageHeader {
+                header: &others,
+                extractor,
+            },
+        )
+    }
+
+    fn fields(&self) -> FieldIter<'_> {
+        self.0.fields()
+    }
+}
+
+/// A carrier whose `baggage` header is replaced.
+struct WithBaggageHeader<'a> {
+    header: &'a str,
+    extractor: &'a dyn Extractor,
+}
+
+impl Extractor for WithBaggageHeader<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        if key.eq_ignore_ascii_case(BAGGAGE_HEADER) {
+            Some(self.header)
+        } else {
+            self.extractor.get(key)
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.extractor.keys()
+    }
+}
+
+/// W3C trace context, W3C baggage (for entries other than DEI's: [`OtherBaggagePropagator`]) and the DEI
+/// propagator, composed in the order that works.
 pub fn composite_propagator() -> TextMapCompositePropagator {
     TextMapCompositePropagator::new(vec![
         Box::new(TraceContextPropagator::new()),
-        Box::new(BaggagePropagator::new()),
+        Box::new(OtherBaggagePropagator::new()),
         Box::new(DeiPropagator::new()),
     ])
 }

@@ -123,7 +123,48 @@ fn the_crates_composite_is_dei_last() {
     let index = index(3);
     let headers = inject(&dei_propagator::composite_propagator(), &sending_context(&index));
     assert!(headers["baggage"].contains(&format!("dei={}", index.encode())));
-    assert_everything_arrived(&dei_propagator::composite_propagator().extract(&headers), &index);
+    let received = dei_propagator::composite_propagator().extract(&headers);
+    assert_everything_arrived(&received, &index);
+    assert!(received.baggage().get(INDEX_KEY).is_none());
+    // Without the header (a relay that forwards baggage only), the index still comes from the baggage.
+    let mut relayed = headers.clone();
+    relayed.remove(INDEX_KEY);
+    let received = dei_propagator::composite_propagator().extract(&relayed);
+    assert_everything_arrived(&received, &index);
+    // Only DEI's entries: no baggage in the context at all.
+    let bare = inject(
+        &dei_propagator::composite_propagator(),
+        &Context::new().with_dei_index(index.clone()),
+    );
+    let received = dei_propagator::composite_propagator().extract(&bare);
+    assert!(received.baggage().is_empty());
+    assert_eq!(received.dei_index(), Some(&index));
+}
+
+#[test]
+fn the_other_baggage_propagator_sees_every_entry_but_deis() {
+    let other = dei_propagator::OtherBaggagePropagator::new();
+    let carrier = |baggage: &str| -> Headers { [("baggage".to_string(), baggage.to_string())].into() };
+    let cx = other.extract(&carrier("a=1, dei=1.x1 ,b=2;p=q,dei-faults=zz, deity=3"));
+    let mut keys: Vec<String> = cx.baggage().iter().map(|(k, _)| k.to_string()).collect();
+    keys.sort();
+    assert_eq!(keys, ["a", "b", "deity"]);
+    assert_eq!(
+        cx.baggage()
+            .get_with_metadata("b")
+            .map(|(v, m)| (v.as_str(), m.as_str())),
+        Some(("2", "p=q"))
+    );
+    assert!(other.extract(&carrier("dei=1.x1,dei-faults=zz")).baggage().is_empty());
+    assert!(other.extract(&Headers::new()).baggage().is_empty());
+    // The standard propagator's view of a header without DEI's entries is unchanged.
+    let plain = "user=al%20ice,tenant=t-1;ttl=60";
+    let (ours, standard) = (
+        other.extract(&carrier(plain)),
+        BaggagePropagator::new().extract(&carrier(plain)),
+    );
+    assert_eq!(ours.baggage().len(), standard.baggage().len());
+    assert_eq!(ours.baggage().get("user"), standard.baggage().get("user"));
 }
 
 #[test]
@@ -327,6 +368,22 @@ fn the_direct_baggage_header_is_what_the_baggage_propagator_writes() {
         e
     };
     assert_eq!(entries(&ours), entries(&standard));
+    // with other entries (one with a property, one percent-encoded, and a stale `dei` of an incoming
+    // request's), our entries are appended to what the baggage propagator writes for the others
+    let with_others = || {
+        let mut b: Baggage = [KeyValue::new("user", "al ice"), KeyValue::new("dei", "1.stale1")]
+            .into_iter()
+            .collect();
+        b.insert_with_metadata("tenant", "t-1", BaggageMetadata::from("ttl=60"));
+        b
+    };
+    let ours = inject(&DeiPropagator::new(), &cx.with_baggage(with_others()));
+    let mut theirs = with_others();
+    theirs.insert("dei", index.encode());
+    theirs.insert("dei-faults", plan.encode());
+    let standard = inject(&BaggagePropagator::new(), &Context::new().with_baggage(theirs));
+    assert_eq!(entries(&ours), entries(&standard));
+    assert_eq!(entries(&ours).len(), 4, "{:?}", entries(&ours));
     // an index too large for baggage under generous limits is left out of the baggage, counted, never sent
     let huge = Index::from_elements((0..700).map(|i| Element::new(ElementDigest([i as u8; 8]), 1)).collect());
     let generous = DeiPropagator::with_config(Carriers::default(), Limits::for_depth(1000), Default::default());
@@ -339,4 +396,42 @@ fn the_direct_baggage_header_is_what_the_baggage_propagator_writes() {
         Some(&huge),
         "the header still carries it"
     );
+}
+
+#[test]
+fn extraction_keeps_the_users_baggage_and_drops_our_entries() {
+    let index = index(6);
+    let plan = FaultPlan::new(vec![(
+        index.child(Element::new(ElementDigest([3; 8]), 2)),
+        Fault::UNAVAILABLE,
+    )]);
+    let sent = inject(&dei_last(), &sending_context(&index).with_fault_plan(plan.clone()));
+    assert!(sent["baggage"].contains("dei=") && sent["baggage"].contains("dei-faults="));
+    let received = dei_last().extract(&sent);
+    assert_everything_arrived(&received, &index);
+    assert_eq!(received.fault_plan(), Some(&plan));
+    assert!(
+        received.baggage().get(INDEX_KEY).is_none(),
+        "the index lives in the context, not its baggage"
+    );
+    assert!(received.baggage().get("dei-faults").is_none());
+    // The next hop carries the user's entries and the new index, once.
+    let next = index.child(Element::new(ElementDigest([7; 8]), 1));
+    let onward = inject(&dei_last(), &received.with_dei_index(next.clone()));
+    let entries: Vec<&str> = onward["baggage"].split(',').collect();
+    assert!(entries.contains(&"user=alice"), "{entries:?}");
+    assert_eq!(
+        entries.iter().filter(|e| e.starts_with("dei=")).count(),
+        1,
+        "{entries:?}"
+    );
+    assert!(
+        entries.contains(&format!("dei={}", next.encode()).as_str()),
+        "{entries:?}"
+    );
+    // Nothing but our entries: the extracted baggage is empty.
+    let bare = inject(&dei_last(), &Context::new().with_dei_index(index.clone()));
+    let received = dei_last().extract(&bare);
+    assert!(received.baggage().is_empty());
+    assert_eq!(received.dei_index(), Some(&index));
 }
