@@ -206,7 +206,8 @@ impl TextMapPropagator for DeiPropagator {
             injector.set(BAGGAGE_HEADER, header);
         } else if self.carriers.baggage {
             // The other entries as the W3C propagator writes them, then ours appended as they are (as above),
-            // within the limits `Baggage` applies (64 entries, 8192 bytes of keys, values and properties).
+            // within the limits `Baggage` applies (64 entries, 8192 bytes of keys, values and properties) and
+            // the 8192 bytes a receiver accepts for the whole header.
             let theirs = cx.baggage();
             let filtered;
             let others_cx = if theirs.get(INDEX_KEY).is_some() || theirs.get(FAULT_PLAN_KEY).is_some() {
@@ -230,8 +231,13 @@ impl TextMapPropagator for DeiPropagator {
             let mut header = others.0.unwrap_or_default();
             for (key, value) in [(INDEX_KEY, index), (FAULT_PLAN_KEY, plan)] {
                 let Some(value) = value else { continue };
-                if entries >= MAX_BAGGAGE_ENTRIES || bytes + key.len() + value.len() > MAX_BAGGAGE_BYTES {
-                    // `Baggage` would drop the entry without a word; count it.
+                // `Baggage` would drop the entry without a word, and a receiver drops a header over the size
+                // limit whole: leave ours out of the baggage (the header still carries it) and count it.
+                let wire_len = header.len() + usize::from(!header.is_empty()) + key.len() + 1 + value.len();
+                if entries >= MAX_BAGGAGE_ENTRIES
+                    || bytes + key.len() + value.len() > MAX_BAGGAGE_BYTES
+                    || wire_len > MAX_BAGGAGE_BYTES
+                {
                     rejection::record_baggage_full(key, value.len());
                     continue;
                 }
@@ -323,18 +329,22 @@ impl TextMapPropagator for OtherBaggagePropagator {
         let Some(header) = extractor.get(BAGGAGE_HEADER) else {
             return cx.clone();
         };
-        if !header.contains(INDEX_KEY) {
+        // A header the standard propagator rejects whole (too long) is left to it, as is one without ours.
+        if !header.contains(INDEX_KEY) || header.len() > MAX_BAGGAGE_BYTES {
             return self.0.extract_with_context(cx, extractor);
         }
+        // Among the first 64 entries, as the standard propagator reads them.
         let others: Vec<&str> = header
             .split(',')
+            .take(MAX_BAGGAGE_ENTRIES)
             .filter(|entry| {
-                let key = entry.split('=').next().unwrap_or("").trim();
+                let key = entry.split(['=', ';']).next().unwrap_or("").trim();
                 key != INDEX_KEY && key != FAULT_PLAN_KEY
             })
             .collect();
         if others.iter().all(|entry| entry.trim().is_empty()) {
-            return cx.clone();
+            // A header with ours alone: the request's baggage is empty (not the ambient context's).
+            return cx.with_cleared_baggage();
         }
         let others = others.join(",");
         self.0.extract_with_context(

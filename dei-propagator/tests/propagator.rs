@@ -157,6 +157,24 @@ fn the_other_baggage_propagator_sees_every_entry_but_deis() {
     );
     assert!(other.extract(&carrier("dei=1.x1,dei-faults=zz")).baggage().is_empty());
     assert!(other.extract(&Headers::new()).baggage().is_empty());
+    // A header of ours alone empties the request's baggage, as the standard propagator would (the ambient
+    // context's baggage does not leak in); no header keeps it.
+    let ambient = Context::new().with_baggage([KeyValue::new("ambient", "1")]);
+    assert!(
+        other
+            .extract_with_context(&ambient, &carrier("dei=1.x1"))
+            .baggage()
+            .is_empty()
+    );
+    assert_eq!(other.extract_with_context(&ambient, &Headers::new()).baggage().len(), 1);
+    // The standard propagator's limits hold: a header over 8192 bytes is rejected whole, and only the first
+    // 64 entries are read.
+    let long = format!("dei=1.x1,a={}", "v".repeat(8200));
+    assert!(other.extract(&carrier(&long)).baggage().is_empty());
+    let many: Vec<String> = std::iter::once("dei=1.x1".to_string())
+        .chain((0..70).map(|i| format!("k{i}=v")))
+        .collect();
+    assert_eq!(other.extract(&carrier(&many.join(","))).baggage().len(), 63);
     // The standard propagator's view of a header without DEI's entries is unchanged.
     let plain = "user=al%20ice,tenant=t-1;ttl=60";
     let (ours, standard) = (
@@ -384,6 +402,21 @@ fn the_direct_baggage_header_is_what_the_baggage_propagator_writes() {
     let standard = inject(&BaggagePropagator::new(), &Context::new().with_baggage(theirs));
     assert_eq!(entries(&ours), entries(&standard));
     assert_eq!(entries(&ours).len(), 4, "{:?}", entries(&ours));
+    // other entries that leave no room in the header's 8192 bytes (60 of 133 bytes: 7,980 bytes of content,
+    // which `Baggage` keeps, and an 8,099-byte header): ours is left out of the baggage, counted
+    let before = rejection::baggage_full_total();
+    let roomy: Baggage = (0..60)
+        .map(|i| KeyValue::new(format!("k{i:02}"), "v".repeat(130)))
+        .collect();
+    let sent = inject(&DeiPropagator::new(), &cx.with_baggage(roomy));
+    assert!(sent["baggage"].len() <= 8192, "{}", sent["baggage"].len());
+    assert!(!sent["baggage"].contains("dei="));
+    assert_eq!(
+        sent.get(INDEX_KEY),
+        Some(&index.encode()),
+        "the header still carries it"
+    );
+    assert!(rejection::baggage_full_total() > before);
     // an index too large for baggage under generous limits is left out of the baggage, counted, never sent
     let huge = Index::from_elements((0..700).map(|i| Element::new(ElementDigest([i as u8; 8]), 1)).collect());
     let generous = DeiPropagator::with_config(Carriers::default(), Limits::for_depth(1000), Default::default());

@@ -38,6 +38,9 @@ const MAX_FRAMES: usize = 256;
 /// not hold it was read from another process (a child after `fork` holds its parent's pid).
 static MARKERS: AtomicU64 = AtomicU64::new(0x5eed_0000_0000_0001);
 
+/// The process id is re-read every this many walks (one `getpid`, amortised to nanoseconds).
+const PID_CHECK_EVERY: u64 = 64;
+
 /// Why the frame-pointer walker is not used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Unavailable {
@@ -137,8 +140,8 @@ impl FramePointerWalker {
     pub(crate) fn distrust(&self) {
         if self.trusted.swap(false, Ordering::Relaxed) {
             tracing::warn!(
-                "dei: a frame-pointer walk disagreed with the DWARF unwinder (code built without frame pointers \
-                 on the stack); walking with DWARF from now on"
+                "dei: a frame-pointer walk disagreed with the DWARF unwinder (code without frame pointers on the \
+                 stack, or a stack deeper than the walk's limits); walking with DWARF from now on"
             );
         }
     }
@@ -158,10 +161,17 @@ impl FramePointerWalker {
     /// not hold the marker, the process id is stale (a `fork`): refreshes it and copies again once.
     fn read_own(&self, buf: &mut [u8], base: usize, marker: u64) -> Result<usize, Unavailable> {
         let holds_marker = |buf: &[u8], have: usize| have >= 8 && word(&buf[..8]) as u64 == marker;
-        let have = self.read(buf, base)?;
-        if holds_marker(buf, have) {
+        // The marker alone cannot tell a forked child from its parent (both count on from the same value),
+        // so the process id is also checked every PID_CHECK_EVERY walks.
+        if marker.is_multiple_of(PID_CHECK_EVERY) {
+            self.pid.store(nix::unistd::getpid().as_raw(), Ordering::Relaxed);
+        }
+        if let Ok(have) = self.read(buf, base)
+            && holds_marker(buf, have)
+        {
             return Ok(have);
         }
+        // A refused read or someone else's memory: a stale process id (after `fork`) explains both.
         let now = nix::unistd::getpid().as_raw();
         if self.pid.swap(now, Ordering::Relaxed) == now {
             return Err(Unavailable::ReadRefused);
@@ -235,15 +245,17 @@ impl FramePointerWalker {
         visit: &mut dyn FnMut(usize) -> bool,
     ) -> Result<(), Unavailable> {
         // Read to a page's end: the kernel copies whole pages anyway.
-        let want = page_end(base, self.read_size.load(Ordering::Relaxed));
+        let want = page_end(base, self.read_size.load(Ordering::Relaxed)).ok_or(Unavailable::ReadRefused)?;
         buf.resize(want, 0);
         let mut have = self.read_own(&mut buf[..want], base, marker)?;
         let mut end_of_mapping = have < want;
         for _ in 0..MAX_FRAMES {
+            // A saved rbp of code without frame pointers can be any value: every sum is checked.
             let Some(at) = rbp.checked_sub(base) else { break };
-            if at + 16 > have {
+            let Some(record_end) = at.checked_add(16) else { break };
+            if record_end > have {
                 // The chain goes on above the copy: copy more, unless the mapping ended or the cap is hit.
-                let grow = page_end(base, at + 16);
+                let Some(grow) = page_end(base, record_end) else { break };
                 if end_of_mapping || grow > MAX_READ {
                     break;
                 }
@@ -254,12 +266,12 @@ impl FramePointerWalker {
                 };
                 end_of_mapping = have + more < grow;
                 have += more;
-                if at + 16 > have {
+                if record_end > have {
                     break;
                 }
             }
             let next = word(&buf[at..at + 8]);
-            let ret = word(&buf[at + 8..at + 16]);
+            let ret = word(&buf[at + 8..record_end]);
             if ret == 0 || next <= rbp {
                 break;
             }
@@ -267,7 +279,7 @@ impl FramePointerWalker {
                 // Learn how far walks that end where the caller wanted reach, so that the next one copies
                 // enough at once. (Walks to the bottom of the stack, the first ones before the runtime's
                 // boundary is known, are not learnt from.)
-                self.read_size.fetch_max(at + 16, Ordering::Relaxed);
+                self.read_size.fetch_max(record_end, Ordering::Relaxed);
                 break;
             }
             rbp = next;
@@ -276,10 +288,10 @@ impl FramePointerWalker {
     }
 }
 
-/// The length from `base` to the end of the page holding `base + len - 1`.
-fn page_end(base: usize, len: usize) -> usize {
+/// The length from `base` to the end of the page holding `base + len - 1`; `None` past the address space.
+fn page_end(base: usize, len: usize) -> Option<usize> {
     const PAGE: usize = 4096;
-    (base + len).next_multiple_of(PAGE) - base
+    Some(base.checked_add(len)?.checked_next_multiple_of(PAGE)? - base)
 }
 
 /// A native-endian machine word.
@@ -323,6 +335,14 @@ fn calibrate_nested(walker: &FramePointerWalker, depth: usize, remaining: usize)
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_ends_past_the_address_space_are_none() {
+        assert_eq!(page_end(0x1000, 1), Some(0x1000));
+        assert_eq!(page_end(0x1008, 0x1000), Some(0x1ff8));
+        assert_eq!(page_end(usize::MAX - 10, 100), None);
+        assert_eq!(page_end(usize::MAX - 4000, 16), None);
+    }
 
     #[test]
     fn a_copy_without_the_walks_marker_is_refused() {

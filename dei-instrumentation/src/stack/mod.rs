@@ -320,7 +320,7 @@ impl StackCapturer {
                 walker,
             };
         }
-        let entry = inner.new_stack(call_site, key, walker);
+        let (entry, walker) = inner.new_stack(call_site, key, walker);
         CapturedStack {
             entry,
             mode: inner.mode,
@@ -343,8 +343,8 @@ impl CapturerInner {
         &self,
         call_site: Option<&'static std::panic::Location<'static>>,
         key: (usize, Vec<usize>),
-        walker: StackWalker,
-    ) -> Arc<StackEntry> {
+        mut walker: StackWalker,
+    ) -> (Arc<StackEntry>, StackWalker) {
         let inner = self;
         let mut frames = self.app_frames(&key.1, call_site.is_some());
         if walker == StackWalker::FramePointers
@@ -352,6 +352,7 @@ impl CapturerInner {
         {
             self.walk.distrust_frame_pointers();
             frames = self.app_frames(&unwound, call_site.is_some());
+            walker = StackWalker::Dwarf;
         }
         let call_site = call_site.map(|loc| {
             Frame::new(
@@ -390,7 +391,7 @@ impl CapturerInner {
             stacks.insert(key, entry.clone());
         }
         drop(stacks);
-        entry
+        (entry, walker)
     }
 
     /// Unwinds with DWARF and compares with `walked` (a frame-pointer walk from [`StackCapturer::capture_at`]):
