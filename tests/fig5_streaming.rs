@@ -19,27 +19,14 @@ use dei_sfit::{
     CollectorSpans, ExecutionRecord, FaultSet, InMemorySpans, Oracle, Report, Search, SearchOptions, SpanSource,
     Strategy,
 };
-use opentelemetry_otlp::WithExportConfig as _;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, InMemorySpanExporter, SdkTracerProvider};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Every span to the in-memory exporter as it ends, and in batches over OTLP/HTTP to `otlp_url`.
 fn telemetry(otlp_url: &str) -> (InMemorySpanExporter, SdkTracerProvider) {
-    let otlp = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_endpoint(otlp_url)
-        .build()
-        .expect("OTLP exporter");
-    let batch = BatchSpanProcessor::builder(otlp)
-        .with_batch_config(
-            BatchConfigBuilder::default()
-                .with_scheduled_delay(Duration::from_millis(10))
-                .build(),
-        )
-        .build();
-    let t = dei_instrumentation::testing::telemetry_with(batch);
+    let t = dei_instrumentation::testing::telemetry_over_otlp_http(otlp_url);
     (t.exporter().clone(), t.provider().clone())
 }
 

@@ -66,6 +66,25 @@ pub fn telemetry_with(processor: impl SpanProcessor + 'static) -> &'static TestT
     installed
 }
 
+/// Like [`telemetry`], and every span also goes in batches (every 10 ms) over OTLP/HTTP to `otlp_url` (a
+/// collector's `/v1/traces`): for tests that read spans both in memory and through a collector.
+pub fn telemetry_over_otlp_http(otlp_url: &str) -> &'static TestTelemetry {
+    use opentelemetry_otlp::WithExportConfig as _;
+    let otlp = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(otlp_url)
+        .build()
+        .expect("OTLP exporter");
+    let batch = BatchSpanProcessor::builder(otlp)
+        .with_batch_config(
+            opentelemetry_sdk::trace::BatchConfigBuilder::default()
+                .with_scheduled_delay(std::time::Duration::from_millis(10))
+                .build(),
+        )
+        .build();
+    telemetry_with(batch)
+}
+
 fn install<P: SpanProcessor + 'static>(extra: Option<P>) -> TestTelemetry {
     dei_propagator::install_global_propagator();
     let exporter = InMemorySpanExporter::default();

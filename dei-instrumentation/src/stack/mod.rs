@@ -294,7 +294,7 @@ impl StackCapturer {
         let site_key = call_site.map_or(0, |loc| std::ptr::from_ref(loc) as usize);
         let mut seen: Vec<usize> = Vec::new();
         let mut warm = true;
-        let mut walker = inner.walk.kind();
+        let mut walker = StackWalker::Dwarf; // what a mode that does not unwind reports
         if inner.mode.unwinds() {
             // Warm path: look each address up while walking, and stop at the runtime boundary or once enough
             // application frames were found. Addresses not cached yet are resolved afterwards.

@@ -265,15 +265,13 @@ impl Fingerprint {
 
 /// `GET /api/v1/traces/{trace_id}` (collector-plugin/API.md, "The trace view").
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct TraceView {
     /// Occurrences in the trace.
-    #[serde(default)]
     pub rpcs: usize,
     /// Spans waiting for a stream mapping.
-    #[serde(default)]
     pub pending_preliminary: usize,
     /// The occurrences, nested by index prefix.
-    #[serde(default)]
     pub tree: Vec<TraceNode>,
 }
 
@@ -325,18 +323,15 @@ pub struct TraceNode {
 
 /// A span's status in the trace view.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct StatusView {
     /// `unset`, `ok` or `error`.
-    #[serde(default)]
     pub code: String,
     /// The status message.
-    #[serde(default)]
     pub message: Option<String>,
     /// `rpc.grpc.status_code`.
-    #[serde(default)]
     pub grpc_status_code: Option<i64>,
     /// `http.response.status_code`.
-    #[serde(default)]
     pub http_status_code: Option<i64>,
 }
 
@@ -360,12 +355,11 @@ pub struct MessageView {
 
 /// The stream a message occurrence was sent on.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct MessageOfView {
     /// The stream's index.
-    #[serde(default)]
     pub index: String,
     /// The message's position.
-    #[serde(default)]
     pub k: Option<u32>,
 }
 
