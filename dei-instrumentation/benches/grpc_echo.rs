@@ -8,7 +8,9 @@
 //! Both export through a batch span processor to an exporter that drops the spans. Criterion measures the
 //! latency of one call; then, in the same process, an interleaved loop in a runtime task (as a service handler
 //! calls) reports the median latency ratio and a
-//! closed-loop load (64 calls in flight) reports the max-throughput ratio.
+//! closed-loop load (64 calls in flight) reports the max-throughput ratio. Besides both sides instrumented
+//! alike, the comparison has variants without unwinding, with each walker forced, and with DEI on one side
+//! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies.
 //!
 //! `cargo bench -p dei-instrumentation --bench grpc_echo`
 
@@ -194,7 +196,17 @@ async fn connect(addr: SocketAddr) -> Channel {
 type BaselineClient = pb::middle_client::MiddleClient<OtelClient<Channel>>;
 type DeiClient = pb::middle_client::MiddleClient<dei_instrumentation::DeiClientService<Channel>>;
 
-async fn start(config: DeiConfig) -> (BaselineClient, DeiClient) {
+/// Clients of one configuration: both sides instrumented alike (`baseline`: OpenTelemetry only, `dei`: the DEI
+/// layers), and one side each (`dei_client_only`: DEI client to the OpenTelemetry-only server,
+/// `dei_server_only`: OpenTelemetry-only client to the DEI server).
+struct Clients {
+    baseline: BaselineClient,
+    dei: DeiClient,
+    dei_client_only: DeiClient,
+    dei_server_only: BaselineClient,
+}
+
+async fn start(config: DeiConfig) -> Clients {
     let (l1, a1) = listen().await;
     tokio::spawn(
         Server::builder()
@@ -209,14 +221,37 @@ async fn start(config: DeiConfig) -> (BaselineClient, DeiClient) {
             .add_service(pb::middle_server::MiddleServer::new(Echo))
             .serve_with_incoming(incoming(l2)),
     );
-    let baseline =
-        pb::middle_client::MiddleClient::new(ServiceBuilder::new().layer(OtelClientLayer).service(connect(a1).await));
-    let dei = pb::middle_client::MiddleClient::new(
-        ServiceBuilder::new()
-            .layer(DeiClientLayer::new(config))
-            .service(connect(a2).await),
-    );
-    (baseline, dei)
+    let otel_client =
+        |channel| pb::middle_client::MiddleClient::new(ServiceBuilder::new().layer(OtelClientLayer).service(channel));
+    let dei_client = |channel| {
+        pb::middle_client::MiddleClient::new(
+            ServiceBuilder::new()
+                .layer(DeiClientLayer::new(config.clone()))
+                .service(channel),
+        )
+    };
+    Clients {
+        baseline: otel_client(connect(a1).await),
+        dei: dei_client(connect(a2).await),
+        dei_client_only: dei_client(connect(a1).await),
+        dei_server_only: otel_client(connect(a2).await),
+    }
+}
+
+/// A client of the same-run comparison.
+#[derive(Clone)]
+enum Variant {
+    Baseline(BaselineClient),
+    Dei(DeiClient),
+}
+
+impl Variant {
+    async fn call(&self) {
+        match self {
+            Variant::Baseline(c) => drop(c.clone().work(payload()).await.expect("echo")),
+            Variant::Dei(c) => drop(c.clone().work(payload()).await.expect("echo")),
+        }
+    }
 }
 
 fn payload() -> pb::Msg {
@@ -264,21 +299,30 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let (baseline, dei) = rt.block_on(start(DeiConfig::default()));
+    let Clients {
+        baseline,
+        dei,
+        dei_client_only,
+        dei_server_only,
+    } = rt.block_on(start(DeiConfig::default()));
     // The same layers without unwinding (`StackMode::CallSiteOnly`): how much of the cost is the stack.
-    let (_, dei_no_unwind) = rt.block_on(start(
-        DeiConfig::builder()
-            .stack(dei_instrumentation::StackConfig::default().mode(dei_instrumentation::StackMode::CallSiteOnly))
-            .build(),
-    ));
+    let dei_no_unwind = rt
+        .block_on(start(
+            DeiConfig::builder()
+                .stack(dei_instrumentation::StackConfig::default().mode(dei_instrumentation::StackMode::CallSiteOnly))
+                .build(),
+        ))
+        .dei;
     // The default walker (`Auto`) picks frame pointers or DWARF by measuring both; each of them alone.
     let walker = |w| {
         DeiConfig::builder()
             .stack(dei_instrumentation::StackConfig::default().walker(w))
             .build()
     };
-    let (_, dei_dwarf) = rt.block_on(start(walker(dei_instrumentation::StackWalker::Dwarf)));
-    let (_, dei_fp) = rt.block_on(start(walker(dei_instrumentation::StackWalker::FramePointers)));
+    let dei_dwarf = rt.block_on(start(walker(dei_instrumentation::StackWalker::Dwarf))).dei;
+    let dei_fp = rt
+        .block_on(start(walker(dei_instrumentation::StackWalker::FramePointers)))
+        .dei;
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
         profile_calls(
             &rt,
@@ -310,26 +354,25 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // The same run: interleaved latency samples, then interleaved throughput windows.
-    let variants: [(&str, Option<DeiClient>); 5] = [
-        ("otel_only", None),
-        ("otel_plus_dei", Some(dei.clone())),
-        ("otel_plus_dei_call_site_only", Some(dei_no_unwind.clone())),
-        ("otel_plus_dei_dwarf", Some(dei_dwarf.clone())),
-        ("otel_plus_dei_frame_pointers", Some(dei_fp.clone())),
+    let variants: Vec<(&str, Variant)> = vec![
+        ("otel_only", Variant::Baseline(baseline)),
+        ("otel_plus_dei", Variant::Dei(dei)),
+        ("otel_plus_dei_call_site_only", Variant::Dei(dei_no_unwind)),
+        ("otel_plus_dei_dwarf", Variant::Dei(dei_dwarf)),
+        ("otel_plus_dei_frame_pointers", Variant::Dei(dei_fp)),
+        ("dei_client_only", Variant::Dei(dei_client_only)),
+        ("dei_server_only", Variant::Baseline(dei_server_only)),
     ];
     // The calls are made from a task on the runtime, as a service's handler makes them (its stack ends at the
     // task's poll), not from the thread that blocks on the runtime.
-    let (latency_baseline, latency_variants) = (baseline.clone(), variants.clone());
+    let latency_variants = variants.clone();
     let medians: Vec<Duration> = rt
         .block_on(rt.spawn(async move {
             let mut samples = vec![Vec::new(); latency_variants.len()];
             for _ in 0..3000 {
                 for (i, (_, client)) in latency_variants.iter().enumerate() {
                     let t = Instant::now();
-                    match client {
-                        None => drop(latency_baseline.clone().work(payload()).await.expect("echo")),
-                        Some(c) => drop(c.clone().work(payload()).await.expect("echo")),
-                    }
+                    client.call().await;
                     samples[i].push(t.elapsed());
                 }
             }
@@ -339,23 +382,11 @@ fn bench(c: &mut Criterion) {
     let mut rps = vec![0.0; variants.len()];
     for _ in 0..3 {
         for (i, (_, client)) in variants.iter().enumerate() {
-            rps[i] += match client.clone() {
-                None => {
-                    let b = baseline.clone();
-                    rt.block_on(throughput(64, Duration::from_secs(2), move || {
-                        let mut c = b.clone();
-                        async move {
-                            let _ = c.work(payload()).await;
-                        }
-                    }))
-                }
-                Some(d) => rt.block_on(throughput(64, Duration::from_secs(2), move || {
-                    let mut c = d.clone();
-                    async move {
-                        let _ = c.work(payload()).await;
-                    }
-                })),
-            };
+            let client = client.clone();
+            rps[i] += rt.block_on(throughput(64, Duration::from_secs(2), move || {
+                let client = client.clone();
+                async move { client.call().await }
+            }));
         }
     }
     println!(

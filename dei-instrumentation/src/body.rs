@@ -32,11 +32,19 @@ pub(crate) struct CallGuard {
 impl CallGuard {
     fn record_trailers(&self, trailers: &http::HeaderMap) {
         if self.grpc
-            && let Some(status) = tonic::Status::from_header_map(trailers)
+            && let Some(code) = grpc_code(trailers)
         {
-            record_grpc_status(&self.otel, status.code());
+            record_grpc_status(&self.otel, code);
         }
     }
+}
+
+/// The gRPC status code in `headers` (a response's headers or trailers), read as tonic reads it (a value that is
+/// not a code is `Unknown`) without decoding the message and details that only a failed call's caller needs.
+pub(crate) fn grpc_code(headers: &http::HeaderMap) -> Option<tonic::Code> {
+    headers
+        .get(tonic::Status::GRPC_STATUS)
+        .map(|v| tonic::Code::from_bytes(v.as_bytes()))
 }
 
 /// Records `rpc.grpc.status_code` and the span status.
@@ -280,5 +288,33 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grpc_code;
+
+    #[test]
+    fn the_grpc_code_is_read_as_tonic_reads_it() {
+        for value in [
+            Some("0"),
+            Some("4"),
+            Some("14"),
+            Some("16"),
+            Some("17"),
+            Some("99"),
+            Some("x"),
+            Some(""),
+            None,
+        ] {
+            let mut headers = http::HeaderMap::new();
+            if let Some(v) = value {
+                headers.insert("grpc-status", http::HeaderValue::from_static(v));
+                headers.insert("grpc-message", http::HeaderValue::from_static("went%20wrong"));
+            }
+            let tonic = tonic::Status::from_header_map(&headers).map(|s| s.code());
+            assert_eq!(grpc_code(&headers), tonic, "{value:?}");
+        }
     }
 }

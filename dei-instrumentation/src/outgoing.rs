@@ -90,11 +90,29 @@ pub(crate) fn inject(cx: &Context, headers: &mut http::HeaderMap) {
 /// An [`Injector`] over an HTTP header map; values that are not valid header values are skipped.
 pub(crate) struct HeaderInjector<'a>(pub(crate) &'a mut http::HeaderMap);
 
+/// The header names the crate's composite propagator writes, made once instead of per call (`from_bytes`
+/// allocates a name that is not a standard header).
+fn known_name(key: &str) -> Option<http::header::HeaderName> {
+    use http::header::HeaderName;
+    static NAMES: std::sync::OnceLock<[(&'static str, HeaderName); 5]> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        [
+            "traceparent",
+            "tracestate",
+            "baggage",
+            dei_propagator::INDEX_KEY,
+            dei_propagator::FAULT_PLAN_KEY,
+        ]
+        .map(|k| (k, HeaderName::from_static(k)))
+    });
+    names.iter().find(|(k, _)| *k == key).map(|(_, name)| name.clone())
+}
+
 impl Injector for HeaderInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
-        // `from_bytes` lowercases.
-        let name = http::header::HeaderName::from_bytes(key.as_bytes());
-        let value = http::header::HeaderValue::from_str(&value);
+        // `from_bytes` lowercases. The value's buffer becomes the header value without a copy.
+        let name = known_name(key).map_or_else(|| http::header::HeaderName::from_bytes(key.as_bytes()), Ok);
+        let value = http::header::HeaderValue::from_maybe_shared(bytes::Bytes::from(value));
         if let (Ok(name), Ok(value)) = (name, value) {
             self.0.insert(name, value);
         }
@@ -121,4 +139,45 @@ pub(crate) fn stream_message(
     let fault = plan.and_then(|p| p.fault_for(&final_index));
     span::record_stream_message(span, preliminary, &final_index, k, fault);
     (final_index, Action::for_fault(fault))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeaderInjector;
+    use opentelemetry::propagation::Injector;
+
+    #[test]
+    fn the_injector_writes_what_from_bytes_and_from_str_would() {
+        let keys = [
+            "traceparent",
+            "tracestate",
+            "baggage",
+            "dei",
+            "dei-faults",
+            "X-Other",
+            "bad key",
+        ];
+        let values = [
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "a=b",
+            "bad\nvalue",
+            "é",
+            "",
+        ];
+        for key in keys {
+            for value in values {
+                let value = value.to_string();
+                let mut headers = http::HeaderMap::new();
+                HeaderInjector(&mut headers).set(key, value.clone());
+                let mut expected = http::HeaderMap::new();
+                if let (Ok(k), Ok(v)) = (
+                    http::header::HeaderName::from_bytes(key.as_bytes()),
+                    http::header::HeaderValue::from_str(&value),
+                ) {
+                    expected.insert(k, v);
+                }
+                assert_eq!(headers, expected, "{key:?} = {value:?}");
+            }
+        }
+    }
 }

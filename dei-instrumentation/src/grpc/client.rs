@@ -114,11 +114,11 @@ where
         let span = tracing::info_span!(
             target: "dei",
             "grpc.client",
-            otel.name = %signature,
+            otel.name = signature.name(),
             otel.kind = "client",
             rpc.system = "grpc",
-            rpc.service = %service,
-            rpc.method = %method,
+            rpc.service = service,
+            rpc.method = method,
             server.address = tracing::field::Empty,
         );
         // A generated client's requests carry only the path; the channel adds the authority later.
@@ -249,8 +249,8 @@ where
     match out.action {
         Action::Fail(f) => {
             let response = fault::grpc_response(f, ());
-            if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-                record_grpc_status(&out.otel, status.code());
+            if let Some(code) = crate::body::grpc_code(response.headers()) {
+                record_grpc_status(&out.otel, code);
             }
             let guard = CallGuard {
                 _span: span.clone(),
@@ -305,8 +305,8 @@ where
     }
     match response {
         Ok(response) => {
-            if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-                record_grpc_status(&otel, status.code());
+            if let Some(code) = crate::body::grpc_code(response.headers()) {
+                record_grpc_status(&otel, code);
             }
             Ok(response.map(|b| DeiResponseBody::new(b, guard, None).ending_on(stream_fault)))
         }

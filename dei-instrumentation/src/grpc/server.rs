@@ -85,11 +85,11 @@ where
         let span = tracing::info_span!(
             target: "dei",
             "grpc.server",
-            otel.name = %signature,
+            otel.name = signature.name(),
             otel.kind = "server",
             rpc.system = "grpc",
-            rpc.service = %service,
-            rpc.method = %method,
+            rpc.service = service,
+            rpc.method = method,
         );
         let kind = self.config.method_kind(&path);
         let single_request = kind == Some(MethodKind::ServerStreaming);
@@ -115,8 +115,8 @@ where
         Box::pin(
             async move {
                 let response = future.await?;
-                if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-                    crate::body::record_grpc_status(&guard.otel, status.code());
+                if let Some(code) = crate::body::grpc_code(response.headers()) {
+                    crate::body::record_grpc_status(&guard.otel, code);
                 }
                 Ok(response.map(|b| DeiResponseBody::new(b, guard, Some(body_cx))))
             }

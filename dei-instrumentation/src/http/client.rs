@@ -74,7 +74,7 @@ impl Middleware for DeiReqwestMiddleware {
         let span = tracing::info_span!(
             target: "dei",
             "http.client",
-            otel.name = %signature,
+            otel.name = signature.name(),
             otel.kind = "client",
             http.request.method = %method,
             url.full = %url,

@@ -79,7 +79,7 @@ where
         let span = tracing::info_span!(
             target: "dei",
             "http.server",
-            otel.name = %signature,
+            otel.name = signature.name(),
             otel.kind = "server",
             http.request.method = %method,
             http.route = %route,

@@ -7,10 +7,12 @@
 //!
 //! [`Auto`](StackWalker::Auto), the default, uses DWARF unless a calibration at start-up shows that the binary
 //! has frame pointers and that their walk finds exactly the frames the DWARF unwinder finds. Then it times one
-//! capture in 32 with each walker and switches to frame pointers where they take at most half of DWARF's
-//! time: a frame-pointer walk costs a system call (about 1.6 µs on our VM, far less on bare metal) plus a
-//! little per page of stack, DWARF about 0.2–0.3 µs per frame, so deep stacks of small frames favour frame
-//! pointers and shallow ones do not.
+//! capture in 32 with each walker (one in 512 once 1,024 captures settled the averages) and switches to frame
+//! pointers where they take at most half of DWARF's time: a frame-pointer walk costs a system call (about
+//! 1.6 µs on our VM in a tight loop, far less on bare metal, but ~21 µs for a tonic echo's 10 KiB inside the
+//! loaded service) plus a little per page of stack, DWARF about 0.2–0.3 µs per frame warm (about 1 µs cold),
+//! so deep stacks of small frames in a tight loop favour frame pointers and shallow ones in a busy service do
+//! not.
 //!
 //! Both walkers find the same application frames, so stacks, digests and indexes do not depend on the walker.
 //! Each distinct stack a frame-pointer walk finds is checked against the DWARF unwinder once (the capture
@@ -70,9 +72,11 @@ pub(crate) enum Walk {
 ///
 /// A frame-pointer walk costs one system call plus a little per page of stack, a DWARF walk a little per
 /// frame, so which is cheaper depends on the machine (what a system call costs there) and on the service's
-/// stacks (few large frames or many small ones). One capture in [`SAMPLE_EVERY`] is timed with each walker;
-/// the others use the one [`prefer`] picks from the moving averages. Both walkers find the same frames, so the
-/// choice never changes a stack.
+/// stacks (few large frames or many small ones). One capture in [`SAMPLE_EVERY`] is timed with each walker
+/// ([`SETTLED_SAMPLE_EVERY`] after the first [`SETTLING_CAPTURES`], since the slower walker's samples cost: a
+/// frame-pointer walk inside a loaded service can take three times a DWARF one); the others use the one
+/// [`prefer`] picks from the moving averages. Both walkers find the same frames, so the choice never changes
+/// a stack.
 #[cfg(target_os = "linux")]
 #[derive(Debug)]
 pub(crate) struct Measured {
@@ -82,9 +86,33 @@ pub(crate) struct Measured {
     cost: [std::sync::atomic::AtomicU64; 2],
 }
 
-/// One capture in this many is timed with each walker.
+/// One capture in this many is timed with each walker while the averages settle.
 #[cfg(target_os = "linux")]
 const SAMPLE_EVERY: u64 = 32;
+
+/// Captures after which sampling slows down to [`SETTLED_SAMPLE_EVERY`].
+#[cfg(target_os = "linux")]
+const SETTLING_CAPTURES: u64 = 32 * SAMPLE_EVERY;
+
+/// One capture in this many is timed with each walker once the averages settled.
+#[cfg(target_os = "linux")]
+const SETTLED_SAMPLE_EVERY: u64 = 16 * SAMPLE_EVERY;
+
+/// Which walker capture `n` (0-based) of a process uses when it is a timed sample: frame pointers for the first
+/// of a period, DWARF for the second, `None` for the others.
+#[cfg(target_os = "linux")]
+fn sample(n: u64) -> Option<StackWalker> {
+    let period = if n < SETTLING_CAPTURES {
+        SAMPLE_EVERY
+    } else {
+        SETTLED_SAMPLE_EVERY
+    };
+    match n % period {
+        0 => Some(StackWalker::FramePointers),
+        1 => Some(StackWalker::Dwarf),
+        _ => None,
+    }
+}
 
 #[cfg(target_os = "linux")]
 impl Measured {
@@ -106,13 +134,13 @@ impl Measured {
         prefer(self.cost[0].load(Relaxed), self.cost[1].load(Relaxed))
     }
 
+    #[inline(always)]
     fn walk(&self, visit: &mut dyn FnMut(usize) -> bool) -> StackWalker {
         use std::sync::atomic::Ordering::Relaxed;
         let n = self.captures.fetch_add(1, Relaxed);
-        let (walker, timed) = match n % SAMPLE_EVERY {
-            0 => (StackWalker::FramePointers, true),
-            1 => (StackWalker::Dwarf, true),
-            _ => (self.preferred(), false),
+        let (walker, timed) = match sample(n) {
+            Some(walker) => (walker, true),
+            None => (self.preferred(), false),
         };
         let started = timed.then(std::time::Instant::now);
         let used = match walker {
@@ -148,6 +176,9 @@ fn prefer(frame_pointers_ns: u64, dwarf_ns: u64) -> StackWalker {
     }
 }
 
+/// Inlined, as the walks above it are: every frame between the unwinder and the caller costs the DWARF
+/// unwinder a step (about a microsecond with cold caches).
+#[inline(always)]
 fn walk_dwarf(visit: &mut dyn FnMut(usize) -> bool) {
     backtrace::trace(|frame| visit(frame.ip() as usize));
 }
@@ -222,8 +253,8 @@ impl Walk {
     }
 
     /// Calls `visit` with each return address on the calling thread's stack, innermost first, until it
-    /// returns false; returns the walker that did.
-    #[inline(never)]
+    /// returns false; returns the walker that did. Inlined into the capture (see [`walk_dwarf`]).
+    #[inline(always)]
     pub(crate) fn walk(&self, visit: &mut dyn FnMut(usize) -> bool) -> StackWalker {
         match self {
             Walk::Dwarf => {
@@ -299,6 +330,21 @@ mod tests {
                 _ => assert_eq!(walker, preferred),
             }
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn sampling_slows_down_once_the_averages_settled() {
+        let timed = |range: std::ops::Range<u64>| range.filter(|&n| sample(n).is_some()).count() as u64;
+        assert_eq!(timed(0..SETTLING_CAPTURES), 2 * SETTLING_CAPTURES / SAMPLE_EVERY);
+        let later = SETTLING_CAPTURES..SETTLING_CAPTURES + 4 * SETTLED_SAMPLE_EVERY;
+        assert_eq!(timed(later), 8);
+        // Both walkers are still timed, frame pointers first.
+        let n = 5 * SETTLED_SAMPLE_EVERY;
+        assert_eq!(sample(n), Some(StackWalker::FramePointers));
+        assert_eq!(sample(n + 1), Some(StackWalker::Dwarf));
+        assert_eq!(sample(n + 2), None);
+        assert_eq!(sample(n + SAMPLE_EVERY), None);
     }
 
     #[inline(never)]
