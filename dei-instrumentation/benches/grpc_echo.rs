@@ -323,18 +323,21 @@ fn bench(c: &mut Criterion) {
     let dei_fp = rt
         .block_on(start(walker(dei_instrumentation::StackWalker::FramePointers)))
         .dei;
+    // The same-run comparison's variants (the criterion group below uses the first two).
+    let variants: Vec<(&str, Variant)> = vec![
+        ("otel_only", Variant::Baseline(baseline.clone())),
+        ("otel_plus_dei", Variant::Dei(dei.clone())),
+        ("otel_plus_dei_call_site_only", Variant::Dei(dei_no_unwind)),
+        ("otel_plus_dei_dwarf", Variant::Dei(dei_dwarf)),
+        ("otel_plus_dei_frame_pointers", Variant::Dei(dei_fp)),
+        ("dei_client_only", Variant::Dei(dei_client_only)),
+        ("dei_server_only", Variant::Baseline(dei_server_only)),
+    ];
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
-        profile_calls(
-            &rt,
-            &variant,
-            baseline,
-            [
-                ("otel_plus_dei", dei),
-                ("otel_plus_dei_call_site_only", dei_no_unwind),
-                ("otel_plus_dei_dwarf", dei_dwarf),
-                ("otel_plus_dei_frame_pointers", dei_fp),
-            ],
-        );
+        let Some((_, client)) = variants.into_iter().find(|(name, _)| *name == variant) else {
+            panic!("unknown DEI_ECHO_PROFILE variant {variant}");
+        };
+        profile_calls(&rt, &variant, client);
         return;
     }
 
@@ -354,15 +357,6 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // The same run: interleaved latency samples, then interleaved throughput windows.
-    let variants: Vec<(&str, Variant)> = vec![
-        ("otel_only", Variant::Baseline(baseline)),
-        ("otel_plus_dei", Variant::Dei(dei)),
-        ("otel_plus_dei_call_site_only", Variant::Dei(dei_no_unwind)),
-        ("otel_plus_dei_dwarf", Variant::Dei(dei_dwarf)),
-        ("otel_plus_dei_frame_pointers", Variant::Dei(dei_fp)),
-        ("dei_client_only", Variant::Dei(dei_client_only)),
-        ("dei_server_only", Variant::Baseline(dei_server_only)),
-    ];
     // The calls are made from a task on the runtime, as a service's handler makes them (its stack ends at the
     // task's poll), not from the thread that blocks on the runtime.
     let latency_variants = variants.clone();
@@ -404,44 +398,47 @@ fn bench(c: &mut Criterion) {
     println!("spans exported: {}", exported.load(Ordering::Relaxed));
 }
 
-/// `DEI_ECHO_PROFILE=otel_only|otel_plus_dei|otel_plus_dei_call_site_only|otel_plus_dei_dwarf|otel_plus_dei_frame_pointers`,
-/// `[DEI_ECHO_CALLS=N]`
-/// [DEI_ECHO_CONCURRENCY=C]`: make N calls (default 2000, after 200 to warm up) on one variant, C in flight
-/// (default 1: sequential), and skip the measurements, so that a profiler or an instruction counter
+/// `DEI_ECHO_PROFILE=<variant>` (a name of the same-run comparison: `otel_only`, `otel_plus_dei`,
+/// `dei_client_only`, …), `[DEI_ECHO_CALLS=N]`, `[DEI_ECHO_CONCURRENCY=C]`, `[DEI_ECHO_BLOCK_ON=1]`: make N
+/// calls (default 2000, after 200 to warm up) on one variant, C in flight (default 1: sequential), from tasks on
+/// the runtime, or one by one through `Runtime::block_on` from the main thread (as criterion's loop calls,
+/// printing the median), and skip the measurements, so that a profiler or an instruction counter
 /// (`valgrind --tool=callgrind`, `perf stat -e task-clock,context-switches`) can compare the variants' cost
 /// per call.
-fn profile_calls(
-    rt: &tokio::runtime::Runtime,
-    variant: &str,
-    baseline: BaselineClient,
-    dei_variants: [(&str, DeiClient); 4],
-) {
+fn profile_calls(rt: &tokio::runtime::Runtime, variant: &str, client: Variant) {
     let calls: usize = std::env::var("DEI_ECHO_CALLS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(2000);
-    let client = match dei_variants.into_iter().find(|(name, _)| *name == variant) {
-        Some((_, client)) => Some(client),
-        None if variant == "otel_only" => None,
-        None => panic!("unknown DEI_ECHO_PROFILE variant {variant}"),
-    };
     let concurrency: usize = std::env::var("DEI_ECHO_CONCURRENCY")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1)
         .max(1);
+    if std::env::var("DEI_ECHO_BLOCK_ON").is_ok() {
+        let mut samples: Vec<Duration> = (0..200 + calls)
+            .map(|_| {
+                let t = Instant::now();
+                rt.block_on(client.call());
+                t.elapsed()
+            })
+            .collect();
+        samples.drain(..200);
+        println!(
+            "{variant}: {calls} calls through block_on after 200 to warm up, median {:?}",
+            median(samples)
+        );
+        return;
+    }
     let started = Instant::now();
     rt.block_on(async {
         let tasks: Vec<_> = (0..concurrency)
             .map(|i| {
-                let (baseline, client) = (baseline.clone(), client.clone());
+                let client = client.clone();
                 let share = (200 + calls) / concurrency + usize::from(i < (200 + calls) % concurrency);
                 tokio::spawn(async move {
                     for _ in 0..share {
-                        match &client {
-                            None => drop(baseline.clone().work(payload()).await.expect("echo")),
-                            Some(c) => drop(c.clone().work(payload()).await.expect("echo")),
-                        }
+                        client.call().await;
                     }
                 })
             })

@@ -34,6 +34,19 @@ pub(crate) struct Outgoing {
     pub(crate) scope: RequestScope,
     /// The client span's OpenTelemetry span, where the outcome is recorded.
     pub(crate) otel: OtelSpan,
+    /// The `dei.*` attributes, not yet on the span: see [`Outgoing::record_attributes`].
+    pub(crate) pending: Option<span::Attributes>,
+}
+
+impl Outgoing {
+    /// Sets the `dei.*` attributes on the client span (once). Nothing on the way to the wire needs them, so a
+    /// client records them once the request is on its way: with tonic's channel, whose `call` hands the request
+    /// to the connection's task at once, that work overlaps the network round trip instead of preceding it.
+    pub(crate) fn record_attributes(&mut self) {
+        if let Some(attributes) = self.pending.take() {
+            attributes.set_on_otel(&self.otel);
+        }
+    }
 }
 
 /// The components of an outgoing call.
@@ -46,7 +59,8 @@ pub(crate) struct Call<'a> {
 }
 
 /// Issues the call's index from the scope in `cx` (the caller's context, taken when the call was made),
-/// records the attributes on `span` and decides about faults.
+/// starts `span`'s OpenTelemetry span, gathers the attributes (set by [`Outgoing::record_attributes`]) and
+/// decides about faults.
 pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call: Call<'_>) -> Outgoing {
     let scope = scope_of(config, cx);
     let invocation = InvocationSignature::new(call.signature.clone(), call.payload, call.stack.digest());
@@ -65,8 +79,8 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
         attributes.push(span::FAULT, f.to_string());
     }
     // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
-    // without one, inject the current context.
-    let otel = attributes.set_on(span);
+    // without one, inject the current context. The span starts here; its attributes are set later.
+    let otel = OtelSpan::of(span);
     let base = if otel.context().has_active_span() {
         otel.context().clone()
     } else {
@@ -79,6 +93,7 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
         action: Action::for_fault(fault),
         scope,
         otel,
+        pending: Some(attributes),
     }
 }
 

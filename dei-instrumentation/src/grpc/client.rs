@@ -103,7 +103,7 @@ where
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         // `call` runs inside the caller's poll: its stack and its Context are the caller's.
-        let stack = self.config.stack_capturer().capture();
+        let stack = self.config.stack_capturer().capture_inlined();
         let caller_cx = Context::current();
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
@@ -234,7 +234,7 @@ where
         (false, Some((digest, raw))) => (digest, raw),
         _ => (PayloadDigest::empty(), Vec::new()),
     };
-    let out = outgoing::begin(
+    let mut out = outgoing::begin(
         &config,
         &info.caller_cx,
         &span,
@@ -248,6 +248,7 @@ where
     );
     match out.action {
         Action::Fail(f) => {
+            out.record_attributes();
             let response = fault::grpc_response(f, ());
             if let Some(code) = crate::body::grpc_code(response.headers()) {
                 record_grpc_status(&out.otel, code);
@@ -288,6 +289,7 @@ where
         cut: false,
     });
     let request = http::Request::from_parts(parts, body);
+    let pending = out.pending.take();
     let otel = out.otel;
     let guard = CallGuard {
         _span: span.clone(),
@@ -295,7 +297,13 @@ where
         issued: Some(out.issued),
         grpc: true,
     };
-    let response = inner.call(request).await;
+    // tonic's channel hands the request to the connection's task in `call`: the attributes are recorded while
+    // it goes out.
+    let response = inner.call(request);
+    if let Some(attributes) = pending {
+        attributes.set_on_otel(&otel);
+    }
+    let response = response.await;
     // A fault on a stream message that hit before the response came: the call ends with the fault's status.
     if let Some(f) = stream_fault.as_ref().and_then(StreamFault::get) {
         let status = fault::status_for_stream(f);

@@ -55,7 +55,7 @@ impl Middleware for DeiReqwestMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
         // This runs on the first poll of the caller's `send().await`: the stack and Context are the caller's.
-        let stack = self.config.stack_capturer().capture();
+        let stack = self.config.stack_capturer().capture_inlined();
         let cx = Context::current();
         let url = request.url();
         let authority = match (url.host_str(), url.port()) {
@@ -81,7 +81,7 @@ impl Middleware for DeiReqwestMiddleware {
             server.address = url.host_str().unwrap_or(""),
             http.response.status_code = tracing::field::Empty,
         );
-        let out = outgoing::begin(
+        let mut out = outgoing::begin(
             &self.config,
             &cx,
             &span,
@@ -93,6 +93,8 @@ impl Middleware for DeiReqwestMiddleware {
                 preliminary: false,
             },
         );
+        // reqwest sends when the future below is polled: nothing to overlap with.
+        out.record_attributes();
         match out.action {
             Action::Fail(Fault::Connection) => {
                 out.otel
