@@ -246,10 +246,11 @@ enum Variant {
 }
 
 impl Variant {
-    async fn call(&self) {
+    /// One echo; the outcome without the reply.
+    async fn call(&self) -> Result<(), tonic::Status> {
         match self {
-            Variant::Baseline(c) => drop(c.clone().work(payload()).await.expect("echo")),
-            Variant::Dei(c) => drop(c.clone().work(payload()).await.expect("echo")),
+            Variant::Baseline(c) => c.clone().work(payload()).await.map(drop),
+            Variant::Dei(c) => c.clone().work(payload()).await.map(drop),
         }
     }
 }
@@ -366,7 +367,7 @@ fn bench(c: &mut Criterion) {
             for _ in 0..3000 {
                 for (i, (_, client)) in latency_variants.iter().enumerate() {
                     let t = Instant::now();
-                    client.call().await;
+                    client.call().await.expect("echo");
                     samples[i].push(t.elapsed());
                 }
             }
@@ -379,7 +380,10 @@ fn bench(c: &mut Criterion) {
             let client = client.clone();
             rps[i] += rt.block_on(throughput(64, Duration::from_secs(2), move || {
                 let client = client.clone();
-                async move { client.call().await }
+                // A failed call counts as done (none fail on loopback).
+                async move {
+                    let _ = client.call().await;
+                }
             }));
         }
     }
@@ -419,7 +423,7 @@ fn profile_calls(rt: &tokio::runtime::Runtime, variant: &str, client: Variant) {
         let mut samples: Vec<Duration> = (0..200 + calls)
             .map(|_| {
                 let t = Instant::now();
-                rt.block_on(client.call());
+                rt.block_on(client.call()).expect("echo");
                 t.elapsed()
             })
             .collect();
@@ -438,7 +442,7 @@ fn profile_calls(rt: &tokio::runtime::Runtime, variant: &str, client: Variant) {
                 let share = (200 + calls) / concurrency + usize::from(i < (200 + calls) % concurrency);
                 tokio::spawn(async move {
                     for _ in 0..share {
-                        client.call().await;
+                        client.call().await.expect("echo");
                     }
                 })
             })

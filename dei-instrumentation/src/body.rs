@@ -39,12 +39,18 @@ impl CallGuard {
     }
 }
 
-/// The gRPC status code in `headers` (a response's headers or trailers), read as tonic reads it (a value that is
-/// not a code is `Unknown`) without decoding the message and details that only a failed call's caller needs.
+/// The gRPC status code in `headers` (a response's headers or trailers), as `tonic::Status::from_header_map`
+/// reads it — a value that is not a code is `Unknown`, and so is any code whose `grpc-message` does not
+/// percent-decode to UTF-8 — without building the message and details, which only a failed call's caller needs.
 pub(crate) fn grpc_code(headers: &http::HeaderMap) -> Option<tonic::Code> {
-    headers
-        .get(tonic::Status::GRPC_STATUS)
-        .map(|v| tonic::Code::from_bytes(v.as_bytes()))
+    let code = tonic::Code::from_bytes(headers.get(tonic::Status::GRPC_STATUS)?.as_bytes());
+    let message_ok = headers.get(tonic::Status::GRPC_MESSAGE).is_none_or(|m| {
+        let bytes = m.as_bytes();
+        // Plain ASCII without escapes is UTF-8 as it is; anything else is decoded as tonic decodes it.
+        !bytes.iter().any(|&b| b == b'%' || !b.is_ascii())
+            || percent_encoding::percent_decode(bytes).decode_utf8().is_ok()
+    });
+    Some(if message_ok { code } else { tonic::Code::Unknown })
 }
 
 /// Records `rpc.grpc.status_code` and the span status.
@@ -297,7 +303,7 @@ mod tests {
 
     #[test]
     fn the_grpc_code_is_read_as_tonic_reads_it() {
-        for value in [
+        let codes = [
             Some("0"),
             Some("4"),
             Some("14"),
@@ -307,14 +313,35 @@ mod tests {
             Some("x"),
             Some(""),
             None,
-        ] {
-            let mut headers = http::HeaderMap::new();
-            if let Some(v) = value {
-                headers.insert("grpc-status", http::HeaderValue::from_static(v));
-                headers.insert("grpc-message", http::HeaderValue::from_static("went%20wrong"));
+        ];
+        // Messages: none, plain, escaped, escaped but not UTF-8 (tonic then reports `Unknown`), raw non-ASCII.
+        let messages: [Option<&[u8]>; 5] = [
+            None,
+            Some(b"plain"),
+            Some(b"went%20wrong"),
+            Some(b"%C3%28"),
+            Some(b"\xe9t\xe9"),
+        ];
+        for code in codes {
+            for message in messages {
+                let mut headers = http::HeaderMap::new();
+                if let Some(c) = code {
+                    headers.insert("grpc-status", http::HeaderValue::from_static(c));
+                }
+                if let Some(m) = message {
+                    headers.insert("grpc-message", http::HeaderValue::from_bytes(m).expect("header value"));
+                }
+                let tonic = tonic::Status::from_header_map(&headers).map(|s| s.code());
+                assert_eq!(grpc_code(&headers), tonic, "{code:?} {message:?}");
             }
-            let tonic = tonic::Status::from_header_map(&headers).map(|s| s.code());
-            assert_eq!(grpc_code(&headers), tonic, "{value:?}");
         }
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-status", http::HeaderValue::from_static("14"));
+        headers.insert("grpc-message", http::HeaderValue::from_static("%C3%28"));
+        assert_eq!(
+            grpc_code(&headers),
+            Some(tonic::Code::Unknown),
+            "the case that differs from the raw code"
+        );
     }
 }

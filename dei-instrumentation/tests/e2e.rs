@@ -296,3 +296,43 @@ async fn calls_outside_a_scope_are_roots() {
     assert!(served(&a).ends_with('1'));
     assert_ne!(served(&a), served(&b), "different call sites (lines)");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_given_up_during_a_planned_delay_still_names_its_rpc() {
+    let sys = System::start().await;
+    // Two rounds from one call site: a plain call gives the index, then that index is delayed for far longer
+    // than the caller waits.
+    let mut plan: Option<FaultPlan> = None;
+    let mut planned = Index::root();
+    for round in 0..2 {
+        let mut leaf = sys.leaf_client().await;
+        let this_plan = plan.take();
+        let (outcome, trace) = in_root(
+            &sys.config,
+            |cx| match this_plan {
+                Some(p) => cx.with_fault_plan(p),
+                None => cx,
+            },
+            async move { tokio::time::timeout(std::time::Duration::from_millis(300), leaf.get(msg("slow"))).await },
+        )
+        .await;
+        // The root span, the client span, and (when the call went out) the server span.
+        let spans = spans_of(trace, if round == 0 { 3 } else { 2 }).await;
+        let client = spans.iter().find(|s| is_client(s)).expect("the client span");
+        let index = index_of(client).expect("the client span names its RPC");
+        if round == 0 {
+            outcome.expect("no delay planned").expect("get");
+            planned = index;
+            plan = Some(FaultPlan::new(vec![(
+                planned.clone(),
+                Fault::Latency(std::time::Duration::from_secs(30)),
+            )]));
+        } else {
+            assert!(outcome.is_err(), "the caller gave up during the delay");
+            assert_eq!(index, planned);
+            assert_eq!(attr(client, "dei.fault").as_deref(), Some("l30000"));
+            assert!(attr(client, "dei.stack.digest").is_some());
+            assert!(!spans.iter().any(is_server), "the delayed call was never sent");
+        }
+    }
+}

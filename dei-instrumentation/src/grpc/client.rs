@@ -262,7 +262,12 @@ where
             let (rparts, ()) = response.into_parts();
             return Ok(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
         }
-        Action::Delay(d) => tokio::time::sleep(d).await,
+        Action::Delay(d) => {
+            // Recorded before the wait: a caller that gives up during it (a timeout) drops this future, and
+            // the span must still say which RPC was delayed.
+            out.record_attributes();
+            tokio::time::sleep(d).await
+        }
         Action::Send => {}
     }
     outgoing::inject(&out.inject_cx, &mut parts.headers);
