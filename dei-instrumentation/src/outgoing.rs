@@ -35,7 +35,7 @@ pub(crate) struct Outgoing {
     /// The client span's OpenTelemetry span, where the outcome is recorded.
     pub(crate) otel: OtelSpan,
     /// The `dei.*` attributes, not yet on the span: see [`Outgoing::record_attributes`].
-    pub(crate) pending: Option<span::Attributes>,
+    pending: Option<span::Attributes>,
 }
 
 impl Outgoing {

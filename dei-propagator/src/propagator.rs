@@ -208,20 +208,14 @@ impl TextMapPropagator for DeiPropagator {
             // The other entries as the W3C propagator writes them, then ours appended as they are (as above),
             // within the limits `Baggage` applies (64 entries, 8192 bytes of keys, values and properties) and
             // the 8192 bytes a receiver accepts for the whole header.
-            let theirs = cx.baggage();
             let filtered;
-            let others_cx = if theirs.get(INDEX_KEY).is_some() || theirs.get(FAULT_PLAN_KEY).is_some() {
+            let others_cx = match other_entries(cx.baggage()) {
                 // An incoming request's entries, when its context was not extracted by this propagator.
-                filtered = Context::new().with_baggage(
-                    theirs
-                        .iter()
-                        .filter(|(k, _)| k.as_str() != INDEX_KEY && k.as_str() != FAULT_PLAN_KEY)
-                        .map(|(k, (v, m))| (k.clone(), (v.clone(), m.clone())))
-                        .collect::<Baggage>(),
-                );
-                &filtered
-            } else {
-                cx
+                Some(rest) => {
+                    filtered = Context::new().with_baggage(rest);
+                    &filtered
+                }
+                None => cx,
             };
             let mut others = CapturedHeader(None);
             BaggagePropagator::new().inject_context(others_cx, &mut others);
@@ -294,16 +288,24 @@ impl TextMapPropagator for DeiPropagator {
 /// inject writes the `baggage` header directly (nothing else to merge), and an application that forwards the
 /// baggage elsewhere does not carry a stale index.
 fn without_our_entries(cx: Context) -> Context {
-    let baggage = cx.baggage();
-    if baggage.get(INDEX_KEY).is_none() && baggage.get(FAULT_PLAN_KEY).is_none() {
-        return cx;
+    match other_entries(cx.baggage()) {
+        Some(rest) => cx.with_baggage(rest),
+        None => cx,
     }
-    let rest: Baggage = baggage
-        .iter()
-        .filter(|(k, _)| k.as_str() != INDEX_KEY && k.as_str() != FAULT_PLAN_KEY)
-        .map(|(k, (v, m))| (k.clone(), (v.clone(), m.clone())))
-        .collect();
-    cx.with_baggage(rest)
+}
+
+/// `baggage` without the `dei` and `dei-faults` entries, or `None` when it holds neither (nothing to remove).
+fn other_entries(baggage: &Baggage) -> Option<Baggage> {
+    if baggage.get(INDEX_KEY).is_none() && baggage.get(FAULT_PLAN_KEY).is_none() {
+        return None;
+    }
+    Some(
+        baggage
+            .iter()
+            .filter(|(k, _)| k.as_str() != INDEX_KEY && k.as_str() != FAULT_PLAN_KEY)
+            .map(|(k, (v, m))| (k.clone(), (v.clone(), m.clone())))
+            .collect(),
+    )
 }
 
 /// The W3C baggage propagator for every entry but DEI's own (`dei`, `dei-faults`), which [`DeiPropagator`]

@@ -294,7 +294,10 @@ where
         cut: false,
     });
     let request = http::Request::from_parts(parts, body);
-    let pending = out.pending.take();
+    // tonic's channel hands the request to the connection's task in `call`: the attributes are recorded while
+    // it goes out.
+    let response = inner.call(request);
+    out.record_attributes();
     let otel = out.otel;
     let guard = CallGuard {
         _span: span.clone(),
@@ -302,12 +305,6 @@ where
         issued: Some(out.issued),
         grpc: true,
     };
-    // tonic's channel hands the request to the connection's task in `call`: the attributes are recorded while
-    // it goes out.
-    let response = inner.call(request);
-    if let Some(attributes) = pending {
-        attributes.set_on_otel(&otel);
-    }
     let response = response.await;
     // A fault on a stream message that hit before the response came: the call ends with the fault's status.
     if let Some(f) = stream_fault.as_ref().and_then(StreamFault::get) {

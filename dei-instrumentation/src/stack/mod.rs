@@ -342,12 +342,12 @@ impl CapturerInner {
     /// A stack not seen yet: symbolizes the misses in order (stopping at the boundary), digests, and remembers
     /// the stack under what was walked. Kept out of [`StackCapturer::capture_at`], so that the frame that every
     /// capture walks through (and, with frame pointers, copies) stays small.
-    #[inline(never)]
     ///
     /// A stack walked through frame pointers is checked against the DWARF unwinder here, once per distinct
     /// stack: code built without frame pointers on the way (a doctest, a C library calling back) breaks the
     /// chain in ways that can differ from walk to walk, and the first disagreement turns frame pointers off
     /// for the process.
+    #[inline(never)]
     fn new_stack(
         &self,
         call_site: Option<&'static std::panic::Location<'static>>,
