@@ -3,7 +3,7 @@
 use crate::grpc::methods::{MethodKind, MethodKinds};
 use crate::grpc::signatures::GrpcSignatures;
 use crate::stack::{StackCapturer, StackConfig, StackMode};
-use dei_propagator::{Instantiation, Signature};
+use dei_propagator::Instantiation;
 use std::sync::Arc;
 
 /// Why a configuration could not be built.
@@ -91,9 +91,9 @@ impl DeiConfig {
         self.inner.methods.get(path)
     }
 
-    /// The signature of the gRPC method at `path`, made once per method.
-    pub(crate) fn grpc_signature(&self, path: &str) -> Signature {
-        self.inner.signatures.get(path)
+    /// The gRPC method at `path` (its signature, service and method names), made once per method.
+    pub(crate) fn grpc_method(&self, path: &str) -> crate::grpc::signatures::GrpcMethod {
+        self.inner.signatures.get(path, &self.inner.methods)
     }
 }
 

@@ -3,27 +3,14 @@
 //! attributes.
 
 use crate::body::{CallGuard, InboundBody, InboundDigest};
+use crate::carrier::HeaderExtractor;
 use crate::config::DeiConfig;
 use crate::grpc::stream::IncomingCall;
 use crate::span::{self, OtelSpan};
 use dei_propagator::rejection::{self, Source};
 use dei_propagator::{DeiContextExt, FAULT_PLAN_KEY, RequestScope, Signature};
 use opentelemetry::Context;
-use opentelemetry::propagation::Extractor;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-/// An [`Extractor`] over HTTP headers; values that are not visible ASCII are treated as absent.
-pub(crate) struct HeaderExtractor<'a>(pub(crate) &'a http::HeaderMap);
-
-impl Extractor for HeaderExtractor<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(|k| k.as_str()).collect()
-    }
-}
 
 /// A DEI-carrying header whose value is not visible ASCII, so no propagator can read it.
 #[derive(Debug, thiserror::Error)]
@@ -38,9 +25,9 @@ const DEI_HEADERS: [(&str, Source); 3] = [
 ];
 
 /// Counts DEI headers that [`HeaderExtractor`] must treat as absent because they are not visible ASCII.
-fn reject_unreadable(headers: &http::HeaderMap) {
+fn reject_unreadable(headers: &HeaderExtractor<'_>) {
     for (name, source) in DEI_HEADERS {
-        if headers.get_all(name).iter().any(|v| v.to_str().is_err()) {
+        if headers.all(name).iter().any(|v| v.to_str().is_err()) {
             rejection::record(source, &UnreadableHeader(name));
         }
     }
@@ -59,9 +46,14 @@ pub(crate) fn open(
     span: &tracing::Span,
     single_request: bool,
 ) -> (IncomingCall, OtelSpan) {
-    reject_unreadable(headers);
-    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
+    let headers = HeaderExtractor(headers);
+    reject_unreadable(&headers);
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&headers));
     let index = parent.dei_index().cloned().unwrap_or_default();
+    let wire = match parent.dei_index_wire() {
+        Some(wire) => wire.clone(),
+        None => root_wire(),
+    };
     let prefix = if single_request && index.opens_stream() {
         index.stream_message(1)
     } else {
@@ -75,7 +67,7 @@ pub(crate) fn open(
     }
     let mut attributes = span::Attributes::new();
     attributes.push(span::SIGNATURE, signature.name_shared());
-    attributes.index(&index, config.instantiation());
+    attributes.index(&index, wire, config.instantiation());
     if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
         attributes.push(span::FAULT_PLAN, plan.encode());
     }
@@ -87,6 +79,13 @@ pub(crate) fn open(
         context,
     };
     (call, otel)
+}
+
+/// The wire form of the root index, made once: every request that arrives without an index records it.
+fn root_wire() -> std::sync::Arc<str> {
+    static ROOT: std::sync::OnceLock<std::sync::Arc<str>> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| dei_propagator::Index::root().encode().into())
+        .clone()
 }
 
 /// What [`dispatch`] hands back: the handler's future, the guard that ends with the response, and the

@@ -71,6 +71,7 @@
 #![warn(missing_docs)]
 
 mod body;
+mod carrier;
 pub mod config;
 pub mod fault;
 pub mod grpc;

@@ -1,6 +1,7 @@
 //! What every client integration does for one outgoing call: take the next index from the scope in the current
 //! `Context`, check the fault plan, record the attributes, and build the context to inject.
 
+use crate::carrier::HeaderInjector;
 use crate::config::DeiConfig;
 use crate::fault::Action;
 use crate::span::{self, OtelSpan};
@@ -9,7 +10,6 @@ use dei_propagator::{
     DeiContextExt, FaultPlan, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature,
 };
 use opentelemetry::Context;
-use opentelemetry::propagation::Injector;
 use opentelemetry::trace::TraceContextExt;
 
 /// The scope that issues the next index: the one in the current `Context`, or else a fresh root scope.
@@ -70,14 +70,6 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
         scope.issue(&invocation)
     };
     let fault = cx.fault_plan().and_then(|plan| plan.fault_for(issued.index()));
-    let mut attributes = span::Attributes::new();
-    attributes.push(span::SIGNATURE, call.signature.name_shared());
-    attributes.index(issued.index(), scope.instantiation());
-    attributes.payload(&call.payload, call.raw_payload.filter(|_| config.record_payloads()));
-    attributes.stack(call.stack, config.record_stack());
-    if let Some(f) = fault {
-        attributes.push(span::FAULT, f.to_string());
-    }
     // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
     // without one, inject the current context. The span starts here; its attributes are set later.
     let otel = OtelSpan::of(span);
@@ -87,6 +79,18 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
         cx.clone()
     };
     let inject_cx = base.with_dei_index(issued.index().clone());
+    let wire = inject_cx
+        .dei_index_wire()
+        .cloned()
+        .unwrap_or_else(|| issued.index().encode().into());
+    let mut attributes = span::Attributes::new();
+    attributes.push(span::SIGNATURE, call.signature.name_shared());
+    attributes.index(issued.index(), wire, scope.instantiation());
+    attributes.payload(&call.payload, call.raw_payload.filter(|_| config.record_payloads()));
+    attributes.stack(call.stack, config.record_stack());
+    if let Some(f) = fault {
+        attributes.push(span::FAULT, f.to_string());
+    }
     Outgoing {
         issued,
         inject_cx,
@@ -100,38 +104,6 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
 /// Injects `cx` through the global propagator into an HTTP header map.
 pub(crate) fn inject(cx: &Context, headers: &mut http::HeaderMap) {
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(cx, &mut HeaderInjector(headers)));
-}
-
-/// An [`Injector`] over an HTTP header map; values that are not valid header values are skipped.
-pub(crate) struct HeaderInjector<'a>(pub(crate) &'a mut http::HeaderMap);
-
-/// The header names the crate's composite propagator writes, made once instead of per call (`from_bytes`
-/// allocates a name that is not a standard header).
-fn known_name(key: &str) -> Option<http::header::HeaderName> {
-    use http::header::HeaderName;
-    static NAMES: std::sync::OnceLock<[(&'static str, HeaderName); 5]> = std::sync::OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        [
-            "traceparent",
-            "tracestate",
-            "baggage",
-            dei_propagator::INDEX_KEY,
-            dei_propagator::FAULT_PLAN_KEY,
-        ]
-        .map(|k| (k, HeaderName::from_static(k)))
-    });
-    names.iter().find(|(k, _)| *k == key).map(|(_, name)| name.clone())
-}
-
-impl Injector for HeaderInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        // `from_bytes` lowercases. The value's buffer becomes the header value without a copy.
-        let name = known_name(key).map_or_else(|| http::header::HeaderName::from_bytes(key.as_bytes()), Ok);
-        let value = http::header::HeaderValue::from_maybe_shared(bytes::Bytes::from(value));
-        if let (Ok(name), Ok(value)) = (name, value) {
-            self.0.insert(name, value);
-        }
-    }
 }
 
 /// Issues a stream message's final index from the stream's scope, checks it against the fault plan and records
@@ -154,45 +126,4 @@ pub(crate) fn stream_message(
     let fault = plan.and_then(|p| p.fault_for(&final_index));
     span::record_stream_message(span, preliminary, &final_index, k, fault);
     (final_index, Action::for_fault(fault))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::HeaderInjector;
-    use opentelemetry::propagation::Injector;
-
-    #[test]
-    fn the_injector_writes_what_from_bytes_and_from_str_would() {
-        let keys = [
-            "traceparent",
-            "tracestate",
-            "baggage",
-            "dei",
-            "dei-faults",
-            "X-Other",
-            "bad key",
-        ];
-        let values = [
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "a=b",
-            "bad\nvalue",
-            "é",
-            "",
-        ];
-        for key in keys {
-            for value in values {
-                let value = value.to_string();
-                let mut headers = http::HeaderMap::new();
-                HeaderInjector(&mut headers).set(key, value.clone());
-                let mut expected = http::HeaderMap::new();
-                if let (Ok(k), Ok(v)) = (
-                    http::header::HeaderName::from_bytes(key.as_bytes()),
-                    http::header::HeaderValue::from_str(&value),
-                ) {
-                    expected.insert(k, v);
-                }
-                assert_eq!(headers, expected, "{key:?} = {value:?}");
-            }
-        }
-    }
 }

@@ -25,6 +25,7 @@ use crate::stack::CapturedStack;
 use dei_propagator::{Fault, Index, Instantiation, PayloadDigest};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::{Context, KeyValue, Value};
+use std::sync::Arc;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// `dei.index`: the index, wire form.
@@ -84,9 +85,10 @@ impl Attributes {
         self.0.push(KeyValue::new(key, value));
     }
 
-    /// The attributes derived from an index.
-    pub(crate) fn index(&mut self, index: &Index, instantiation: &Instantiation) {
-        self.push(INDEX, index.encode());
+    /// The attributes derived from an index; `wire` is its wire form (see
+    /// [`DeiContextExt::dei_index_wire`](dei_propagator::DeiContextExt::dei_index_wire)), encoded once.
+    pub(crate) fn index(&mut self, index: &Index, wire: Arc<str>, instantiation: &Instantiation) {
+        self.push(INDEX, wire);
         self.push(COUNT, i64::from(index.last().map_or(0, |e| e.count)));
         self.push(DEPTH, index.depth() as i64);
         self.push(INSTANTIATION, instantiation.name.clone());

@@ -53,12 +53,14 @@ fn inject_extract(c: &mut Criterion) {
         index.encode().len(),
         (index.encode().len() - 1) as f64 / 8.0
     );
-    let trace_cx = Context::new().with_remote_span_context(span);
-    let dei_cx = Context::new().with_dei_index(index.clone());
+    // Each round puts its value in a fresh context, as a call does: the span context for the baseline, the
+    // index for DEI (whose wire form is encoded once per context value).
+    let trace_cx = || Context::new().with_remote_span_context(span.clone());
+    let dei_cx = || Context::new().with_dei_index(index.clone());
     let mut g = c.benchmark_group("inject_extract");
     let trace = TraceContextPropagator::new();
     g.bench_function("tracecontext (baseline)", |b| {
-        b.iter(|| black_box(round_trip(&trace, black_box(&trace_cx))))
+        b.iter(|| black_box(round_trip(&trace, black_box(&trace_cx()))))
     });
     let header_only = DeiPropagator::with_config(
         Carriers {
@@ -69,11 +71,11 @@ fn inject_extract(c: &mut Criterion) {
         Default::default(),
     );
     g.bench_function("dei depth 8, header", |b| {
-        b.iter(|| black_box(round_trip(&header_only, black_box(&dei_cx))))
+        b.iter(|| black_box(round_trip(&header_only, black_box(&dei_cx()))))
     });
     let both = DeiPropagator::new();
     g.bench_function("dei depth 8, header+baggage", |b| {
-        b.iter(|| black_box(round_trip(&both, black_box(&dei_cx))))
+        b.iter(|| black_box(round_trip(&both, black_box(&dei_cx()))))
     });
     g.finish();
 
@@ -186,14 +188,17 @@ fn timed(n: u64, mut f: impl FnMut()) -> Duration {
 
 fn paired_ratios(_: &mut Criterion) {
     let trace = TraceContextPropagator::new();
-    let trace_cx = Context::new().with_remote_span_context(SpanContext::new(
+    let span = SpanContext::new(
         TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").expect("id"),
         SpanId::from_hex("00f067aa0ba902b7").expect("id"),
         TraceFlags::SAMPLED,
         true,
         TraceState::default(),
-    ));
-    let dei_cx = Context::new().with_dei_index(depth8());
+    );
+    // A fresh context per round, as in `inject_extract`.
+    let trace_cx = || Context::new().with_remote_span_context(span.clone());
+    let index = depth8();
+    let dei_cx = || Context::new().with_dei_index(index.clone());
     let header_only = DeiPropagator::with_config(
         Carriers {
             header: true,
@@ -204,12 +209,12 @@ fn paired_ratios(_: &mut Criterion) {
     );
     let both = DeiPropagator::new();
     let n = 2000;
-    let base = || timed(n, || drop(black_box(round_trip(&trace, black_box(&trace_cx)))));
+    let base = || timed(n, || drop(black_box(round_trip(&trace, black_box(&trace_cx())))));
     paired("inject+extract, dei header / tracecontext", 200, base, || {
-        timed(n, || drop(black_box(round_trip(&header_only, black_box(&dei_cx)))))
+        timed(n, || drop(black_box(round_trip(&header_only, black_box(&dei_cx())))))
     });
     paired("inject+extract, dei header+baggage / tracecontext", 200, base, || {
-        timed(n, || drop(black_box(round_trip(&both, black_box(&dei_cx)))))
+        timed(n, || drop(black_box(round_trip(&both, black_box(&dei_cx())))))
     });
     // A middle service's hop: extract what the caller sent (trace context, user baggage, the index), then
     // inject the next index onwards. Baseline: the same hop with the W3C propagators alone.
@@ -218,7 +223,7 @@ fn paired_ratios(_: &mut Criterion) {
         Box::new(BaggagePropagator::new()),
     ]);
     let dei = dei_propagator::composite_propagator();
-    let incoming_cx = trace_cx
+    let incoming_cx = trace_cx()
         .with_baggage([KeyValue::new("user", "alice")])
         .with_dei_index(depth8());
     let (plain_in, dei_in) = (carrier(&plain, &incoming_cx), carrier(&dei, &incoming_cx));

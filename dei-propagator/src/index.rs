@@ -4,6 +4,7 @@ use crate::wire::{self, Limits, WireError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// The 64-bit identity of an invocation signature under an instantiation (`r`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,9 +73,11 @@ impl fmt::Display for Element {
 /// assert!(child.starts_with(&parent));
 /// assert_eq!(Index::decode(&child.encode()), Ok(child));
 /// ```
+///
+/// Cloning an index shares its elements (it is handed to the context, the span and the scope of every RPC).
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Index {
-    elements: Vec<Element>,
+    elements: Arc<[Element]>,
 }
 
 impl Index {
@@ -83,9 +86,12 @@ impl Index {
         Index::default()
     }
 
-    /// An index from its elements, outermost first.
+    /// An index from its elements, outermost first. (Collecting an iterator of elements into an `Index` takes
+    /// one allocation fewer.)
     pub fn from_elements(elements: Vec<Element>) -> Self {
-        Index { elements }
+        Index {
+            elements: elements.into(),
+        }
     }
 
     /// The elements, outermost first.
@@ -111,14 +117,15 @@ impl Index {
     /// The index without its innermost element, or `None` for the root.
     pub fn parent(&self) -> Option<Index> {
         let (_, rest) = self.elements.split_last()?;
-        Some(Index::from_elements(rest.to_vec()))
+        Some(Index {
+            elements: Arc::from(rest),
+        })
     }
 
     /// This index extended by one element.
     pub fn child(&self, element: Element) -> Index {
-        let mut elements = Vec::with_capacity(self.elements.len() + 1);
-        elements.extend_from_slice(&self.elements);
-        elements.push(element);
+        // One allocation: the iterator's length is known.
+        let elements = self.elements.iter().copied().chain(std::iter::once(element)).collect();
         Index { elements }
     }
 
@@ -152,19 +159,28 @@ impl Index {
         if !self.starts_with(from) {
             return None;
         }
-        let mut elements = to.elements.clone();
-        elements.extend_from_slice(&self.elements[from.depth()..]);
+        let elements = to
+            .elements
+            .iter()
+            .chain(&self.elements[from.depth()..])
+            .copied()
+            .collect();
         Some(Index { elements })
     }
 
     /// The prefix under which a callee serves the `k`-th message (1-based) of a stream opened with this
     /// preliminary index: the callee counts messages implicitly, so `…r|x~` becomes `…r|(x+k)~` (paper §4.2).
     pub fn stream_message(&self, k: u32) -> Index {
-        let mut elements = self.elements.clone();
-        if let Some(last) = elements.last_mut() {
-            last.count = last.count.saturating_add(k);
-        }
-        Index { elements }
+        let last = self.elements.len().saturating_sub(1);
+        (self.elements.iter().enumerate())
+            .map(|(i, e)| {
+                let mut e = *e;
+                if i == last {
+                    e.count = e.count.saturating_add(k);
+                }
+                e
+            })
+            .collect()
     }
 
     /// The wire form (docs/wire-format.md).
@@ -180,6 +196,22 @@ impl Index {
     /// Decodes the wire form under the given limits.
     pub fn decode_with(value: &str, limits: &Limits) -> Result<Index, WireError> {
         wire::decode(value, limits)
+    }
+}
+
+/// Collects elements, outermost first, into an index: one allocation when the iterator's length is known.
+///
+/// ```
+/// use dei_propagator::{Element, ElementDigest, Index};
+/// let index: Index = (1..=3).map(|c| Element::new(ElementDigest([c; 8]), u32::from(c))).collect();
+/// assert_eq!(index.depth(), 3);
+/// assert_eq!(index.parent().map(|p| p.depth()), Some(2));
+/// ```
+impl FromIterator<Element> for Index {
+    fn from_iter<I: IntoIterator<Item = Element>>(iter: I) -> Self {
+        Index {
+            elements: iter.into_iter().collect(),
+        }
     }
 }
 

@@ -167,33 +167,31 @@ impl TextMapPropagator for DeiPropagator {
     /// as a whole `baggage` header: the context's other baggage entries (with their properties) followed by
     /// ours, replacing any `dei`/`dei-faults` entries the context's baggage held (an incoming request's).
     fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
-        let index = cx.dei_index().map(|i| i.encode());
+        // The index's wire form was encoded once, when it was put in the context.
+        let index: Option<&str> = cx.dei_index_wire().map(|w| &**w);
         let plan = cx.fault_plan().filter(|p| !p.is_empty()).map(|p| p.encode());
+        let plan = plan.as_deref();
         if index.is_none() && plan.is_none() {
             return;
         }
         if self.carriers.header {
-            if let Some(v) = &index {
-                injector.set(INDEX_KEY, v.clone());
+            if let Some(v) = index {
+                injector.set(INDEX_KEY, v.to_string());
             }
-            if let Some(v) = &plan {
-                injector.set(FAULT_PLAN_KEY, v.clone());
+            if let Some(v) = plan {
+                injector.set(FAULT_PLAN_KEY, v.to_string());
             }
         }
-        let ours_len = index.as_ref().map_or(0, |v| INDEX_KEY.len() + 1 + v.len())
-            + plan.as_ref().map_or(0, |v| FAULT_PLAN_KEY.len() + 2 + v.len());
+        let ours_len =
+            index.map_or(0, |v| INDEX_KEY.len() + 1 + v.len()) + plan.map_or(0, |v| FAULT_PLAN_KEY.len() + 2 + v.len());
         if self.carriers.baggage && cx.baggage().is_empty() && ours_len <= MAX_BAGGAGE_BYTES {
             // Nothing else to carry: write the header directly. Our values use an alphabet that the baggage
             // propagator never percent-encodes, and they fit its size limit, so this is byte for byte what it
             // would write.
             let mut header = String::with_capacity(
-                INDEX_KEY.len()
-                    + FAULT_PLAN_KEY.len()
-                    + 3
-                    + index.as_ref().map_or(0, String::len)
-                    + plan.as_ref().map_or(0, String::len),
+                INDEX_KEY.len() + FAULT_PLAN_KEY.len() + 3 + index.map_or(0, str::len) + plan.map_or(0, str::len),
             );
-            for (key, value) in [(INDEX_KEY, &index), (FAULT_PLAN_KEY, &plan)] {
+            for (key, value) in [(INDEX_KEY, index), (FAULT_PLAN_KEY, plan)] {
                 if let Some(value) = value {
                     if !header.is_empty() {
                         header.push(',');
@@ -242,7 +240,7 @@ impl TextMapPropagator for DeiPropagator {
                 }
                 header.push_str(key);
                 header.push('=');
-                header.push_str(&value);
+                header.push_str(value);
             }
             if !header.is_empty() {
                 injector.set(BAGGAGE_HEADER, header);
@@ -258,14 +256,14 @@ impl TextMapPropagator for DeiPropagator {
         let mut out = cx.clone();
         let index = extractor
             .get(INDEX_KEY)
-            .and_then(|v| self.decode_index(v, Source::Header))
+            .and_then(|v| Some((self.decode_index(v, Source::Header)?, v)))
             .or_else(|| {
                 baggage
                     .get(INDEX_KEY)
-                    .and_then(|v| self.decode_index(v, Source::Baggage))
+                    .and_then(|v| Some((self.decode_index(v, Source::Baggage)?, v)))
             });
-        if let Some(index) = index {
-            out = out.with_dei_index(index);
+        if let Some((index, wire)) = index {
+            out = crate::context::with_decoded_index(&out, index, wire);
         }
         let plan = extractor
             .get(FAULT_PLAN_KEY)
@@ -336,19 +334,21 @@ impl TextMapPropagator for OtherBaggagePropagator {
             return self.0.extract_with_context(cx, extractor);
         }
         // Among the first 64 entries, as the standard propagator reads them.
-        let others: Vec<&str> = header
-            .split(',')
-            .take(MAX_BAGGAGE_ENTRIES)
-            .filter(|entry| {
+        let others = || {
+            header.split(',').take(MAX_BAGGAGE_ENTRIES).filter(|entry| {
                 let key = entry.split(['=', ';']).next().unwrap_or("").trim();
                 key != INDEX_KEY && key != FAULT_PLAN_KEY
             })
-            .collect();
-        if others.iter().all(|entry| entry.trim().is_empty()) {
+        };
+        if others().all(|entry| entry.trim().is_empty()) {
             // A header with ours alone: the request's baggage is empty (not the ambient context's).
-            return cx.with_cleared_baggage();
+            return if cx.baggage().is_empty() {
+                cx.clone()
+            } else {
+                cx.with_cleared_baggage()
+            };
         }
-        let others = others.join(",");
+        let others = others().collect::<Vec<_>>().join(",");
         self.0.extract_with_context(
             cx,
             &WithBaggageHeader {

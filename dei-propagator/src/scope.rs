@@ -10,7 +10,7 @@ use crate::instantiation::{Instantiation, PathMode};
 use crate::invocation::InvocationSignature;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 static AMBIGUOUS_TOTAL: AtomicU64 = AtomicU64::new(0);
@@ -47,11 +47,26 @@ struct ScopeInner {
 
 #[derive(Default)]
 struct ScopeState {
-    counts: HashMap<ElementDigest, u32>,
-    in_flight: HashMap<ElementDigest, Vec<Arc<AtomicBool>>>,
+    signatures: HashMap<ElementDigest, SignatureState>,
     history: Vec<Element>,
     issued: u64,
     ambiguous: u64,
+}
+
+/// What a scope knows about one invocation signature (element digest). Kept for the scope's lifetime when the
+/// instantiation counts; otherwise only while an RPC with it is in flight.
+#[derive(Default)]
+struct SignatureState {
+    /// The invocation counter (`c`), when the instantiation counts.
+    count: u32,
+    /// How many indexes were issued for it: each issue's sequence number.
+    issued: u64,
+    /// Issued and not yet dropped: in flight.
+    live: u32,
+    /// The RPC in flight is alone and not (yet) ambiguous. At most one can be: an issue while another is in
+    /// flight makes every RPC in flight ambiguous. Read only while `live > 0`: the issue that finds `live == 0`
+    /// sets it, so nothing needs to clear it when that RPC completes.
+    lone_unflagged: bool,
 }
 
 impl RequestScope {
@@ -124,57 +139,56 @@ impl RequestScope {
 
     fn issue_element(&self, digest: ElementDigest, preliminary: bool) -> IssuedIndex {
         let inst = &self.inner.instantiation;
-        let flag = Arc::new(AtomicBool::new(false));
-        let index = {
-            let mut state = self.lock();
-            state.issued += 1;
-            let count = if inst.count {
-                let c = state.counts.entry(digest).or_insert(0);
-                *c = c.saturating_add(1);
-                *c
-            } else {
-                1
-            };
-            let in_flight = state.in_flight.entry(digest).or_default();
-            let mut newly_ambiguous = 0;
-            if !in_flight.is_empty() {
-                for other in in_flight.iter() {
-                    if !other.swap(true, Ordering::Relaxed) {
-                        newly_ambiguous += 1;
-                    }
-                }
-                flag.store(true, Ordering::Relaxed);
-                newly_ambiguous += 1;
-            }
-            in_flight.push(flag.clone());
+        let mut state = self.lock();
+        state.issued += 1;
+        let signature = state.signatures.entry(digest).or_default();
+        signature.issued += 1;
+        let seq = signature.issued;
+        let count = if inst.count {
+            signature.count = signature.count.saturating_add(1);
+            signature.count
+        } else {
+            1
+        };
+        // Another RPC with this signature in flight: it and this one are ambiguous (the one in flight that was
+        // not yet is counted now).
+        let flagged = signature.live > 0;
+        let newly_ambiguous = if flagged {
+            1 + u64::from(std::mem::take(&mut signature.lone_unflagged))
+        } else {
+            signature.lone_unflagged = true;
+            0
+        };
+        signature.live += 1;
+        if newly_ambiguous > 0 {
             state.ambiguous += newly_ambiguous;
             AMBIGUOUS_TOTAL.fetch_add(newly_ambiguous, Ordering::Relaxed);
-            let element = Element {
-                digest,
-                count,
-                preliminary,
-            };
-            let index = match inst.path {
-                PathMode::Path => self.inner.prefix.child(element),
-                PathMode::None => Index::from_elements(vec![element]),
-                PathMode::History => {
-                    let mut elements = self.inner.prefix.elements().to_vec();
-                    elements.extend_from_slice(&state.history);
-                    elements.push(element);
-                    Index::from_elements(elements)
-                }
-            };
-            if inst.path == PathMode::History {
-                // only the causal-history instantiation reads it: other scopes must not grow per RPC
-                state.history.push(element);
-            }
-            index
+        }
+        let element = Element {
+            digest,
+            count,
+            preliminary,
         };
+        let index = match inst.path {
+            PathMode::Path => self.inner.prefix.child(element),
+            PathMode::None => Index::root().child(element),
+            PathMode::History => (self.inner.prefix.elements().iter())
+                .chain(&state.history)
+                .copied()
+                .chain(std::iter::once(element))
+                .collect(),
+        };
+        if inst.path == PathMode::History {
+            // only the causal-history instantiation reads it: other scopes must not grow per RPC
+            state.history.push(element);
+        }
+        drop(state);
         IssuedIndex {
             index,
-            ambiguous: flag,
             scope: self.clone(),
             digest,
+            seq,
+            flagged,
         }
     }
 }
@@ -191,9 +205,12 @@ impl fmt::Debug for RequestScope {
 /// An index handed out for one RPC. It marks the RPC in flight until dropped.
 pub struct IssuedIndex {
     index: Index,
-    ambiguous: Arc<AtomicBool>,
     scope: RequestScope,
     digest: ElementDigest,
+    /// Its sequence number among the issues of its signature in the scope.
+    seq: u64,
+    /// Another RPC with the same signature was in flight when it was issued.
+    flagged: bool,
 }
 
 impl IssuedIndex {
@@ -212,9 +229,17 @@ impl IssuedIndex {
     }
 
     /// True once another RPC with the same invocation signature was in flight in the same scope together with
-    /// this one. Read it when the RPC completes: a later concurrent issue can still set it.
+    /// this one. Read it when the RPC completes: a later concurrent issue can still set it. It takes the scope's
+    /// lock (as does this type's `Debug`).
     pub fn is_ambiguous(&self) -> bool {
-        self.ambiguous.load(Ordering::Relaxed)
+        // Any later issue of the signature happened while this one was in flight: it is still alive.
+        self.flagged
+            || self
+                .scope
+                .lock()
+                .signatures
+                .get(&self.digest)
+                .is_some_and(|s| s.issued > self.seq)
     }
 }
 
@@ -229,12 +254,15 @@ impl fmt::Debug for IssuedIndex {
 
 impl Drop for IssuedIndex {
     fn drop(&mut self) {
+        let counts = self.scope.inner.instantiation.count;
         let mut state = self.scope.lock();
-        if let Some(list) = state.in_flight.get_mut(&self.digest) {
-            list.retain(|f| !Arc::ptr_eq(f, &self.ambiguous));
-            if list.is_empty() {
-                state.in_flight.remove(&self.digest);
-            }
+        let Some(signature) = state.signatures.get_mut(&self.digest) else {
+            return;
+        };
+        signature.live = signature.live.saturating_sub(1);
+        if signature.live == 0 && !counts {
+            // Nothing to remember: a scope that does not count must not grow per distinct signature.
+            state.signatures.remove(&self.digest);
         }
     }
 }

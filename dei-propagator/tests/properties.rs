@@ -168,6 +168,63 @@ fn wire_safe(text: &str) -> bool {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// Ambiguity and counts against a reference model that keeps a flag per RPC in flight: issuing a signature
+    /// while another RPC with it is in flight flags both (and every one in flight), and the scope counts each
+    /// RPC once, when it is first flagged; the count is the signature's number of issues (1 without counting).
+    /// Operations: issue signature `s` (op 0) or a preliminary index for it (op 1), or complete (drop) the i-th
+    /// RPC in flight (op 2). Every path mode, with and without counting.
+    #[test]
+    fn ambiguity_and_counts_match_a_model_of_rpcs_in_flight(ops in proptest::collection::vec((0u8..3, 0u8..3, 0usize..8), 1..40)) {
+        let instantiations = [
+            Instantiation::dei(),
+            Instantiation::no_count(),
+            Instantiation::three_mile_beach(),
+            Instantiation::signature_only(),
+        ];
+        for inst in instantiations {
+            let scope = RequestScope::root(inst.clone());
+            let mut live: Vec<(u8, bool, dei_propagator::IssuedIndex)> = Vec::new();
+            let mut issues = [0u32; 3];
+            let mut counted = 0u64;
+            for &(op, signature, pick) in &ops {
+                if op == 2 && !live.is_empty() {
+                    live.remove(pick % live.len());
+                } else {
+                    let invocation = InvocationSignature::new(
+                        Signature::grpc_path(&format!("/S/m{signature}")),
+                        PayloadDigest::of(b"p"),
+                        dei_propagator::StackDigest([0; 32]),
+                    );
+                    let issued = if op == 1 {
+                        scope.issue_preliminary(&invocation)
+                    } else {
+                        scope.issue(&invocation)
+                    };
+                    issues[usize::from(signature)] += 1;
+                    let expected = if inst.count { issues[usize::from(signature)] } else { 1 };
+                    prop_assert_eq!(issued.element().count, expected, "{}", inst);
+                    prop_assert_eq!(issued.element().preliminary, op == 1);
+                    let mut flagged = false;
+                    for (_, flag, _) in live.iter_mut().filter(|(s, _, _)| *s == signature) {
+                        if !*flag {
+                            counted += 1;
+                        }
+                        *flag = true;
+                        flagged = true;
+                    }
+                    if flagged {
+                        counted += 1;
+                    }
+                    live.push((signature, flagged, issued));
+                }
+                for (_, flag, issued) in &live {
+                    prop_assert_eq!(issued.is_ambiguous(), *flag, "{}", inst);
+                }
+                prop_assert_eq!(scope.ambiguous(), counted, "{}", inst);
+            }
+        }
+    }
+
     #[test]
     fn indexes_are_unique_within_one_execution(program in program()) {
         for inst in [Instantiation::dei(), Instantiation::filibuster()] {

@@ -23,6 +23,7 @@
 
 use super::frame::MessageDigester;
 use super::methods::MethodKind;
+use super::signatures::GrpcMethod;
 use super::stream::StreamFault;
 use crate::body::{CallGuard, DeiResponseBody, record_grpc_status};
 use crate::config::DeiConfig;
@@ -108,24 +109,23 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
-        let path = request.uri().path().to_string();
-        let signature = self.config.grpc_signature(&path);
-        let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
+        let path = request.uri().path();
+        let method = self.config.grpc_method(path);
+        let kind = method.kind;
         let span = tracing::info_span!(
             target: "dei",
             "grpc.client",
-            otel.name = signature.name(),
+            otel.name = method.signature.name(),
             otel.kind = "client",
             rpc.system = "grpc",
-            rpc.service = service,
-            rpc.method = method,
+            rpc.service = &*method.service,
+            rpc.method = &*method.method,
             server.address = tracing::field::Empty,
         );
         // A generated client's requests carry only the path; the channel adds the authority later.
         if let Some(host) = request.uri().host() {
             span.record("server.address", host);
         }
-        let kind = config.method_kind(&path);
         Box::pin(call(
             inner,
             config,
@@ -133,7 +133,7 @@ where
             CallInfo {
                 stack,
                 caller_cx,
-                signature,
+                method,
                 span,
                 kind,
             },
@@ -144,7 +144,7 @@ where
 struct CallInfo {
     stack: CapturedStack,
     caller_cx: Context,
-    signature: Signature,
+    method: GrpcMethod,
     span: tracing::Span,
     kind: Option<MethodKind>,
 }
@@ -239,7 +239,7 @@ where
         &info.caller_cx,
         &span,
         Call {
-            signature: info.signature.clone(),
+            signature: info.method.signature.clone(),
             payload,
             raw_payload: Some(&raw),
             stack: &info.stack,
@@ -277,7 +277,7 @@ where
         scope: out.scope.clone(),
         span: span.clone(),
         preliminary: out.issued.index().clone(),
-        signature: info.signature.clone(),
+        signature: info.method.signature.clone(),
         creation: info.stack.clone(),
         sites: parts.extensions.get::<SendSites>().cloned(),
         k: 0,

@@ -79,21 +79,26 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let path = request.uri().path().to_string();
-        let signature = self.config.grpc_signature(&path);
-        let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
+        let path = request.uri().path();
+        let method = self.config.grpc_method(path);
+        let kind = method.kind;
         let span = tracing::info_span!(
             target: "dei",
             "grpc.server",
-            otel.name = signature.name(),
+            otel.name = method.signature.name(),
             otel.kind = "server",
             rpc.system = "grpc",
-            rpc.service = service,
-            rpc.method = method,
+            rpc.service = &*method.service,
+            rpc.method = &*method.method,
         );
-        let kind = self.config.method_kind(&path);
         let single_request = kind == Some(MethodKind::ServerStreaming);
-        let call = incoming::open(&self.config, request.headers(), &signature, &span, single_request);
+        let call = incoming::open(
+            &self.config,
+            request.headers(),
+            &method.signature,
+            &span,
+            single_request,
+        );
         let digest = if call.0.index.opens_stream() {
             // A stream: its preliminary index has the empty payload.
             span::record_payload(&call.1, &PayloadDigest::empty(), None);

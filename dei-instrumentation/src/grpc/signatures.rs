@@ -1,9 +1,10 @@
 //! gRPC signatures by request path, made once per method: a signature's digest is computed when it is made,
-//! and every call of a method shares its name.
+//! and every call of a method shares its name and its `rpc.service` and `rpc.method` values.
 
+use super::methods::{MethodKind, MethodKinds};
 use dei_propagator::Signature;
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// At most this many distinct paths are kept; further paths get a fresh signature on every call (a client
 /// that calls unboundedly many paths cannot grow the cache).
@@ -12,13 +13,40 @@ const MAX_PATHS: usize = 4096;
 /// Longer paths are never kept (real method paths are far shorter; a peer cannot pin memory with long ones).
 const MAX_PATH_LEN: usize = 256;
 
-/// A bounded cache of gRPC signatures keyed by request path (`/pkg.Service/Method`).
+/// A gRPC method as spans name it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct GrpcMethod {
+    /// Its signature (`pkg.Service/Method`).
+    pub(crate) signature: Signature,
+    /// `rpc.service`: `pkg.Service`.
+    pub(crate) service: Arc<str>,
+    /// `rpc.method`: `Method` (empty when the path has no `/` after the service).
+    pub(crate) method: Arc<str>,
+    /// Its declared kind, if it was declared.
+    pub(crate) kind: Option<MethodKind>,
+}
+
+impl GrpcMethod {
+    fn new(path: &str, kinds: &MethodKinds) -> Self {
+        let signature = Signature::grpc_path(path);
+        let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
+        let (service, method) = (Arc::from(service), Arc::from(method));
+        GrpcMethod {
+            signature,
+            service,
+            method,
+            kind: kinds.get(path),
+        }
+    }
+}
+
+/// A bounded cache of gRPC methods keyed by request path (`/pkg.Service/Method`).
 #[derive(Debug, Default)]
-pub(crate) struct GrpcSignatures(RwLock<HashMap<Box<str>, Signature>>);
+pub(crate) struct GrpcSignatures(RwLock<HashMap<Box<str>, GrpcMethod>>);
 
 impl GrpcSignatures {
-    /// The signature of the method at `path`.
-    pub(crate) fn get(&self, path: &str) -> Signature {
+    /// The method at `path`; `kinds` are the declared kinds (the same every time: the configuration's).
+    pub(crate) fn get(&self, path: &str, kinds: &MethodKinds) -> GrpcMethod {
         let full = {
             let map = self.0.read().unwrap_or_else(|p| p.into_inner());
             if let Some(s) = map.get(path) {
@@ -26,14 +54,14 @@ impl GrpcSignatures {
             }
             map.len() >= MAX_PATHS
         };
-        let signature = Signature::grpc_path(path);
+        let method = GrpcMethod::new(path, kinds);
         if !full && path.len() <= MAX_PATH_LEN {
             let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
             if map.len() < MAX_PATHS {
-                map.insert(path.into(), signature.clone());
+                map.insert(path.into(), method.clone());
             }
         }
-        signature
+        method
     }
 }
 
@@ -43,17 +71,37 @@ mod tests {
 
     #[test]
     fn one_signature_per_path_and_bounded() {
+        let none = MethodKinds::default();
         let cache = GrpcSignatures::default();
-        let a = cache.get("/cinema.Bookings/Get");
-        assert_eq!(a, Signature::grpc_path("/cinema.Bookings/Get"));
-        assert_eq!(cache.get("/cinema.Bookings/Get").digest(), a.digest());
+        let a = cache.get("/cinema.Bookings/Get", &none);
+        assert_eq!(a.signature, Signature::grpc_path("/cinema.Bookings/Get"));
+        assert_eq!((&*a.service, &*a.method), ("cinema.Bookings", "Get"));
+        assert_eq!(
+            cache.get("/cinema.Bookings/Get", &none).signature.digest(),
+            a.signature.digest()
+        );
         for i in 0..MAX_PATHS + 10 {
-            assert_eq!(cache.get(&format!("/s.S/M{i}")).name(), format!("s.S/M{i}"));
+            assert_eq!(
+                cache.get(&format!("/s.S/M{i}"), &none).signature.name(),
+                format!("s.S/M{i}")
+            );
         }
         assert_eq!(cache.0.read().expect("lock").len(), MAX_PATHS);
         let long = format!("/s.S/{}", "m".repeat(MAX_PATH_LEN));
         let fresh = GrpcSignatures::default();
-        assert_eq!(fresh.get(&long).name(), &long[1..]);
+        assert_eq!(fresh.get(&long, &none).signature.name(), &long[1..]);
         assert!(fresh.0.read().expect("lock").is_empty(), "long paths are not kept");
+        let bare = fresh.get("/NoMethod", &none);
+        assert_eq!((&*bare.service, &*bare.method), ("NoMethod", ""));
+    }
+
+    #[test]
+    fn a_method_carries_its_declared_kind() {
+        let mut kinds = MethodKinds::default();
+        kinds.insert("/s.S/Stream", MethodKind::Bidi);
+        let cache = GrpcSignatures::default();
+        assert_eq!(cache.get("/s.S/Stream", &kinds).kind, Some(MethodKind::Bidi));
+        assert_eq!(cache.get("/s.S/Stream", &kinds).kind, Some(MethodKind::Bidi), "cached");
+        assert_eq!(cache.get("/s.S/Unary", &kinds).kind, None);
     }
 }
