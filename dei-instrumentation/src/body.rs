@@ -63,8 +63,8 @@ pub(crate) fn record_grpc_status(span: &OtelSpan, code: tonic::Code) {
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        if let Some(issued) = &self.issued {
-            self.otel.set_attribute(span::AMBIGUOUS, issued.is_ambiguous());
+        if let Some(issued) = self.issued.take() {
+            self.otel.set_attribute(span::AMBIGUOUS, issued.complete());
         }
     }
 }

@@ -199,7 +199,8 @@ impl Index {
     }
 }
 
-/// Collects elements, outermost first, into an index: one allocation when the iterator's length is known.
+/// Collects elements, outermost first, into an index (one allocation for the standard library's iterators over
+/// slices, chains of them and `once`, whose exact length it trusts).
 ///
 /// ```
 /// use dei_propagator::{Element, ElementDigest, Index};

@@ -171,7 +171,7 @@ impl RequestScope {
         };
         let index = match inst.path {
             PathMode::Path => self.inner.prefix.child(element),
-            PathMode::None => Index::root().child(element),
+            PathMode::None => std::iter::once(element).collect(),
             PathMode::History => (self.inner.prefix.elements().iter())
                 .chain(&state.history)
                 .copied()
@@ -189,6 +189,7 @@ impl RequestScope {
             digest,
             seq,
             flagged,
+            released: false,
         }
     }
 }
@@ -211,6 +212,8 @@ pub struct IssuedIndex {
     seq: u64,
     /// Another RPC with the same signature was in flight when it was issued.
     flagged: bool,
+    /// Already released by [`IssuedIndex::complete`].
+    released: bool,
 }
 
 impl IssuedIndex {
@@ -230,16 +233,36 @@ impl IssuedIndex {
 
     /// True once another RPC with the same invocation signature was in flight in the same scope together with
     /// this one. Read it when the RPC completes: a later concurrent issue can still set it. It takes the scope's
-    /// lock (as does this type's `Debug`).
+    /// lock (as does this type's `Debug`); [`complete`](Self::complete) answers and releases in one.
     pub fn is_ambiguous(&self) -> bool {
-        // Any later issue of the signature happened while this one was in flight: it is still alive.
-        self.flagged
-            || self
-                .scope
-                .lock()
-                .signatures
-                .get(&self.digest)
-                .is_some_and(|s| s.issued > self.seq)
+        self.flagged || self.later_issue(&self.scope.lock())
+    }
+
+    /// Ends the RPC: releases its index (as dropping it does) and returns [`is_ambiguous`](Self::is_ambiguous)
+    /// as of its completion, under one lock of the scope.
+    pub fn complete(mut self) -> bool {
+        let mut state = self.scope.lock();
+        let ambiguous = self.flagged || self.later_issue(&state);
+        self.release(&mut state);
+        drop(state);
+        self.released = true;
+        ambiguous
+    }
+
+    /// Another issue of the signature after this one: it happened while this one was in flight (it still is).
+    fn later_issue(&self, state: &ScopeState) -> bool {
+        state.signatures.get(&self.digest).is_some_and(|s| s.issued > self.seq)
+    }
+
+    fn release(&self, state: &mut ScopeState) {
+        let Some(signature) = state.signatures.get_mut(&self.digest) else {
+            return;
+        };
+        signature.live = signature.live.saturating_sub(1);
+        if signature.live == 0 && !self.scope.inner.instantiation.count {
+            // Nothing to remember: a scope that does not count must not grow per distinct signature.
+            state.signatures.remove(&self.digest);
+        }
     }
 }
 
@@ -254,15 +277,9 @@ impl fmt::Debug for IssuedIndex {
 
 impl Drop for IssuedIndex {
     fn drop(&mut self) {
-        let counts = self.scope.inner.instantiation.count;
-        let mut state = self.scope.lock();
-        let Some(signature) = state.signatures.get_mut(&self.digest) else {
-            return;
-        };
-        signature.live = signature.live.saturating_sub(1);
-        if signature.live == 0 && !counts {
-            // Nothing to remember: a scope that does not count must not grow per distinct signature.
-            state.signatures.remove(&self.digest);
+        if !self.released {
+            let mut state = self.scope.lock();
+            self.release(&mut state);
         }
     }
 }
@@ -294,6 +311,39 @@ mod tests {
         assert!(!c.is_ambiguous(), "sequential identical calls are not ambiguous");
         let d = scope.issue(&inv(b"y", 1));
         assert!(!d.is_ambiguous(), "a different payload is not ambiguous");
+    }
+
+    #[test]
+    fn complete_answers_and_releases_under_one_lock() {
+        let scope = RequestScope::root(Instantiation::dei());
+        let a = scope.issue(&inv(b"x", 1));
+        let b = scope.issue(&inv(b"x", 1));
+        assert!(b.complete(), "b overlapped a");
+        assert!(a.is_ambiguous());
+        assert!(a.complete());
+        let c = scope.issue(&inv(b"x", 1));
+        assert!(!c.is_ambiguous(), "a and b were released");
+        assert_eq!(c.element().count, 3);
+        assert!(!c.complete());
+    }
+
+    #[test]
+    fn a_scope_that_does_not_count_forgets_signatures_with_nothing_in_flight() {
+        let signatures = |scope: &RequestScope| scope.lock().signatures.len();
+        let no_count = RequestScope::root(Instantiation::no_count());
+        let counting = RequestScope::root(Instantiation::dei());
+        for i in 0..10u8 {
+            let issued = no_count.issue(&inv(&[i], 1));
+            assert_eq!(signatures(&no_count), 1);
+            if i % 2 == 0 {
+                drop(issued);
+            } else {
+                assert!(!issued.complete());
+            }
+            counting.issue(&inv(&[i], 1));
+        }
+        assert_eq!(signatures(&no_count), 0);
+        assert_eq!(signatures(&counting), 10, "counts are kept for the scope's lifetime");
     }
 
     #[test]

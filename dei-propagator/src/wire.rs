@@ -121,6 +121,8 @@ pub(crate) fn encode_shared(index: &Index) -> Arc<str> {
         if let Some(dst) = buf.get_mut(len..len + bytes.len()) {
             dst.copy_from_slice(bytes);
             len += bytes.len();
+        } else {
+            debug_assert!(false, "the wire form outgrew its bound");
         }
     });
     std::str::from_utf8(&buf[..len]).unwrap_or_default().into()
@@ -189,6 +191,8 @@ pub fn decode(value: &str, limits: &Limits) -> Result<Index, WireError> {
             stack[position] = element;
         } else {
             if heap.is_empty() {
+                let dots = value.bytes().filter(|&b| b == b'.').count();
+                heap.reserve_exact(dots.min(limits.max_depth));
                 heap.extend_from_slice(&stack);
             }
             heap.push(element);

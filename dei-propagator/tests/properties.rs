@@ -171,8 +171,9 @@ proptest! {
     /// Ambiguity and counts against a reference model that keeps a flag per RPC in flight: issuing a signature
     /// while another RPC with it is in flight flags both (and every one in flight), and the scope counts each
     /// RPC once, when it is first flagged; the count is the signature's number of issues (1 without counting).
-    /// Operations: issue signature `s` (op 0) or a preliminary index for it (op 1), or complete (drop) the i-th
-    /// RPC in flight (op 2). Every path mode, with and without counting.
+    /// Operations: issue signature `s` (op 0) or a preliminary index for it (op 1), or complete the i-th RPC in
+    /// flight (op 2: dropped, or through `complete` for odd i). Every path mode, with and without counting;
+    /// the indexes extend the root scope's empty prefix (path modes) or the whole history (causal history).
     #[test]
     fn ambiguity_and_counts_match_a_model_of_rpcs_in_flight(ops in proptest::collection::vec((0u8..3, 0u8..3, 0usize..8), 1..40)) {
         let instantiations = [
@@ -180,15 +181,20 @@ proptest! {
             Instantiation::no_count(),
             Instantiation::three_mile_beach(),
             Instantiation::signature_only(),
+            Instantiation::no_path(),
         ];
         for inst in instantiations {
             let scope = RequestScope::root(inst.clone());
             let mut live: Vec<(u8, bool, dei_propagator::IssuedIndex)> = Vec::new();
             let mut issues = [0u32; 3];
+            let mut history: Vec<Element> = Vec::new();
             let mut counted = 0u64;
             for &(op, signature, pick) in &ops {
                 if op == 2 && !live.is_empty() {
-                    live.remove(pick % live.len());
+                    let (_, flag, issued) = live.remove(pick % live.len());
+                    if pick % 2 == 1 {
+                        prop_assert_eq!(issued.complete(), flag, "{}", inst);
+                    }
                 } else {
                     let invocation = InvocationSignature::new(
                         Signature::grpc_path(&format!("/S/m{signature}")),
@@ -204,6 +210,13 @@ proptest! {
                     let expected = if inst.count { issues[usize::from(signature)] } else { 1 };
                     prop_assert_eq!(issued.element().count, expected, "{}", inst);
                     prop_assert_eq!(issued.element().preliminary, op == 1);
+                    let element = issued.element();
+                    if inst.path == dei_propagator::PathMode::History {
+                        history.push(element);
+                        prop_assert_eq!(issued.index().elements(), &history[..]);
+                    } else {
+                        prop_assert_eq!(issued.index().elements(), &[element][..]);
+                    }
                     let mut flagged = false;
                     for (_, flag, _) in live.iter_mut().filter(|(s, _, _)| *s == signature) {
                         if !*flag {
