@@ -346,6 +346,63 @@ mod tests {
         assert_eq!(signatures(&counting), 10, "counts are kept for the scope's lifetime");
     }
 
+    /// Threads issue into one scope and their RPCs stay in flight until all have issued: every RPC whose
+    /// signature another RPC shares is ambiguous, each counted once, whatever the interleaving; one alone is not.
+    /// (The threads assert nothing themselves: a failure is reported here, after they are joined.)
+    #[test]
+    fn ambiguity_is_exact_across_threads() {
+        let scope = RequestScope::root(Instantiation::dei());
+        let (threads, shared_per_thread) = (4u8, 25);
+        let issued: Vec<(IssuedIndex, Vec<IssuedIndex>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let scope = &scope;
+                    s.spawn(move || {
+                        let alone = scope.issue(&inv(&[b'a', t], 1));
+                        let shared = (0..shared_per_thread)
+                            .map(|_| scope.issue(&inv(b"shared", 1)))
+                            .collect();
+                        (alone, shared)
+                    })
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        assert_eq!(issued.len(), usize::from(threads));
+        for (alone, shared) in &issued {
+            assert!(!alone.is_ambiguous(), "a thread's own call overlapped nothing");
+            assert!(shared.iter().all(IssuedIndex::is_ambiguous));
+        }
+        // Completed from the threads again: half through `complete`, the rest dropped.
+        let answers: Vec<bool> = std::thread::scope(|s| {
+            let handles: Vec<_> = (issued.into_iter())
+                .map(|(alone, shared)| {
+                    s.spawn(move || {
+                        let mut answers = vec![alone.complete()];
+                        for (i, issued) in shared.into_iter().enumerate() {
+                            if i % 2 == 0 {
+                                answers.push(!issued.complete());
+                            }
+                        }
+                        answers
+                    })
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).flatten().collect()
+        });
+        assert_eq!(answers.len(), usize::from(threads) * 14);
+        assert!(
+            answers.iter().all(|unexpected| !unexpected),
+            "alone: not ambiguous; shared: ambiguous"
+        );
+        let shared_total = u64::from(threads) * shared_per_thread;
+        assert_eq!(scope.ambiguous(), shared_total);
+        assert_eq!(scope.issued(), shared_total + u64::from(threads));
+        let after = scope.issue(&inv(b"shared", 1));
+        assert!(!after.is_ambiguous(), "everything before it completed");
+        assert_eq!(u64::from(after.element().count), shared_total + 1);
+    }
+
     #[test]
     fn path_modes() {
         let prefix = Index::decode("1.AAAAAAAAAAA1").unwrap_or_default();
