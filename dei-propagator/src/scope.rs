@@ -57,9 +57,8 @@ struct ScopeState {
 /// instantiation counts; otherwise only while an RPC with it is in flight.
 #[derive(Default)]
 struct SignatureState {
-    /// The invocation counter (`c`), when the instantiation counts.
-    count: u32,
-    /// How many indexes were issued for it: each issue's sequence number.
+    /// How many indexes were issued for it: each issue's sequence number, and the invocation counter (`c`,
+    /// saturating at `u32::MAX`) when the instantiation counts.
     issued: u64,
     /// Issued and not yet dropped: in flight.
     live: u32,
@@ -145,8 +144,7 @@ impl RequestScope {
         signature.issued += 1;
         let seq = signature.issued;
         let count = if inst.count {
-            signature.count = signature.count.saturating_add(1);
-            signature.count
+            u32::try_from(seq).unwrap_or(u32::MAX)
         } else {
             1
         };

@@ -112,14 +112,15 @@ where
         let path = request.uri().path();
         let method = self.config.grpc_method(path);
         let kind = method.kind;
+        let (service, rpc_method) = method.service_and_method();
         let span = tracing::info_span!(
             target: "dei",
             "grpc.client",
             otel.name = method.signature.name(),
             otel.kind = "client",
             rpc.system = "grpc",
-            rpc.service = &*method.service,
-            rpc.method = &*method.method,
+            rpc.service = service,
+            rpc.method = rpc_method,
             server.address = tracing::field::Empty,
         );
         // A generated client's requests carry only the path; the channel adds the authority later.

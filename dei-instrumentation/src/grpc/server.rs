@@ -82,14 +82,15 @@ where
         let path = request.uri().path();
         let method = self.config.grpc_method(path);
         let kind = method.kind;
+        let (service, rpc_method) = method.service_and_method();
         let span = tracing::info_span!(
             target: "dei",
             "grpc.server",
             otel.name = method.signature.name(),
             otel.kind = "server",
             rpc.system = "grpc",
-            rpc.service = &*method.service,
-            rpc.method = &*method.method,
+            rpc.service = service,
+            rpc.method = rpc_method,
         );
         let single_request = kind == Some(MethodKind::ServerStreaming);
         let call = incoming::open(

@@ -1,10 +1,10 @@
 //! gRPC signatures by request path, made once per method: a signature's digest is computed when it is made,
-//! and every call of a method shares its name and its `rpc.service` and `rpc.method` values.
+//! and every call of a method shares its name and its declared kind.
 
 use super::methods::{MethodKind, MethodKinds};
 use dei_propagator::Signature;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 
 /// At most this many distinct paths are kept; further paths get a fresh signature on every call (a client
 /// that calls unboundedly many paths cannot grow the cache).
@@ -18,25 +18,23 @@ const MAX_PATH_LEN: usize = 256;
 pub(crate) struct GrpcMethod {
     /// Its signature (`pkg.Service/Method`).
     pub(crate) signature: Signature,
-    /// `rpc.service`: `pkg.Service`.
-    pub(crate) service: Arc<str>,
-    /// `rpc.method`: `Method` (empty when the path has no `/` after the service).
-    pub(crate) method: Arc<str>,
     /// Its declared kind, if it was declared.
     pub(crate) kind: Option<MethodKind>,
 }
 
 impl GrpcMethod {
     fn new(path: &str, kinds: &MethodKinds) -> Self {
-        let signature = Signature::grpc_path(path);
-        let (service, method) = signature.name().split_once('/').unwrap_or((signature.name(), ""));
-        let (service, method) = (Arc::from(service), Arc::from(method));
         GrpcMethod {
-            signature,
-            service,
-            method,
+            signature: Signature::grpc_path(path),
             kind: kinds.get(path),
         }
+    }
+
+    /// `rpc.service` and `rpc.method`: `pkg.Service` and `Method` (empty when the path has no `/` after the
+    /// service).
+    pub(crate) fn service_and_method(&self) -> (&str, &str) {
+        let name = self.signature.name();
+        name.split_once('/').unwrap_or((name, ""))
     }
 }
 
@@ -75,7 +73,7 @@ mod tests {
         let cache = GrpcSignatures::default();
         let a = cache.get("/cinema.Bookings/Get", &none);
         assert_eq!(a.signature, Signature::grpc_path("/cinema.Bookings/Get"));
-        assert_eq!((&*a.service, &*a.method), ("cinema.Bookings", "Get"));
+        assert_eq!(a.service_and_method(), ("cinema.Bookings", "Get"));
         assert_eq!(
             cache.get("/cinema.Bookings/Get", &none).signature.digest(),
             a.signature.digest()
@@ -92,7 +90,7 @@ mod tests {
         assert_eq!(fresh.get(&long, &none).signature.name(), &long[1..]);
         assert!(fresh.0.read().expect("lock").is_empty(), "long paths are not kept");
         let bare = fresh.get("/NoMethod", &none);
-        assert_eq!((&*bare.service, &*bare.method), ("NoMethod", ""));
+        assert_eq!(bare.service_and_method(), ("NoMethod", ""));
     }
 
     #[test]
