@@ -342,6 +342,28 @@ fn bench(c: &mut Criterion) {
         return;
     }
 
+    // `DEI_ECHO_VARIANTS=otel_only,dei_server_only` narrows the same-run comparison to some variants (the
+    // first one named is the baseline of the ratios), `DEI_ECHO_ROUNDS=N` sets its rounds of throughput
+    // windows (default 3): longer runs of two variants, to tell a small difference from the machine's noise.
+    let variants = match std::env::var("DEI_ECHO_VARIANTS") {
+        Ok(names) => names
+            .split(',')
+            .map(|name| {
+                variants
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("unknown variant {name} in DEI_ECHO_VARIANTS"))
+            })
+            .collect(),
+        Err(_) => variants,
+    };
+    let rounds: usize = std::env::var("DEI_ECHO_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+
     let mut group = c.benchmark_group("unary_echo_1KiB");
     group.bench_function("otel_only", |b| {
         b.iter(|| {
@@ -375,29 +397,38 @@ fn bench(c: &mut Criterion) {
         }))
         .expect("latency task");
     let mut rps = vec![0.0; variants.len()];
-    for _ in 0..3 {
+    // Each round's throughput ratios to the baseline: their spread is the machine's noise.
+    let mut round_ratios = Vec::new();
+    for _ in 0..rounds {
+        let mut round = vec![0.0; variants.len()];
         for (i, (_, client)) in variants.iter().enumerate() {
             let client = client.clone();
-            rps[i] += rt.block_on(throughput(64, Duration::from_secs(2), move || {
+            round[i] = rt.block_on(throughput(64, Duration::from_secs(2), move || {
                 let client = client.clone();
                 // A failed call counts as done (none fail on loopback).
                 async move {
                     let _ = client.call().await;
                 }
             }));
+            rps[i] += round[i];
         }
+        round_ratios.push(round.iter().map(|r| r / round[0]).collect::<Vec<_>>());
     }
     println!(
-        "same-run comparison (3000 interleaved sequential calls from a runtime task; 3 interleaved 2 s windows, 64 in flight):"
+        "same-run comparison (3000 interleaved sequential calls from a runtime task; {rounds} interleaved 2 s windows, 64 in flight):"
     );
     for (i, (name, _)) in variants.iter().enumerate() {
         println!(
             "  {name:30} median {:>10.1?}  ratio {:.3}   throughput {:>7.0} rps  ratio {:.3}",
             medians[i],
             medians[i].as_secs_f64() / medians[0].as_secs_f64(),
-            rps[i] / 3.0,
+            rps[i] / rounds as f64,
             rps[i] / rps[0]
         );
+    }
+    for (i, (name, _)) in variants.iter().enumerate().skip(1) {
+        let each: Vec<String> = round_ratios.iter().map(|r| format!("{:.3}", r[i])).collect();
+        println!("  {name:30} throughput ratio per round: {}", each.join(" "));
     }
     println!("spans exported: {}", exported.load(Ordering::Relaxed));
 }

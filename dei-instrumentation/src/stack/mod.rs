@@ -50,6 +50,12 @@ const MAX_CACHED_STACKS: usize = 65_536;
 /// per address and one lookup here — no digest.
 type StackMap = HashMap<(usize, Vec<usize>), Arc<StackEntry>, BuildHasherDefault<cache::AddressHasher>>;
 
+thread_local! {
+    /// The buffer a capture on this thread collects return addresses in: a warm capture gives it back after its
+    /// lookup, so that it does not allocate; a new stack keeps it as its key.
+    static WALKED: std::cell::Cell<Vec<usize>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Stack-capture settings.
 #[derive(Clone, Debug)]
 pub struct StackConfig {
@@ -301,7 +307,8 @@ impl StackCapturer {
     pub fn capture_at(&self, call_site: Option<&'static std::panic::Location<'static>>) -> CapturedStack {
         let inner = &*self.inner;
         let site_key = call_site.map_or(0, |loc| std::ptr::from_ref(loc) as usize);
-        let mut seen: Vec<usize> = Vec::new();
+        let mut seen = WALKED.take();
+        seen.clear();
         let mut warm = true;
         let mut walker = StackWalker::Dwarf; // what a mode that does not unwind reports
         if inner.mode.unwinds() {
@@ -322,9 +329,16 @@ impl StackCapturer {
             });
         }
         let key = (site_key, seen);
-        if warm && let Some(entry) = inner.stacks.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        let found = warm
+            .then(|| {
+                let stacks = inner.stacks.read().unwrap_or_else(|p| p.into_inner());
+                stacks.get(&key).cloned()
+            })
+            .flatten();
+        if let Some(entry) = found {
+            WALKED.set(key.1);
             return CapturedStack {
-                entry: entry.clone(),
+                entry,
                 mode: inner.mode,
                 walker,
             };
@@ -397,7 +411,10 @@ impl CapturerInner {
         // warm walk never produces, which is harmless.
         let mut stacks = inner.stacks.write().unwrap_or_else(|p| p.into_inner());
         if stacks.len() < MAX_CACHED_STACKS {
-            stacks.insert(key, entry.clone());
+            let (site, mut walked) = key;
+            // The walk's buffer has room to spare: a cached key keeps only what it holds.
+            walked.shrink_to_fit();
+            stacks.insert((site, walked), entry.clone());
         }
         drop(stacks);
         (entry, walker)

@@ -74,7 +74,8 @@ pub(crate) enum Walk {
 /// frame, so which is cheaper depends on the machine (what a system call costs there) and on the service's
 /// stacks (few large frames or many small ones). One capture in [`SAMPLE_EVERY`] is timed with each walker
 /// ([`SETTLED_SAMPLE_EVERY`] after the first [`SETTLING_CAPTURES`], since the slower walker's samples cost: a
-/// frame-pointer walk inside a loaded service can take three times a DWARF one); the others use the one
+/// frame-pointer walk inside a loaded service can take three times a DWARF one), each right after an untimed
+/// capture with the same walker (see [`sample`]); the others use the one
 /// [`prefer`] picks from the moving averages. Both walkers find the same frames, so the choice never changes
 /// a stack.
 #[cfg(target_os = "linux")]
@@ -98,18 +99,36 @@ const SETTLING_CAPTURES: u64 = 32 * SAMPLE_EVERY;
 #[cfg(target_os = "linux")]
 const SETTLED_SAMPLE_EVERY: u64 = 16 * SAMPLE_EVERY;
 
-/// Which walker capture `n` (0-based, counted per capturer) uses when it is a timed sample: frame pointers for the first
-/// of a period, DWARF for the second, `None` for the others.
+/// A capture that [`Measured`] makes with a given walker instead of the preferred one.
 #[cfg(target_os = "linux")]
-fn sample(n: u64) -> Option<StackWalker> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sample {
+    /// Untimed: warms the caches that this walker's next capture uses (its code, and for frame pointers the
+    /// kernel's copy path), so that the timed capture after it is not charged for the other walker having run
+    /// meanwhile.
+    Warm(StackWalker),
+    /// Timed, into this walker's moving average.
+    Timed(StackWalker),
+}
+
+/// What capture `n` (0-based, counted per capturer) is, when not an ordinary capture with the preferred
+/// walker: the first four of each period warm and then time frame pointers, then warm and time DWARF.
+///
+/// Timing each walker right after its warm-up keeps the comparison fair: in a tight loop the preferred walker
+/// runs warm and a lone sample of the other runs cold, which kept `Auto` on DWARF at three times the cost of
+/// frame pointers; in a service, where other work runs between captures, both run about equally cold.
+#[cfg(target_os = "linux")]
+fn sample(n: u64) -> Option<Sample> {
     let period = if n < SETTLING_CAPTURES {
         SAMPLE_EVERY
     } else {
         SETTLED_SAMPLE_EVERY
     };
     match n % period {
-        0 => Some(StackWalker::FramePointers),
-        1 => Some(StackWalker::Dwarf),
+        0 => Some(Sample::Warm(StackWalker::FramePointers)),
+        1 => Some(Sample::Timed(StackWalker::FramePointers)),
+        2 => Some(Sample::Warm(StackWalker::Dwarf)),
+        3 => Some(Sample::Timed(StackWalker::Dwarf)),
         _ => None,
     }
 }
@@ -139,7 +158,8 @@ impl Measured {
         use std::sync::atomic::Ordering::Relaxed;
         let n = self.captures.fetch_add(1, Relaxed);
         let (walker, timed) = match sample(n) {
-            Some(walker) => (walker, true),
+            Some(Sample::Warm(walker)) => (walker, false),
+            Some(Sample::Timed(walker)) => (walker, true),
             None => (self.preferred(), false),
         };
         let started = timed.then(std::time::Instant::now);
@@ -323,11 +343,12 @@ mod tests {
         }
         use std::sync::atomic::Ordering::Relaxed;
         assert!(measured.cost.iter().all(|c| c.load(Relaxed) > 0));
-        // Captures 0 and 1 of every SAMPLE_EVERY are the timed ones; the rest follow the preference.
+        // Captures 0 to 3 of every SAMPLE_EVERY warm and time each walker in turn; the rest follow the
+        // preference.
         for (n, (walker, preferred)) in used.iter().enumerate() {
             match n as u64 % SAMPLE_EVERY {
-                0 => assert_eq!(*walker, StackWalker::FramePointers),
-                1 => assert_eq!(*walker, StackWalker::Dwarf),
+                0 | 1 => assert_eq!(*walker, StackWalker::FramePointers),
+                2 | 3 => assert_eq!(*walker, StackWalker::Dwarf),
                 _ => assert_eq!(walker, preferred),
             }
         }
@@ -336,15 +357,18 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn sampling_slows_down_once_the_averages_settled() {
-        let timed = |range: std::ops::Range<u64>| range.filter(|&n| sample(n).is_some()).count() as u64;
+        let timed =
+            |range: std::ops::Range<u64>| range.filter(|&n| matches!(sample(n), Some(Sample::Timed(_)))).count() as u64;
         assert_eq!(timed(0..SETTLING_CAPTURES), 2 * SETTLING_CAPTURES / SAMPLE_EVERY);
         let later = SETTLING_CAPTURES..SETTLING_CAPTURES + 4 * SETTLED_SAMPLE_EVERY;
         assert_eq!(timed(later), 8);
-        // Both walkers are still timed, frame pointers first.
+        // Both walkers are still warmed and then timed, frame pointers first.
         let n = 5 * SETTLED_SAMPLE_EVERY;
-        assert_eq!(sample(n), Some(StackWalker::FramePointers));
-        assert_eq!(sample(n + 1), Some(StackWalker::Dwarf));
-        assert_eq!(sample(n + 2), None);
+        assert_eq!(sample(n), Some(Sample::Warm(StackWalker::FramePointers)));
+        assert_eq!(sample(n + 1), Some(Sample::Timed(StackWalker::FramePointers)));
+        assert_eq!(sample(n + 2), Some(Sample::Warm(StackWalker::Dwarf)));
+        assert_eq!(sample(n + 3), Some(Sample::Timed(StackWalker::Dwarf)));
+        assert_eq!(sample(n + 4), None);
         assert_eq!(sample(n + SAMPLE_EVERY), None);
     }
 
