@@ -343,11 +343,14 @@ fn bench(c: &mut Criterion) {
     }
 
     // `DEI_ECHO_VARIANTS=otel_only,dei_server_only` narrows the same-run comparison to some variants (the
-    // first one named is the baseline of the ratios), `DEI_ECHO_ROUNDS=N` sets its rounds of throughput
-    // windows (default 3): longer runs of two variants, to tell a small difference from the machine's noise.
+    // first one named is the baseline of every ratio, so name `otel_only` first), `DEI_ECHO_ROUNDS=N` sets its
+    // rounds of throughput windows (default 3): longer runs of two variants, to tell a small difference from the
+    // machine's noise. Criterion's group below still measures `otel_only` and `otel_plus_dei`; a filter that
+    // matches neither (`-- nothing`) skips it.
     let variants = match std::env::var("DEI_ECHO_VARIANTS") {
         Ok(names) => names
             .split(',')
+            .map(str::trim)
             .map(|name| {
                 variants
                     .iter()
@@ -358,11 +361,14 @@ fn bench(c: &mut Criterion) {
             .collect(),
         Err(_) => variants,
     };
-    let rounds: usize = std::env::var("DEI_ECHO_ROUNDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(3)
-        .max(1);
+    let rounds: usize = match std::env::var("DEI_ECHO_ROUNDS") {
+        Ok(n) => n
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("DEI_ECHO_ROUNDS={n} is not a number of rounds")),
+        Err(_) => 3,
+    }
+    .max(1);
 
     let mut group = c.benchmark_group("unary_echo_1KiB");
     group.bench_function("otel_only", |b| {

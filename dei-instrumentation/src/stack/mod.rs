@@ -56,6 +56,11 @@ thread_local! {
     static WALKED: std::cell::Cell<Vec<usize>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// Returns a capture's buffer to [`WALKED`] (dropped if the thread's locals are being destroyed).
+fn give_back(walked: Vec<usize>) {
+    let _ = WALKED.try_with(|cell| cell.set(walked));
+}
+
 /// Stack-capture settings.
 #[derive(Clone, Debug)]
 pub struct StackConfig {
@@ -307,7 +312,8 @@ impl StackCapturer {
     pub fn capture_at(&self, call_site: Option<&'static std::panic::Location<'static>>) -> CapturedStack {
         let inner = &*self.inner;
         let site_key = call_site.map_or(0, |loc| std::ptr::from_ref(loc) as usize);
-        let mut seen = WALKED.take();
+        // (A capture while the thread's locals are being destroyed allocates instead.)
+        let mut seen = WALKED.try_with(std::cell::Cell::take).unwrap_or_default();
         seen.clear();
         let mut warm = true;
         let mut walker = StackWalker::Dwarf; // what a mode that does not unwind reports
@@ -336,7 +342,7 @@ impl StackCapturer {
             })
             .flatten();
         if let Some(entry) = found {
-            WALKED.set(key.1);
+            give_back(key.1);
             return CapturedStack {
                 entry,
                 mode: inner.mode,
@@ -409,12 +415,14 @@ impl CapturerInner {
         });
         // Keyed by what was walked: after a cold walk (which went past the boundary) the key is one that a
         // warm walk never produces, which is harmless.
+        let (site, mut walked) = key;
+        // The walk's buffer has room to spare: a cached key keeps only what it holds (shrunk before locking).
+        walked.shrink_to_fit();
         let mut stacks = inner.stacks.write().unwrap_or_else(|p| p.into_inner());
         if stacks.len() < MAX_CACHED_STACKS {
-            let (site, mut walked) = key;
-            // The walk's buffer has room to spare: a cached key keeps only what it holds.
-            walked.shrink_to_fit();
             stacks.insert((site, walked), entry.clone());
+        } else {
+            give_back(walked);
         }
         drop(stacks);
         (entry, walker)

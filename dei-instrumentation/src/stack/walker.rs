@@ -6,11 +6,12 @@
 //! | [`FramePointers`](StackWalker::FramePointers) | `-C force-frame-pointers=yes`, x86_64 Linux, `process_vm_readv(2)` allowed | one copy of the stack's top (1.6 µs for a page on our VM, ~0.45 µs per further page), then a few ns per frame |
 //!
 //! [`Auto`](StackWalker::Auto), the default, uses DWARF unless a calibration at start-up shows that the binary
-//! has frame pointers and that their walk finds exactly the frames the DWARF unwinder finds. Then it times one
-//! capture in 32 with each walker (one in 512 once 1,024 captures settled the averages) and switches to frame
-//! pointers where they take at most half of DWARF's time: a frame-pointer walk costs a system call (about
-//! 1.6 µs on our VM in a tight loop, far less on bare metal, but ~21 µs for a tonic echo's 10 KiB inside the
-//! loaded service) plus a little per page of stack, DWARF about 0.2–0.3 µs per frame warm (about 1 µs cold),
+//! has frame pointers and that their walk finds exactly the frames the DWARF unwinder finds. Then it makes two
+//! captures in 32 with each walker, timing the second (two in 512 once 1,024 captures settled the averages),
+//! and switches to frame pointers where they take at most half of DWARF's time: a frame-pointer walk costs a
+//! system call (about 1.6 µs on our VM in a tight loop, far less on bare metal, but 5–9 µs per capture inside
+//! a tonic echo service, against 2–6 µs for DWARF there) plus a little per page of stack, DWARF about
+//! 0.2–0.3 µs per frame warm (about 1 µs cold),
 //! so deep stacks of small frames in a tight loop favour frame pointers and shallow ones in a busy service do
 //! not.
 //!
@@ -72,10 +73,10 @@ pub(crate) enum Walk {
 ///
 /// A frame-pointer walk costs one system call plus a little per page of stack, a DWARF walk a little per
 /// frame, so which is cheaper depends on the machine (what a system call costs there) and on the service's
-/// stacks (few large frames or many small ones). One capture in [`SAMPLE_EVERY`] is timed with each walker
-/// ([`SETTLED_SAMPLE_EVERY`] after the first [`SETTLING_CAPTURES`], since the slower walker's samples cost: a
-/// frame-pointer walk inside a loaded service can take three times a DWARF one), each right after an untimed
-/// capture with the same walker (see [`sample`]); the others use the one
+/// stacks (few large frames or many small ones). Two captures in [`SAMPLE_EVERY`] are made with each walker,
+/// the second of them timed (see [`sample`]; [`SETTLED_SAMPLE_EVERY`] after the first [`SETTLING_CAPTURES`],
+/// since the slower walker's captures cost: a frame-pointer walk inside a loaded service can take twice or
+/// three times a DWARF one); the others use the one
 /// [`prefer`] picks from the moving averages. Both walkers find the same frames, so the choice never changes
 /// a stack.
 #[cfg(target_os = "linux")]
@@ -114,9 +115,10 @@ enum Sample {
 /// What capture `n` (0-based, counted per capturer) is, when not an ordinary capture with the preferred
 /// walker: the first four of each period warm and then time frame pointers, then warm and time DWARF.
 ///
-/// Timing each walker right after its warm-up keeps the comparison fair: in a tight loop the preferred walker
-/// runs warm and a lone sample of the other runs cold, which kept `Auto` on DWARF at three times the cost of
-/// frame pointers; in a service, where other work runs between captures, both run about equally cold.
+/// Timing each walker right after its warm-up keeps the comparison fair in a tight loop, where the preferred
+/// walker runs warm and a lone sample of the other ran cold (which kept `Auto` on DWARF at three times the cost
+/// of frame pointers). In a service the warm-up may run on another thread, and other work runs between
+/// captures, so both walkers are timed about equally cold there.
 #[cfg(target_os = "linux")]
 fn sample(n: u64) -> Option<Sample> {
     let period = if n < SETTLING_CAPTURES {
@@ -186,8 +188,8 @@ impl Measured {
 /// measured to take at most half of DWARF's time. A system call costs more than its own duration (caches and
 /// TLB entries it evicts, on kernels with speculative-execution mitigations): on our VM a tonic echo, whose
 /// captures walk a few large frames (7–10 KiB of stack), was 1–6% slower end to end with frame pointers, and
-/// inside it the copy alone took ~21 µs against a 7 µs DWARF walk, while in a tight loop 30 small frames take
-/// a third to a half of DWARF's time (BENCHMARKS.md).
+/// inside it a frame-pointer capture took 5–9 µs against 2–6 µs with DWARF, while in a tight loop 30 small
+/// frames take a third to a half of DWARF's time (BENCHMARKS.md).
 #[cfg(target_os = "linux")]
 fn prefer(frame_pointers_ns: u64, dwarf_ns: u64) -> StackWalker {
     if frame_pointers_ns != 0 && dwarf_ns != 0 && frame_pointers_ns.saturating_mul(2) <= dwarf_ns {
@@ -330,7 +332,10 @@ mod tests {
         let Walk::Measured(measured) = Walk::choose(StackWalker::Auto) else {
             panic!("the workspace builds with frame pointers");
         };
+        use std::sync::atomic::Ordering::Relaxed;
+        let measured_yet = || measured.cost.each_ref().map(|c| c.load(Relaxed) > 0);
         let mut used = Vec::new();
+        let mut first_costs = Vec::new();
         for _ in 0..4 * SAMPLE_EVERY {
             let mut frames = 0;
             let preferred = measured.preferred();
@@ -340,9 +345,15 @@ mod tests {
             });
             assert!(frames > 3);
             used.push((walker, preferred));
+            if first_costs.len() < 4 {
+                first_costs.push(measured_yet());
+            }
         }
-        use std::sync::atomic::Ordering::Relaxed;
-        assert!(measured.cost.iter().all(|c| c.load(Relaxed) > 0));
+        // The warm-up captures are not timed: frame pointers' average is set by capture 1, DWARF's by capture 3.
+        assert_eq!(
+            first_costs,
+            [[false, false], [true, false], [true, false], [true, true]]
+        );
         // Captures 0 to 3 of every SAMPLE_EVERY warm and time each walker in turn; the rest follow the
         // preference.
         for (n, (walker, preferred)) in used.iter().enumerate() {
