@@ -7,10 +7,12 @@
 //!
 //! Both export through a batch span processor to an exporter that drops the spans. Criterion measures the
 //! latency of one call; then, in the same process, an interleaved loop in a runtime task (as a service handler
-//! calls) reports the median latency ratio and a
-//! closed-loop load (64 calls in flight) reports the max-throughput ratio. Besides both sides instrumented
+//! calls) reports the median latency ratio, and a closed-loop load (64 calls in flight; rounds of one window
+//! per variant, in an order that rotates from round to round) reports the max-throughput ratio and the ratio
+//! of the process's CPU time per call. Besides both sides instrumented
 //! alike, the comparison has variants without unwinding, with each walker forced, and with DEI on one side
-//! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies.
+//! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies, and the baseline a second time
+//! (`otel_only_control`), whose ratio to the first is the run's noise floor.
 //!
 //! `cargo bench -p dei-instrumentation --bench grpc_echo`
 
@@ -158,7 +160,7 @@ where
 
 // ---------- setup ----------
 
-fn install_telemetry() -> Arc<AtomicU64> {
+fn install_telemetry() -> (Arc<AtomicU64>, SdkTracerProvider) {
     dei_propagator::install_global_propagator();
     let exported = Arc::new(AtomicU64::new(0));
     let provider = SdkTracerProvider::builder()
@@ -171,7 +173,19 @@ fn install_telemetry() -> Arc<AtomicU64> {
         .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
     let subscriber = tracing_subscriber::registry().with(otel);
     tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
-    exported
+    (exported, provider)
+}
+
+/// CPU time used by the whole process so far, user and system: the runtime's workers, the batch span
+/// processor's thread and the kernel's work for them.
+fn cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    let micros = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(t.tv_sec()).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap_or(0))
+    };
+    micros(usage.user_time()) + micros(usage.system_time())
 }
 
 async fn listen() -> (tokio::net::TcpListener, SocketAddr) {
@@ -269,7 +283,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// Calls completed by `concurrency` loops in `window`.
-async fn throughput<F, Fut>(concurrency: usize, window: Duration, call: F) -> f64
+async fn throughput<F, Fut>(concurrency: usize, window: Duration, call: F) -> u64
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -290,11 +304,11 @@ where
     for t in tasks {
         let _ = t.await;
     }
-    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+    done.load(Ordering::Relaxed)
 }
 
 fn bench(c: &mut Criterion) {
-    let exported = install_telemetry();
+    let (exported, provider) = install_telemetry();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -333,6 +347,9 @@ fn bench(c: &mut Criterion) {
         ("otel_plus_dei_frame_pointers", Variant::Dei(dei_fp)),
         ("dei_client_only", Variant::Dei(dei_client_only)),
         ("dei_server_only", Variant::Baseline(dei_server_only)),
+        // The baseline again, measured like any variant: how far the same code lands from itself in this run
+        // is the run's noise floor.
+        ("otel_only_control", Variant::Baseline(baseline.clone())),
     ];
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
         let Some((_, client)) = variants.into_iter().find(|(name, _)| *name == variant) else {
@@ -344,8 +361,8 @@ fn bench(c: &mut Criterion) {
 
     // `DEI_ECHO_VARIANTS=otel_only,dei_server_only` narrows the same-run comparison to some variants (the
     // first one named is the baseline of every ratio, so name `otel_only` first), `DEI_ECHO_ROUNDS=N` sets its
-    // rounds of throughput windows (default 3): longer runs of two variants, to tell a small difference from the
-    // machine's noise. Criterion's group below still measures `otel_only` and `otel_plus_dei`; a filter that
+    // rounds of throughput windows (default: one per variant, so that each variant runs once in every position
+    // of a round): longer runs of two variants, to tell a small difference from the machine's noise. Criterion's group below still measures `otel_only` and `otel_plus_dei`; a filter that
     // matches neither (`-- nothing`) skips it.
     let variants = match std::env::var("DEI_ECHO_VARIANTS") {
         Ok(names) => names
@@ -366,7 +383,7 @@ fn bench(c: &mut Criterion) {
             .trim()
             .parse()
             .unwrap_or_else(|_| panic!("DEI_ECHO_ROUNDS={n} is not a number of rounds")),
-        Err(_) => 3,
+        Err(_) => variants.len(),
     }
     .max(1);
 
@@ -391,9 +408,12 @@ fn bench(c: &mut Criterion) {
     let latency_variants = variants.clone();
     let medians: Vec<Duration> = rt
         .block_on(rt.spawn(async move {
-            let mut samples = vec![Vec::new(); latency_variants.len()];
-            for _ in 0..3000 {
-                for (i, (_, client)) in latency_variants.iter().enumerate() {
+            let n = latency_variants.len();
+            let mut samples = vec![Vec::new(); n];
+            // The order rotates from one cycle to the next, as the throughput windows' does below.
+            for cycle in 0..3000 {
+                for i in (0..n).map(|k| (k + cycle) % n) {
+                    let client = &latency_variants[i].1;
                     let t = Instant::now();
                     client.call().await.expect("echo");
                     samples[i].push(t.elapsed());
@@ -402,39 +422,78 @@ fn bench(c: &mut Criterion) {
             samples.into_iter().map(median).collect::<Vec<_>>()
         }))
         .expect("latency task");
+    // Each window starts with the span queue empty, so that no window exports another's spans, and its CPU
+    // time (the whole process's, user and system) includes exporting its own spans: CPU per call is a second
+    // view of the cost, which other tenants of a VM disturb less than calls per second.
+    let window = Duration::from_secs(2);
     let mut rps = vec![0.0; variants.len()];
-    // Each round's throughput ratios to the baseline: their spread is the machine's noise.
+    let mut cpu = vec![Duration::ZERO; variants.len()];
+    let mut calls = vec![0u64; variants.len()];
+    // Each round's ratios to the baseline (throughput, CPU per call): their spread is the machine's noise.
     let mut round_ratios = Vec::new();
+    let mut round_rps = Vec::new();
     for _ in 0..rounds {
-        let mut round = vec![0.0; variants.len()];
-        for (i, (_, client)) in variants.iter().enumerate() {
-            let client = client.clone();
-            round[i] = rt.block_on(throughput(64, Duration::from_secs(2), move || {
+        let mut round = vec![(0.0, 0.0); variants.len()];
+        // The order rotates from round to round: on this VM a window's position in its round alone moved the
+        // same variant's throughput by up to 14 % (the baseline against itself), which a fixed order would have
+        // charged to whichever variant runs first.
+        let n = variants.len();
+        for i in (0..n).map(|k| (k + round_rps.len()) % n) {
+            let client = variants[i].1.clone();
+            let _ = provider.force_flush();
+            let before = cpu_time();
+            let done = rt.block_on(throughput(64, window, move || {
                 let client = client.clone();
                 // A failed call counts as done (none fail on loopback).
                 async move {
                     let _ = client.call().await;
                 }
             }));
-            rps[i] += round[i];
+            let _ = provider.force_flush();
+            let used = cpu_time().saturating_sub(before);
+            let per_second = done as f64 / window.as_secs_f64();
+            round[i] = (per_second, used.as_secs_f64() / done.max(1) as f64);
+            rps[i] += per_second;
+            cpu[i] += used;
+            calls[i] += done;
         }
-        round_ratios.push(round.iter().map(|r| r / round[0]).collect::<Vec<_>>());
+        round_rps.push(round.iter().map(|(r, _)| *r).collect::<Vec<_>>());
+        round_ratios.push(
+            round
+                .iter()
+                .map(|(r, c)| (r / round[0].0, c / round[0].1))
+                .collect::<Vec<_>>(),
+        );
     }
+    let cpu_per_call: Vec<f64> = (0..variants.len())
+        .map(|i| cpu[i].as_secs_f64() / calls[i].max(1) as f64)
+        .collect();
     println!(
-        "same-run comparison (3000 interleaved sequential calls from a runtime task; {rounds} interleaved 2 s windows, 64 in flight):"
+        "same-run comparison (3000 cycles of sequential calls from a runtime task, one per variant in rotating order; {rounds} rounds of 2 s windows, one per variant in rotating order, 64 in flight):"
     );
     for (i, (name, _)) in variants.iter().enumerate() {
         println!(
-            "  {name:30} median {:>10.1?}  ratio {:.3}   throughput {:>7.0} rps  ratio {:.3}",
+            "  {name:30} median {:>10.1?}  ratio {:.3}   throughput {:>7.0} rps  ratio {:.3}   CPU {:>6.1} µs/call  ratio {:.3}",
             medians[i],
             medians[i].as_secs_f64() / medians[0].as_secs_f64(),
             rps[i] / rounds as f64,
-            rps[i] / rps[0]
+            rps[i] / rps[0],
+            cpu_per_call[i] * 1e6,
+            cpu_per_call[i] / cpu_per_call[0]
         );
     }
+    let each: Vec<String> = round_rps.iter().map(|r| format!("{:.0}", r[0])).collect();
+    println!("  {:30} per round, calls/s: {}", variants[0].0, each.join(" "));
     for (i, (name, _)) in variants.iter().enumerate().skip(1) {
-        let each: Vec<String> = round_ratios.iter().map(|r| format!("{:.3}", r[i])).collect();
-        println!("  {name:30} throughput ratio per round: {}", each.join(" "));
+        let each: Vec<String> = round_ratios
+            .iter()
+            .zip(&round_rps)
+            .map(|(r, rps)| format!("{:.0} ({:.3}/{:.3})", rps[i], r[i].0, r[i].1))
+            .collect();
+        println!(
+            "  {name:30} per round, calls/s (throughput/CPU-per-call ratios): {}",
+            each.join(" ")
+        );
     }
     println!("spans exported: {}", exported.load(Ordering::Relaxed));
 }
