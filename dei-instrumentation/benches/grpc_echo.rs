@@ -8,8 +8,8 @@
 //! Both export through a batch span processor to an exporter that drops the spans. Criterion measures the
 //! latency of one call; then, in the same process, an interleaved loop in a runtime task (as a service handler
 //! calls) reports the median latency ratio, and a closed-loop load (64 calls in flight; rounds of one window
-//! per variant, in an order that rotates from round to round) reports the max-throughput ratio and the ratio
-//! of the process's CPU time per call. Besides both sides instrumented
+//! per variant, each round in a random order) reports the max-throughput ratio and the ratio of the process's
+//! CPU time per call. Besides both sides instrumented
 //! alike, the comparison has variants without unwinding, with each walker forced, and with DEI on one side
 //! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies, and the baseline a second time
 //! (`otel_only_control`), whose ratio to the first is the run's noise floor.
@@ -23,6 +23,9 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -282,6 +285,13 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// `0..n` in a random order.
+fn shuffled(n: usize, rng: &mut StdRng) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(rng);
+    order
+}
+
 /// Calls completed by `concurrency` loops in `window`.
 async fn throughput<F, Fut>(concurrency: usize, window: Duration, call: F) -> u64
 where
@@ -321,13 +331,15 @@ fn bench(c: &mut Criterion) {
         dei_server_only,
     } = rt.block_on(start(DeiConfig::default()));
     // The same layers without unwinding (`StackMode::CallSiteOnly`): how much of the cost is the stack.
-    let dei_no_unwind = rt
-        .block_on(start(
-            DeiConfig::builder()
-                .stack(dei_instrumentation::StackConfig::default().mode(dei_instrumentation::StackMode::CallSiteOnly))
-                .build(),
-        ))
-        .dei;
+    let no_unwind = rt.block_on(start(
+        DeiConfig::builder()
+            .stack(dei_instrumentation::StackConfig::default().mode(dei_instrumentation::StackMode::CallSiteOnly))
+            .build(),
+    ));
+    let dei_no_unwind = no_unwind.dei;
+    // The noise floor's baseline client: the same layers as `otel_only`, on a server and a connection of its own
+    // (the same start's OpenTelemetry-only server).
+    let control = no_unwind.baseline;
     // The default walker (`Auto`) picks frame pointers or DWARF by measuring both; each of them alone.
     let walker = |w| {
         DeiConfig::builder()
@@ -347,9 +359,9 @@ fn bench(c: &mut Criterion) {
         ("otel_plus_dei_frame_pointers", Variant::Dei(dei_fp)),
         ("dei_client_only", Variant::Dei(dei_client_only)),
         ("dei_server_only", Variant::Baseline(dei_server_only)),
-        // The baseline again, measured like any variant: how far the same code lands from itself in this run
-        // is the run's noise floor.
-        ("otel_only_control", Variant::Baseline(baseline.clone())),
+        // The baseline again, on its own server and connection, measured like any variant: how far the same
+        // code lands from itself in this run is the run's noise floor.
+        ("otel_only_control", Variant::Baseline(control)),
     ];
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
         let Some((_, client)) = variants.into_iter().find(|(name, _)| *name == variant) else {
@@ -361,9 +373,9 @@ fn bench(c: &mut Criterion) {
 
     // `DEI_ECHO_VARIANTS=otel_only,dei_server_only` narrows the same-run comparison to some variants (the
     // first one named is the baseline of every ratio, so name `otel_only` first), `DEI_ECHO_ROUNDS=N` sets its
-    // rounds of throughput windows (default: one per variant, so that each variant runs once in every position
-    // of a round): longer runs of two variants, to tell a small difference from the machine's noise. Criterion's group below still measures `otel_only` and `otel_plus_dei`; a filter that
-    // matches neither (`-- nothing`) skips it.
+    // rounds of throughput windows (default: one per variant): longer runs of two variants, to tell a small
+    // difference from the machine's noise. Criterion's group below still measures `otel_only` and
+    // `otel_plus_dei`; a filter that matches neither (`-- nothing`) skips it.
     let variants = match std::env::var("DEI_ECHO_VARIANTS") {
         Ok(names) => names
             .split(',')
@@ -410,9 +422,10 @@ fn bench(c: &mut Criterion) {
         .block_on(rt.spawn(async move {
             let n = latency_variants.len();
             let mut samples = vec![Vec::new(); n];
-            // The order rotates from one cycle to the next, as the throughput windows' does below.
-            for cycle in 0..3000 {
-                for i in (0..n).map(|k| (k + cycle) % n) {
+            // Each cycle in its own random order, as the throughput windows below.
+            let mut rng = StdRng::seed_from_u64(0x1a7e);
+            for _ in 0..3000 {
+                for i in shuffled(n, &mut rng) {
                     let client = &latency_variants[i].1;
                     let t = Instant::now();
                     client.call().await.expect("echo");
@@ -422,9 +435,10 @@ fn bench(c: &mut Criterion) {
             samples.into_iter().map(median).collect::<Vec<_>>()
         }))
         .expect("latency task");
-    // Each window starts with the span queue empty, so that no window exports another's spans, and its CPU
-    // time (the whole process's, user and system) includes exporting its own spans: CPU per call is a second
-    // view of the cost, which other tenants of a VM disturb less than calls per second.
+    // Each window starts with the span queue empty, so that no window exports another's spans; its CPU time
+    // (the whole process's, user and system) is taken over the window and the flush after it, so it includes
+    // exporting the window's own spans (the calls per second count the window alone): a second view of the
+    // cost, as noisy on a shared VM as the first.
     let window = Duration::from_secs(2);
     let mut rps = vec![0.0; variants.len()];
     let mut cpu = vec![Duration::ZERO; variants.len()];
@@ -432,13 +446,13 @@ fn bench(c: &mut Criterion) {
     // Each round's ratios to the baseline (throughput, CPU per call): their spread is the machine's noise.
     let mut round_ratios = Vec::new();
     let mut round_rps = Vec::new();
+    let mut rng = StdRng::seed_from_u64(0xd31);
     for _ in 0..rounds {
         let mut round = vec![(0.0, 0.0); variants.len()];
-        // The order rotates from round to round: on this VM a window's position in its round alone moved the
-        // same variant's throughput by up to 14 % (the baseline against itself), which a fixed order would have
-        // charged to whichever variant runs first.
-        let n = variants.len();
-        for i in (0..n).map(|k| (k + round_rps.len()) % n) {
+        // Each round in its own random order (seeded, so runs repeat it): on this VM a window's position in its
+        // round alone moved the same variant's throughput by up to 14 % (the baseline against itself), and what
+        // runs just before a window may matter too; a fixed or rotated order would charge both to some variants.
+        for i in shuffled(variants.len(), &mut rng) {
             let client = variants[i].1.clone();
             let _ = provider.force_flush();
             let before = cpu_time();
@@ -469,7 +483,7 @@ fn bench(c: &mut Criterion) {
         .map(|i| cpu[i].as_secs_f64() / calls[i].max(1) as f64)
         .collect();
     println!(
-        "same-run comparison (3000 cycles of sequential calls from a runtime task, one per variant in rotating order; {rounds} rounds of 2 s windows, one per variant in rotating order, 64 in flight):"
+        "same-run comparison (3000 cycles of sequential calls from a runtime task, one per variant in random order; {rounds} rounds of {window:?} windows, one per variant in random order, 64 in flight):"
     );
     for (i, (name, _)) in variants.iter().enumerate() {
         println!(
