@@ -335,13 +335,14 @@ impl StackCapturer {
             });
         }
         let key = (site_key, seen);
-        let found = warm
-            .then(|| {
-                let stacks = inner.stacks.read().unwrap_or_else(|p| p.into_inner());
-                stacks.get(&key).cloned()
-            })
-            .flatten();
-        if let Some(entry) = found {
+        if warm
+            && let Some(entry) = inner
+                .stacks
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .cloned()
+        {
             give_back(key.1);
             return CapturedStack {
                 entry,
