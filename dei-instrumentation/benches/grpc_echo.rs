@@ -11,8 +11,11 @@
 //! per variant, each round in a random order) reports the max-throughput ratio and the ratio of the process's
 //! CPU time per call. Besides both sides instrumented
 //! alike, the comparison has variants without unwinding, with each walker forced, and with DEI on one side
-//! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies, and the baseline a second time
-//! (`otel_only_control`), whose ratio to the first is the run's noise floor.
+//! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies, the baseline a second time
+//! (`otel_only_control`), whose ratio to the first is the run's noise floor, and a second baseline,
+//! `otel_semconv`: tonic-tracing-opentelemetry's layers, which record the semantic conventions' RPC attributes
+//! (`rpc.service`, `rpc.method`, `server.address`, the status code) as the DEI layers do and the minimal baseline
+//! does not.
 //!
 //! `cargo bench -p dei-instrumentation --bench grpc_echo`
 
@@ -211,13 +214,17 @@ async fn connect(addr: SocketAddr) -> Channel {
 }
 
 type BaselineClient = pb::middle_client::MiddleClient<OtelClient<Channel>>;
+type SemconvClient =
+    pb::middle_client::MiddleClient<tonic_tracing_opentelemetry::middleware::client::OtelGrpcService<Channel>>;
 type DeiClient = pb::middle_client::MiddleClient<dei_instrumentation::DeiClientService<Channel>>;
 
 /// Clients of one configuration: both sides instrumented alike (`baseline`: OpenTelemetry only, `dei`: the DEI
 /// layers), and one side each (`dei_client_only`: DEI client to the OpenTelemetry-only server,
-/// `dei_server_only`: OpenTelemetry-only client to the DEI server).
+/// `dei_server_only`: OpenTelemetry-only client to the DEI server), and both sides instrumented by
+/// tonic-tracing-opentelemetry (`semconv`).
 struct Clients {
     baseline: BaselineClient,
+    semconv: SemconvClient,
     dei: DeiClient,
     dei_client_only: DeiClient,
     dei_server_only: BaselineClient,
@@ -238,8 +245,20 @@ async fn start(config: DeiConfig) -> Clients {
             .add_service(pb::middle_server::MiddleServer::new(Echo))
             .serve_with_incoming(incoming(l2)),
     );
+    let (l3, a3) = listen().await;
+    tokio::spawn(
+        Server::builder()
+            .layer(tonic_tracing_opentelemetry::middleware::server::OtelGrpcLayer::default())
+            .add_service(pb::middle_server::MiddleServer::new(Echo))
+            .serve_with_incoming(incoming(l3)),
+    );
     let otel_client =
         |channel| pb::middle_client::MiddleClient::new(ServiceBuilder::new().layer(OtelClientLayer).service(channel));
+    let semconv_client = pb::middle_client::MiddleClient::new(
+        ServiceBuilder::new()
+            .layer(tonic_tracing_opentelemetry::middleware::client::OtelGrpcLayer)
+            .service(connect(a3).await),
+    );
     let dei_client = |channel| {
         pb::middle_client::MiddleClient::new(
             ServiceBuilder::new()
@@ -249,6 +268,7 @@ async fn start(config: DeiConfig) -> Clients {
     };
     Clients {
         baseline: otel_client(connect(a1).await),
+        semconv: semconv_client,
         dei: dei_client(connect(a2).await),
         dei_client_only: dei_client(connect(a1).await),
         dei_server_only: otel_client(connect(a2).await),
@@ -259,6 +279,7 @@ async fn start(config: DeiConfig) -> Clients {
 #[derive(Clone)]
 enum Variant {
     Baseline(BaselineClient),
+    Semconv(SemconvClient),
     Dei(DeiClient),
 }
 
@@ -267,6 +288,7 @@ impl Variant {
     async fn call(&self) -> Result<(), tonic::Status> {
         match self {
             Variant::Baseline(c) => c.clone().work(payload()).await.map(drop),
+            Variant::Semconv(c) => c.clone().work(payload()).await.map(drop),
             Variant::Dei(c) => c.clone().work(payload()).await.map(drop),
         }
     }
@@ -326,6 +348,7 @@ fn bench(c: &mut Criterion) {
         .expect("runtime");
     let Clients {
         baseline,
+        semconv,
         dei,
         dei_client_only,
         dei_server_only,
@@ -362,6 +385,12 @@ fn bench(c: &mut Criterion) {
         // The baseline again, on its own server and connection, measured like any variant: how far the same
         // code lands from itself in this run is the run's noise floor.
         ("otel_only_control", Variant::Baseline(control)),
+        // A second baseline: OpenTelemetry instrumentation as a widely used crate does it
+        // (tonic-tracing-opentelemetry), with the semantic conventions' RPC attributes (`rpc.service`,
+        // `rpc.method`, `server.address`, `rpc.grpc.status_code`, …) that the DEI layers record too and the
+        // minimal `otel_only` layers leave out. `DEI_ECHO_VARIANTS=otel_semconv,otel_plus_dei,…` measures DEI
+        // against it.
+        ("otel_semconv", Variant::Semconv(semconv)),
     ];
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
         let Some((_, client)) = variants.into_iter().find(|(name, _)| *name == variant) else {
