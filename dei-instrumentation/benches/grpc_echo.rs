@@ -9,7 +9,8 @@
 //! latency of one call; then, in the same process, an interleaved loop in a runtime task (as a service handler
 //! calls) reports the median latency ratio, and a closed-loop load (64 calls in flight; rounds of one window
 //! per variant, each round in a random order) reports the max-throughput ratio and the ratio of the process's
-//! CPU time per call. Besides both sides instrumented
+//! CPU time per call, each ratio with a 95 % bootstrap interval over the latency cycles or the rounds (within
+//! this run: separate runs on a shared VM spread further). Besides both sides instrumented
 //! alike, the comparison has variants without unwinding, with each walker forced, and with DEI on one side
 //! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies, the baseline a second time
 //! (`otel_only_control`), whose ratio to the first is the run's noise floor, and a second baseline,
@@ -447,7 +448,7 @@ fn bench(c: &mut Criterion) {
     // The calls are made from a task on the runtime, as a service's handler makes them (its stack ends at the
     // task's poll), not from the thread that blocks on the runtime.
     let latency_variants = variants.clone();
-    let medians: Vec<Duration> = rt
+    let samples: Vec<Vec<Duration>> = rt
         .block_on(rt.spawn(async move {
             let n = latency_variants.len();
             let mut samples = vec![Vec::new(); n];
@@ -461,9 +462,10 @@ fn bench(c: &mut Criterion) {
                     samples[i].push(t.elapsed());
                 }
             }
-            samples.into_iter().map(median).collect::<Vec<_>>()
+            samples
         }))
         .expect("latency task");
+    let medians: Vec<Duration> = samples.iter().cloned().map(median).collect();
     // Each window starts with the span queue empty, so that no window exports another's spans; its CPU time
     // (the whole process's, user and system) is taken over the window and the flush after it, so it includes
     // exporting the window's own spans (the calls per second count the window alone): a second view of the
@@ -475,9 +477,12 @@ fn bench(c: &mut Criterion) {
     // Each round's ratios to the baseline (throughput, CPU per call): their spread is the machine's noise.
     let mut round_ratios = Vec::new();
     let mut round_rps = Vec::new();
+    // Each round's (calls, CPU seconds) per variant, for the intervals below.
+    let mut round_raw: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut rng = StdRng::seed_from_u64(0xd31);
     for _ in 0..rounds {
         let mut round = vec![(0.0, 0.0); variants.len()];
+        let mut raw = vec![(0.0, 0.0); variants.len()];
         // Each round in its own random order (seeded, so runs repeat it): on this VM a window's position in its
         // round alone moved the same variant's throughput by up to 14 % (the baseline against itself), and what
         // runs just before a window may matter too; a fixed or rotated order would charge both to some variants.
@@ -496,10 +501,12 @@ fn bench(c: &mut Criterion) {
             let used = cpu_time().saturating_sub(before);
             let per_second = done as f64 / window.as_secs_f64();
             round[i] = (per_second, used.as_secs_f64() / done.max(1) as f64);
+            raw[i] = (done as f64, used.as_secs_f64());
             rps[i] += per_second;
             cpu[i] += used;
             calls[i] += done;
         }
+        round_raw.push(raw);
         round_rps.push(round.iter().map(|(r, _)| *r).collect::<Vec<_>>());
         round_ratios.push(
             round
@@ -538,7 +545,64 @@ fn bench(c: &mut Criterion) {
             each.join(" ")
         );
     }
+    print_intervals(&variants, &samples, &round_raw);
     println!("spans exported: {}", exported.load(Ordering::Relaxed));
+}
+
+/// Resamples drawn for each interval.
+const RESAMPLES: usize = 2000;
+
+/// The 2.5th and 97.5th percentiles of `stat` over [`RESAMPLES`] bootstrap resamples of `0..n` (indices drawn
+/// with replacement, seeded): a 95 % interval for a statistic of `n` paired observations.
+fn bootstrap(n: usize, rng: &mut StdRng, mut stat: impl FnMut(&[usize]) -> f64) -> (f64, f64) {
+    use rand::Rng;
+    let mut draws = vec![0; n];
+    let mut values: Vec<f64> = (0..RESAMPLES)
+        .map(|_| {
+            for d in draws.iter_mut() {
+                *d = rng.random_range(0..n);
+            }
+            stat(&draws)
+        })
+        .collect();
+    values.sort_by(f64::total_cmp);
+    (values[RESAMPLES * 25 / 1000], values[RESAMPLES * 975 / 1000])
+}
+
+/// 95 % intervals for each variant's ratios to the baseline (the first variant), resampling what the ratios
+/// pair: the latency cycles (each cycle made one call of every variant) for the ratio of medians, the rounds
+/// (each round ran one window of every variant) for the throughput and CPU-per-call ratios. A variant's
+/// overhead is shown to be within a bound only when its interval is; the control's interval shows what the
+/// same code against itself spans.
+fn print_intervals(variants: &[(&str, Variant)], samples: &[Vec<Duration>], rounds: &[Vec<(f64, f64)>]) {
+    let mut rng = StdRng::seed_from_u64(0xb007);
+    let cycles = samples[0].len();
+    let mut picked = Vec::with_capacity(cycles);
+    let mut median_of = |variant: usize, draws: &[usize]| {
+        picked.clear();
+        picked.extend(draws.iter().map(|&c| samples[variant][c]));
+        let mid = picked.len() / 2;
+        *picked.select_nth_unstable(mid).1
+    };
+    println!("  95 % bootstrap intervals of the ratios ({RESAMPLES} resamples of the cycles and of the rounds):");
+    for (i, (name, _)) in variants.iter().enumerate().skip(1) {
+        let latency = bootstrap(cycles, &mut rng, |draws| {
+            median_of(i, draws).as_secs_f64() / median_of(0, draws).as_secs_f64()
+        });
+        let sum = |variant: usize, draws: &[usize], field: fn(&(f64, f64)) -> f64| -> f64 {
+            draws.iter().map(|&r| field(&rounds[r][variant])).sum()
+        };
+        let throughput = bootstrap(rounds.len(), &mut rng, |draws| {
+            sum(i, draws, |r| r.0) / sum(0, draws, |r| r.0)
+        });
+        let cpu = bootstrap(rounds.len(), &mut rng, |draws| {
+            (sum(i, draws, |r| r.1) / sum(i, draws, |r| r.0)) / (sum(0, draws, |r| r.1) / sum(0, draws, |r| r.0))
+        });
+        println!(
+            "  {name:30} latency [{:.3}, {:.3}]   throughput [{:.3}, {:.3}]   CPU per call [{:.3}, {:.3}]",
+            latency.0, latency.1, throughput.0, throughput.1, cpu.0, cpu.1
+        );
+    }
 }
 
 /// `DEI_ECHO_PROFILE=<variant>` (a name of the same-run comparison: `otel_only`, `otel_plus_dei`,
