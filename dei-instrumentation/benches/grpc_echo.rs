@@ -15,8 +15,9 @@
 //! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies, the baseline a second time
 //! (`otel_only_control`), whose ratio to the first is the run's noise floor, and a second baseline,
 //! `otel_semconv`: tonic-tracing-opentelemetry's layers, which record the semantic conventions' RPC attributes
-//! (`rpc.service`, `rpc.method`, `server.address`, the status code) as the DEI layers do and the minimal baseline
-//! does not.
+//! (`rpc.service`, `rpc.method`, `server.address`) as the DEI layers do and the minimal baseline does not (they
+//! read the status code from the response's headers only, and end the span there, where the DEI layers wrap the
+//! body to read it from the trailers).
 //!
 //! `cargo bench -p dei-instrumentation --bench grpc_echo`
 
@@ -221,11 +222,9 @@ type DeiClient = pb::middle_client::MiddleClient<dei_instrumentation::DeiClientS
 
 /// Clients of one configuration: both sides instrumented alike (`baseline`: OpenTelemetry only, `dei`: the DEI
 /// layers), and one side each (`dei_client_only`: DEI client to the OpenTelemetry-only server,
-/// `dei_server_only`: OpenTelemetry-only client to the DEI server), and both sides instrumented by
-/// tonic-tracing-opentelemetry (`semconv`).
+/// `dei_server_only`: OpenTelemetry-only client to the DEI server).
 struct Clients {
     baseline: BaselineClient,
-    semconv: SemconvClient,
     dei: DeiClient,
     dei_client_only: DeiClient,
     dei_server_only: BaselineClient,
@@ -246,20 +245,8 @@ async fn start(config: DeiConfig) -> Clients {
             .add_service(pb::middle_server::MiddleServer::new(Echo))
             .serve_with_incoming(incoming(l2)),
     );
-    let (l3, a3) = listen().await;
-    tokio::spawn(
-        Server::builder()
-            .layer(tonic_tracing_opentelemetry::middleware::server::OtelGrpcLayer::default())
-            .add_service(pb::middle_server::MiddleServer::new(Echo))
-            .serve_with_incoming(incoming(l3)),
-    );
     let otel_client =
         |channel| pb::middle_client::MiddleClient::new(ServiceBuilder::new().layer(OtelClientLayer).service(channel));
-    let semconv_client = pb::middle_client::MiddleClient::new(
-        ServiceBuilder::new()
-            .layer(tonic_tracing_opentelemetry::middleware::client::OtelGrpcLayer)
-            .service(connect(a3).await),
-    );
     let dei_client = |channel| {
         pb::middle_client::MiddleClient::new(
             ServiceBuilder::new()
@@ -269,11 +256,26 @@ async fn start(config: DeiConfig) -> Clients {
     };
     Clients {
         baseline: otel_client(connect(a1).await),
-        semconv: semconv_client,
         dei: dei_client(connect(a2).await),
         dei_client_only: dei_client(connect(a1).await),
         dei_server_only: otel_client(connect(a2).await),
     }
+}
+
+/// Both sides instrumented by tonic-tracing-opentelemetry, on a server and a connection of their own.
+async fn start_semconv() -> SemconvClient {
+    let (listener, addr) = listen().await;
+    tokio::spawn(
+        Server::builder()
+            .layer(tonic_tracing_opentelemetry::middleware::server::OtelGrpcLayer::default())
+            .add_service(pb::middle_server::MiddleServer::new(Echo))
+            .serve_with_incoming(incoming(listener)),
+    );
+    pb::middle_client::MiddleClient::new(
+        ServiceBuilder::new()
+            .layer(tonic_tracing_opentelemetry::middleware::client::OtelGrpcLayer)
+            .service(connect(addr).await),
+    )
 }
 
 /// A client of the same-run comparison.
@@ -349,7 +351,6 @@ fn bench(c: &mut Criterion) {
         .expect("runtime");
     let Clients {
         baseline,
-        semconv,
         dei,
         dei_client_only,
         dei_server_only,
@@ -388,10 +389,10 @@ fn bench(c: &mut Criterion) {
         ("otel_only_control", Variant::Baseline(control)),
         // A second baseline: OpenTelemetry instrumentation as a widely used crate does it
         // (tonic-tracing-opentelemetry), with the semantic conventions' RPC attributes (`rpc.service`,
-        // `rpc.method`, `server.address`, `rpc.grpc.status_code`, …) that the DEI layers record too and the
-        // minimal `otel_only` layers leave out. `DEI_ECHO_VARIANTS=otel_semconv,otel_plus_dei,…` measures DEI
+        // `rpc.method`, `server.address`, …) that the DEI layers record too and the minimal `otel_only` layers
+        // leave out. `DEI_ECHO_VARIANTS=otel_semconv,otel_plus_dei,…` measures DEI
         // against it.
-        ("otel_semconv", Variant::Semconv(semconv)),
+        ("otel_semconv", Variant::Semconv(rt.block_on(start_semconv()))),
     ];
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
         let Some((_, client)) = variants.into_iter().find(|(name, _)| *name == variant) else {
@@ -552,28 +553,44 @@ fn bench(c: &mut Criterion) {
 /// Resamples drawn for each interval.
 const RESAMPLES: usize = 2000;
 
-/// The 2.5th and 97.5th percentiles of `stat` over [`RESAMPLES`] bootstrap resamples of `0..n` (indices drawn
-/// with replacement, seeded): a 95 % interval for a statistic of `n` paired observations.
-fn bootstrap(n: usize, rng: &mut StdRng, mut stat: impl FnMut(&[usize]) -> f64) -> (f64, f64) {
+/// Latency cycles resampled together: neighbouring cycles share the VM's drift, so resampling them one by one
+/// would understate the spread.
+const CYCLE_BLOCK: usize = 50;
+
+/// Fewer rounds than this give no throughput interval: a bootstrap over so few says little.
+const MIN_ROUNDS_FOR_INTERVAL: usize = 5;
+
+/// The 2.5th and 97.5th percentiles of `stat` over [`RESAMPLES`] bootstrap resamples of `0..n` (seeded): a
+/// 95 % interval for a statistic of `n` paired observations. Observations are drawn with replacement in
+/// blocks of `block` consecutive ones (a moving-block bootstrap; `1` draws them one by one).
+fn bootstrap(n: usize, block: usize, rng: &mut StdRng, mut stat: impl FnMut(&[usize]) -> f64) -> (f64, f64) {
     use rand::Rng;
-    let mut draws = vec![0; n];
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let block = block.clamp(1, n);
+    let mut draws = Vec::with_capacity(n + block);
     let mut values: Vec<f64> = (0..RESAMPLES)
         .map(|_| {
-            for d in draws.iter_mut() {
-                *d = rng.random_range(0..n);
+            draws.clear();
+            while draws.len() < n {
+                let start = rng.random_range(0..=n - block);
+                draws.extend(start..start + block);
             }
+            draws.truncate(n);
             stat(&draws)
         })
         .collect();
     values.sort_by(f64::total_cmp);
-    (values[RESAMPLES * 25 / 1000], values[RESAMPLES * 975 / 1000])
+    // As many resamples below the interval as above it.
+    (values[RESAMPLES * 25 / 1000], values[(RESAMPLES - 1) * 975 / 1000])
 }
 
 /// 95 % intervals for each variant's ratios to the baseline (the first variant), resampling what the ratios
 /// pair: the latency cycles (each cycle made one call of every variant) for the ratio of medians, the rounds
-/// (each round ran one window of every variant) for the throughput and CPU-per-call ratios. A variant's
-/// overhead is shown to be within a bound only when its interval is; the control's interval shows what the
-/// same code against itself spans.
+/// (each round ran one window of every variant) for the throughput and CPU-per-call ratios. They cover this run
+/// only: on a shared VM separate runs spread further. The control's interval shows what the same code against
+/// itself spans.
 fn print_intervals(variants: &[(&str, Variant)], samples: &[Vec<Duration>], rounds: &[Vec<(f64, f64)>]) {
     let mut rng = StdRng::seed_from_u64(0xb007);
     let cycles = samples[0].len();
@@ -584,24 +601,31 @@ fn print_intervals(variants: &[(&str, Variant)], samples: &[Vec<Duration>], roun
         let mid = picked.len() / 2;
         *picked.select_nth_unstable(mid).1
     };
-    println!("  95 % bootstrap intervals of the ratios ({RESAMPLES} resamples of the cycles and of the rounds):");
+    println!(
+        "  95 % bootstrap intervals of the ratios ({RESAMPLES} resamples of the cycles, in blocks of {CYCLE_BLOCK}, and of the rounds):"
+    );
     for (i, (name, _)) in variants.iter().enumerate().skip(1) {
-        let latency = bootstrap(cycles, &mut rng, |draws| {
+        let latency = bootstrap(cycles, CYCLE_BLOCK, &mut rng, |draws| {
             median_of(i, draws).as_secs_f64() / median_of(0, draws).as_secs_f64()
         });
         let sum = |variant: usize, draws: &[usize], field: fn(&(f64, f64)) -> f64| -> f64 {
             draws.iter().map(|&r| field(&rounds[r][variant])).sum()
         };
-        let throughput = bootstrap(rounds.len(), &mut rng, |draws| {
-            sum(i, draws, |r| r.0) / sum(0, draws, |r| r.0)
-        });
-        let cpu = bootstrap(rounds.len(), &mut rng, |draws| {
-            (sum(i, draws, |r| r.1) / sum(i, draws, |r| r.0)) / (sum(0, draws, |r| r.1) / sum(0, draws, |r| r.0))
-        });
-        println!(
-            "  {name:30} latency [{:.3}, {:.3}]   throughput [{:.3}, {:.3}]   CPU per call [{:.3}, {:.3}]",
-            latency.0, latency.1, throughput.0, throughput.1, cpu.0, cpu.1
-        );
+        let per_round = if rounds.len() < MIN_ROUNDS_FOR_INTERVAL {
+            format!("throughput and CPU per call: n/a (fewer than {MIN_ROUNDS_FOR_INTERVAL} rounds)")
+        } else {
+            let throughput = bootstrap(rounds.len(), 1, &mut rng, |draws| {
+                sum(i, draws, |r| r.0) / sum(0, draws, |r| r.0)
+            });
+            let cpu = bootstrap(rounds.len(), 1, &mut rng, |draws| {
+                (sum(i, draws, |r| r.1) / sum(i, draws, |r| r.0)) / (sum(0, draws, |r| r.1) / sum(0, draws, |r| r.0))
+            });
+            format!(
+                "throughput [{:.3}, {:.3}]   CPU per call [{:.3}, {:.3}]",
+                throughput.0, throughput.1, cpu.0, cpu.1
+            )
+        };
+        println!("  {name:30} latency [{:.3}, {:.3}]   {per_round}", latency.0, latency.1);
     }
 }
 
