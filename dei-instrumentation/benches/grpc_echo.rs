@@ -390,8 +390,7 @@ fn bench(c: &mut Criterion) {
         // A second baseline: OpenTelemetry instrumentation as a widely used crate does it
         // (tonic-tracing-opentelemetry), with the semantic conventions' RPC attributes (`rpc.service`,
         // `rpc.method`, `server.address`, …) that the DEI layers record too and the minimal `otel_only` layers
-        // leave out. `DEI_ECHO_VARIANTS=otel_semconv,otel_plus_dei,…` measures DEI
-        // against it.
+        // leave out. `DEI_ECHO_VARIANTS=otel_semconv,otel_plus_dei,…` measures DEI against it.
         ("otel_semconv", Variant::Semconv(rt.block_on(start_semconv()))),
     ];
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
