@@ -471,17 +471,11 @@ fn bench(c: &mut Criterion) {
     // exporting the window's own spans (the calls per second count the window alone): a second view of the
     // cost, as noisy on a shared VM as the first.
     let window = Duration::from_secs(2);
-    let mut rps = vec![0.0; variants.len()];
-    let mut cpu = vec![Duration::ZERO; variants.len()];
-    let mut calls = vec![0u64; variants.len()];
-    // Each round's ratios to the baseline (throughput, CPU per call): their spread is the machine's noise.
-    let mut round_ratios = Vec::new();
-    let mut round_rps = Vec::new();
-    // Each round's (calls, CPU seconds) per variant, for the intervals below.
+    // Each round's windows, (calls, CPU seconds) per variant: every figure below, and the intervals, come from
+    // these.
     let mut round_raw: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut rng = StdRng::seed_from_u64(0xd31);
     for _ in 0..rounds {
-        let mut round = vec![(0.0, 0.0); variants.len()];
         let mut raw = vec![(0.0, 0.0); variants.len()];
         // Each round in its own random order (seeded, so runs repeat it): on this VM a window's position in its
         // round alone moved the same variant's throughput by up to 14 % (the baseline against itself), and what
@@ -498,25 +492,13 @@ fn bench(c: &mut Criterion) {
                 }
             }));
             let _ = provider.force_flush();
-            let used = cpu_time().saturating_sub(before);
-            let per_second = done as f64 / window.as_secs_f64();
-            round[i] = (per_second, used.as_secs_f64() / done.max(1) as f64);
-            raw[i] = (done as f64, used.as_secs_f64());
-            rps[i] += per_second;
-            cpu[i] += used;
-            calls[i] += done;
+            raw[i] = (done as f64, cpu_time().saturating_sub(before).as_secs_f64());
         }
         round_raw.push(raw);
-        round_rps.push(round.iter().map(|(r, _)| *r).collect::<Vec<_>>());
-        round_ratios.push(
-            round
-                .iter()
-                .map(|(r, c)| (r / round[0].0, c / round[0].1))
-                .collect::<Vec<_>>(),
-        );
     }
-    let cpu_per_call: Vec<f64> = (0..variants.len())
-        .map(|i| cpu[i].as_secs_f64() / calls[i].max(1) as f64)
+    let per_call = |(calls, cpu): (f64, f64)| cpu / calls.max(1.0);
+    let totals: Vec<(f64, f64)> = (0..variants.len())
+        .map(|i| round_raw.iter().fold((0.0, 0.0), |(n, c), r| (n + r[i].0, c + r[i].1)))
         .collect();
     println!(
         "same-run comparison (3000 cycles of sequential calls from a runtime task, one per variant in random order; {rounds} rounds of {window:?} windows, one per variant in random order, 64 in flight):"
@@ -526,19 +508,29 @@ fn bench(c: &mut Criterion) {
             "  {name:30} median {:>10.1?}  ratio {:.3}   throughput {:>7.0} rps  ratio {:.3}   CPU {:>6.1} µs/call  ratio {:.3}",
             medians[i],
             medians[i].as_secs_f64() / medians[0].as_secs_f64(),
-            rps[i] / rounds as f64,
-            rps[i] / rps[0],
-            cpu_per_call[i] * 1e6,
-            cpu_per_call[i] / cpu_per_call[0]
+            totals[i].0 / (rounds as f64 * window.as_secs_f64()),
+            totals[i].0 / totals[0].0,
+            per_call(totals[i]) * 1e6,
+            per_call(totals[i]) / per_call(totals[0])
         );
     }
-    let each: Vec<String> = round_rps.iter().map(|r| format!("{:.0}", r[0])).collect();
+    // Each round's ratios to the baseline (throughput, CPU per call): their spread is the machine's noise.
+    let each: Vec<String> = round_raw
+        .iter()
+        .map(|r| format!("{:.0}", r[0].0 / window.as_secs_f64()))
+        .collect();
     println!("  {:30} per round, calls/s: {}", variants[0].0, each.join(" "));
     for (i, (name, _)) in variants.iter().enumerate().skip(1) {
-        let each: Vec<String> = round_ratios
+        let each: Vec<String> = round_raw
             .iter()
-            .zip(&round_rps)
-            .map(|(r, rps)| format!("{:.0} ({:.3}/{:.3})", rps[i], r[i].0, r[i].1))
+            .map(|r| {
+                format!(
+                    "{:.0} ({:.3}/{:.3})",
+                    r[i].0 / window.as_secs_f64(),
+                    r[i].0 / r[0].0,
+                    per_call(r[i]) / per_call(r[0])
+                )
+            })
             .collect();
         println!(
             "  {name:30} per round, calls/s (throughput/CPU-per-call ratios): {}",
