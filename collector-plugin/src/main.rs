@@ -33,7 +33,8 @@ struct Cli {
 enum Command {
     /// Receive OTLP (gRPC and HTTP), analyze, forward, and serve the API.
     Serve(ServeArgs),
-    /// Analyze OTLP/JSON files offline (JSON lines as the Collector's file exporter writes, or one document).
+    /// Analyze OTLP/JSON files offline (JSON lines as the Collector's file exporter writes, or one document),
+    /// or Jaeger's JSON download.
     Analyze(AnalyzeArgs),
     /// Send OTLP at saturation to a receiver.
     Loadgen(LoadgenArgs),
@@ -130,6 +131,11 @@ struct AnalyzeArgs {
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Analyze what could be read even when some documents are bad or some files unreadable (they are
+    /// listed on stderr and counted in the report); without it, any of them fails the run. A run that read
+    /// no document fails either way.
+    #[arg(long)]
+    keep_going: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -269,6 +275,9 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         (None, Some(h)) => Some(Downstream::Http(h)),
         (None, None) => None,
     };
+    if let Some(d) = &downstream {
+        d.validate()?;
+    }
     config.forward = downstream.map(|d| {
         let mut f = ForwardConfig::new(d);
         f.capacity_spans = a.queue_spans;
@@ -313,6 +322,40 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
     let mut stderr = std::io::stderr();
     let progress: &mut dyn std::io::Write = if a.quiet { &mut sink } else { &mut stderr };
     let summary = offline::ingest_files(&mut analyzer, &a.files, progress).map_err(|e| e.to_string())?;
+    let problems = || {
+        let mut listed: String = summary.problems.iter().map(|p| format!("\n  {p}")).collect();
+        let shown = summary.problems.len() as u64;
+        let total = summary.bad_documents + summary.unreadable_files as u64;
+        if total > shown {
+            listed.push_str(&format!("\n  ... and {} more", total - shown));
+        }
+        listed
+    };
+    if summary.documents == 0 {
+        let listed = problems();
+        return Err(format!(
+            "no document could be read from {} file(s); nothing to analyze{}",
+            summary.files,
+            if listed.is_empty() {
+                ": the files are empty".to_string()
+            } else {
+                format!(":{listed}")
+            }
+        ));
+    }
+    if summary.bad_documents > 0 || summary.unreadable_files > 0 {
+        let what = format!(
+            "{} bad document(s) and {} unreadable file(s) (read {} good document(s)):{}",
+            summary.bad_documents,
+            summary.unreadable_files,
+            summary.documents,
+            problems()
+        );
+        if !a.keep_going {
+            return Err(format!("{what}\n--keep-going analyzes the rest"));
+        }
+        eprintln!("dei-collector: warning (--keep-going): skipped {what}");
+    }
     let view = || collector_plugin::graph::render::graph_view(&analyzer);
     let out = match a.format {
         Format::Text => offline::text_report(&analyzer, &summary, a.tree_depth, &extra),

@@ -2,8 +2,14 @@
 //!
 //! A file is either JSON lines — one `ExportTraceServiceRequest` per line, as the OpenTelemetry Collector's
 //! file exporter writes — or a single (possibly pretty-printed) JSON document, or several concatenated.
-//! `.gz` files are decompressed. A line that does not parse is counted and skipped. Progress goes to a
-//! writer (stderr in the binary) at most once a second.
+//! `.gz` files are decompressed. Jaeger's JSON download (`{"data":[{"traceID":..,"spans":[..],
+//! "processes":{..}}]}`) is read too ([`jaeger`]). A document that is neither — malformed JSON, invalid ids,
+//! another format — is counted as bad, with what was wrong in [`Summary::problems`], and skipped; a file
+//! that cannot be read is counted in [`Summary::unreadable_files`]. The binary fails on either unless
+//! `--keep-going`, and always when no document was read. Progress goes to a writer (stderr in the binary)
+//! at most once a second.
+
+pub mod jaeger;
 
 use crate::analysis;
 use crate::analyzer::{Analyzer, AnalyzerConfig};
@@ -34,6 +40,100 @@ pub struct Summary {
     pub spans: u64,
     /// `dei.*` attributes ignored.
     pub ignored_attributes: u64,
+    /// Documents read as Jaeger JSON (one per trace of a download).
+    pub jaeger_documents: u64,
+    /// Files that could not be opened or read.
+    pub unreadable_files: usize,
+    /// What was wrong with the bad documents and unreadable files (the first [`MAX_PROBLEMS`]).
+    pub problems: Vec<String>,
+}
+
+/// Most problems kept in a [`Summary`].
+pub const MAX_PROBLEMS: usize = 20;
+
+impl Summary {
+    fn problem(&mut self, what: String) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(what);
+        }
+    }
+}
+
+/// What a document turned out to be.
+enum Doc {
+    /// An OTLP/JSON export request.
+    Otlp(Box<ExportTraceServiceRequest>),
+    /// A Jaeger JSON download: one request per trace.
+    Jaeger(Vec<ExportTraceServiceRequest>),
+    /// Neither: why.
+    Bad(String),
+}
+
+/// Classifies a parsed JSON value: Jaeger's shape, an OTLP export request, or another format.
+fn classify(value: serde_json::Value) -> Doc {
+    if jaeger::looks_like(&value) {
+        return match serde_json::from_value::<jaeger::Document>(value) {
+            Ok(d) => Doc::Jaeger(d.data.iter().map(jaeger::to_otlp).collect()),
+            Err(e) => Doc::Bad(format!("Jaeger JSON with a malformed trace: {e}")),
+        };
+    }
+    let keys: Vec<String> = match value.as_object() {
+        Some(o) => o.keys().cloned().collect(),
+        None => return Doc::Bad(format!("not an OTLP/JSON export request: a JSON {}", kind(&value))),
+    };
+    if keys.iter().all(|k| k == "resourceSpans" || k == "resource_spans") {
+        return match serde_json::from_value::<ExportTraceServiceRequest>(value) {
+            Ok(req) => Doc::Otlp(Box::new(req)),
+            Err(e) => Doc::Bad(format!("malformed OTLP/JSON export request: {e}")),
+        };
+    }
+    Doc::Bad(format!(
+        "not an OTLP/JSON export request (top-level keys {keys:?}); dei-collector reads OTLP/JSON (the \
+         OpenTelemetry Collector's file exporter: JSON lines, or one document with \"resourceSpans\") and \
+         Jaeger's JSON download ({{\"data\":[{{\"traceID\":..,\"spans\":[..]}}]}})"
+    ))
+}
+
+fn kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// Ingests one classified document; `at` names it in problems.
+fn ingest_classified(a: &mut Analyzer, doc: Doc, s: &mut Summary, at: &dyn Fn() -> String) {
+    match doc {
+        Doc::Otlp(req) => {
+            if let Err(e) = ingest_doc(a, &req, s) {
+                s.problem(format!("{}: {e}", at()));
+            }
+        }
+        Doc::Jaeger(requests) => {
+            if requests.is_empty() {
+                s.problem(format!("{}: a Jaeger JSON download with no trace", at()));
+            }
+            for req in requests {
+                match ingest_doc(a, &req, s) {
+                    Ok(()) => s.jaeger_documents += 1,
+                    Err(e) => s.problem(format!("{}: Jaeger trace: {e}", at())),
+                }
+            }
+        }
+        Doc::Bad(why) => {
+            bad(a, s);
+            s.problem(format!("{}: {why}", at()));
+        }
+    }
+}
+
+fn bad(a: &Analyzer, s: &mut Summary) {
+    s.bad_documents += 1;
+    Counters::add(&a.counters().offline_bad_documents, 1);
 }
 
 /// Errors that stop an offline run.
@@ -118,12 +218,12 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
-fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary) {
+/// Ingests one export request; a request with invalid ids is counted as bad and its reason returned.
+fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary) -> Result<(), String> {
     let lite = otlp::to_lite(req);
-    if otlp::validate_lite_ids(&lite).is_err() {
-        s.bad_documents += 1;
-        Counters::add(&a.counters().offline_bad_documents, 1);
-        return;
+    if let Err(e) = otlp::validate_lite_ids(&lite) {
+        bad(a, s);
+        return Err(e.to_string());
     }
     let mut issues = Vec::new();
     let records = span_record::extract_lite(&lite, &mut issues);
@@ -132,9 +232,12 @@ fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary
     s.ignored_attributes += issues.len() as u64;
     Counters::add(&a.counters().attributes_rejected, issues.len() as u64);
     a.ingest(records, Instant::now());
+    Ok(())
 }
 
-/// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer.
+/// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer. A file that
+/// cannot be read is counted in [`Summary::unreadable_files`] (with the reason in the problems) and the
+/// others are still read; the caller decides whether that, or bad documents, fail the run.
 pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Write) -> Result<Summary, OfflineError> {
     let mut s = Summary {
         files: paths.len(),
@@ -145,75 +248,11 @@ pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Writ
         last: Instant::now(),
     };
     for (i, path) in paths.iter().enumerate() {
-        let io = |source| OfflineError::Io {
-            path: path.clone(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let total = file.metadata().map(|m| m.len()).unwrap_or(0);
         let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let counting = CountingReader {
-            inner: file,
-            read: read.clone(),
-        };
-        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
-            Box::new(flate2::read::GzDecoder::new(counting))
-        } else {
-            Box::new(counting)
-        };
-        let mut reader = BufReader::new(reader);
-        let mut line = String::new();
-        let mut first = true;
-        let mut whole: Option<String> = None;
-        loop {
-            line.clear();
-            let n = reader.read_line(&mut line).map_err(io)?;
-            if n == 0 {
-                break;
-            }
-            let trimmed = line.trim();
-            if trimmed.is_empty() {
-                continue;
-            }
-            match otlp::decode_json(trimmed.as_bytes()) {
-                Ok(req) => ingest_doc(a, &req, &mut s),
-                Err(_) if first => {
-                    // Not JSON lines: a pretty-printed document (or several); read the rest as a stream.
-                    let mut rest = std::mem::take(&mut line);
-                    reader.read_to_string(&mut rest).map_err(io)?;
-                    whole = Some(rest);
-                    break;
-                }
-                Err(_) => {
-                    s.bad_documents += 1;
-                    Counters::add(&a.counters().offline_bad_documents, 1);
-                }
-            }
-            first = false;
-            p.tick(
-                false,
-                &Position {
-                    file: i + 1,
-                    files: paths.len(),
-                    path,
-                    read: read.load(std::sync::atomic::Ordering::Relaxed),
-                    total,
-                },
-                &s,
-            );
-        }
-        if let Some(text) = whole {
-            let stream = serde_json::Deserializer::from_str(&text).into_iter::<ExportTraceServiceRequest>();
-            for doc in stream {
-                match doc {
-                    Ok(req) => ingest_doc(a, &req, &mut s),
-                    Err(_) => {
-                        s.bad_documents += 1;
-                        Counters::add(&a.counters().offline_bad_documents, 1);
-                        break;
-                    }
-                }
-            }
+        let mut total = 0;
+        if let Err(e) = ingest_file(a, path, &mut s, &mut p, (i, paths.len()), &read, &mut total) {
+            s.unreadable_files += 1;
+            s.problem(e.to_string());
         }
         p.tick(
             true,
@@ -229,6 +268,96 @@ pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Writ
     }
     a.finish();
     Ok(s)
+}
+
+fn ingest_file(
+    a: &mut Analyzer,
+    path: &Path,
+    s: &mut Summary,
+    p: &mut Progress<'_>,
+    (i, files): (usize, usize),
+    read: &Arc<std::sync::atomic::AtomicU64>,
+    total: &mut u64,
+) -> Result<(), OfflineError> {
+    let io = |source| OfflineError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    *total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let counting = CountingReader {
+        inner: file,
+        read: read.clone(),
+    };
+    let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(counting))
+    } else {
+        Box::new(counting)
+    };
+    let mut reader = BufReader::new(reader);
+    let mut line = String::new();
+    let mut first = true;
+    let mut number = 0usize;
+    let mut whole: Option<String> = None;
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        number += 1;
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        let at = || format!("{}: line {number}", path.display());
+        match otlp::decode_json(trimmed.as_bytes()) {
+            Ok(req) if !req.resource_spans.is_empty() => {
+                if let Err(e) = ingest_doc(a, &req, s) {
+                    s.problem(format!("{}: {e}", at()));
+                }
+            }
+            // empty (a JSON object without resourceSpans decodes to an empty request) or not OTLP: look
+            // at what it is
+            _ => match serde_json::from_str::<serde_json::Value>(trimmed) {
+                Ok(value) => ingest_classified(a, classify(value), s, &at),
+                Err(_) if first => {
+                    // Not JSON lines: a pretty-printed document (or several); read the rest as a stream.
+                    let mut rest = std::mem::take(&mut line);
+                    reader.read_to_string(&mut rest).map_err(io)?;
+                    whole = Some(rest);
+                    break;
+                }
+                Err(e) => ingest_classified(a, Doc::Bad(format!("not JSON: {e}")), s, &at),
+            },
+        }
+        first = false;
+        p.tick(
+            false,
+            &Position {
+                file: i + 1,
+                files,
+                path,
+                read: read.load(std::sync::atomic::Ordering::Relaxed),
+                total: *total,
+            },
+            s,
+        );
+    }
+    if let Some(text) = whole {
+        let stream = serde_json::Deserializer::from_str(&text).into_iter::<serde_json::Value>();
+        for (k, doc) in stream.enumerate() {
+            let at = || format!("{}: document {}", path.display(), k + 1);
+            match doc {
+                Ok(value) => ingest_classified(a, classify(value), s, &at),
+                Err(e) => {
+                    ingest_classified(a, Doc::Bad(format!("not JSON: {e}")), s, &at);
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The full JSON report: summary, graph, tree (to `tree_depth`) and every analysis.
@@ -248,9 +377,22 @@ pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instan
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "read {} file(s): {} documents ({} bad), {} spans, {} ignored dei attributes",
-        s.files, s.documents, s.bad_documents, s.spans, s.ignored_attributes
+        "read {} file(s): {} documents ({} bad, {} from Jaeger JSON), {} spans, {} ignored dei attributes{}",
+        s.files,
+        s.documents,
+        s.bad_documents,
+        s.jaeger_documents,
+        s.spans,
+        s.ignored_attributes,
+        if s.unreadable_files > 0 {
+            format!(", {} unreadable file(s)", s.unreadable_files)
+        } else {
+            String::new()
+        }
     );
+    for problem in &s.problems {
+        let _ = writeln!(o, "  skipped: {problem}");
+    }
     let _ = writeln!(
         o,
         "prefix tree: {} nodes; {} traces retained",

@@ -86,7 +86,9 @@ fn json_lines_with_a_bad_line() {
     text.push_str(&serde_json::to_string(&request(3, 2)).unwrap());
     text.push('\n');
     std::fs::write(&path, text).unwrap();
+    // the bad line fails the run unless --keep-going (collector-plugin/tests/cli.rs checks that)
     let (report, stderr) = analyze(&[
+        "--keep-going",
         path.to_str().unwrap(),
         "--format",
         "json",
@@ -103,14 +105,21 @@ fn json_lines_with_a_bad_line() {
     check(&report, 5);
     // text and graph formats
     let out = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
-        .args(["analyze", "-q", path.to_str().unwrap()])
+        .args(["analyze", "-q", "--keep-going", path.to_str().unwrap()])
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("catalog -> pricing [direct] requests=15"), "{text}");
     assert!(text.contains("pricing.Pricing/Price"), "{text}");
     let out = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
-        .args(["analyze", "-q", "--format", "dot", path.to_str().unwrap()])
+        .args([
+            "analyze",
+            "-q",
+            "--keep-going",
+            "--format",
+            "dot",
+            path.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let dot = String::from_utf8(out.stdout).unwrap();
@@ -119,7 +128,14 @@ fn json_lines_with_a_bad_line() {
         "{dot}"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
-        .args(["analyze", "-q", "--format", "mermaid", path.to_str().unwrap()])
+        .args([
+            "analyze",
+            "-q",
+            "--keep-going",
+            "--format",
+            "mermaid",
+            path.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let mmd = String::from_utf8(out.stdout).unwrap();

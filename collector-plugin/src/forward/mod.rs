@@ -31,6 +31,47 @@ pub enum Downstream {
     Http(String),
 }
 
+impl Downstream {
+    /// The endpoint or URL.
+    pub fn endpoint(&self) -> &str {
+        match self {
+            Downstream::Grpc(e) | Downstream::Http(e) => e,
+        }
+    }
+
+    /// Checks that the endpoint is an absolute `http://` or `https://` URL with a host (and, for OTLP/HTTP,
+    /// a path such as `/v1/traces`), so that a typo is refused at start-up instead of failing every batch.
+    pub fn validate(&self) -> Result<(), String> {
+        let (flag, example) = match self {
+            Downstream::Grpc(_) => ("--forward-grpc", "http://127.0.0.1:4317"),
+            Downstream::Http(_) => ("--forward-http", "http://127.0.0.1:4318/v1/traces"),
+        };
+        let endpoint = self.endpoint();
+        let bad = |why: &str| {
+            Err(format!(
+                "{flag} {endpoint:?} is not a usable endpoint: {why} (e.g. {example})"
+            ))
+        };
+        let uri: http::Uri = match endpoint.parse() {
+            Ok(u) => u,
+            Err(e) => return bad(&e.to_string()),
+        };
+        match uri.scheme_str() {
+            Some("http") | Some("https") => {}
+            Some(other) => return bad(&format!("scheme {other:?}, not http or https")),
+            None => return bad("no scheme (http:// or https://)"),
+        }
+        match uri.host() {
+            Some(h) if !h.is_empty() => {}
+            _ => return bad("no host"),
+        }
+        if matches!(self, Downstream::Http(_)) && matches!(uri.path(), "" | "/") {
+            return bad("no path (OTLP/HTTP receivers take traces at /v1/traces)");
+        }
+        Ok(())
+    }
+}
+
 /// Forwarding settings.
 #[derive(Debug, Clone)]
 pub struct ForwardConfig {
@@ -137,6 +178,7 @@ enum Client {
 
 impl Client {
     fn new(config: &ForwardConfig) -> Result<Client, String> {
+        config.downstream.validate()?;
         match &config.downstream {
             Downstream::Grpc(endpoint) => {
                 let ep = tonic::transport::Endpoint::from_shared(endpoint.clone())
@@ -197,6 +239,49 @@ impl Client {
     }
 }
 
+/// How often a forwarding failure is logged at most: the first failure is, then one warning per interval
+/// with the number of failures since the last one.
+pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Rate-limited warnings about failed sends, shared by the workers.
+#[derive(Debug)]
+struct Warnings {
+    endpoint: String,
+    state: Mutex<WarnState>,
+}
+
+#[derive(Debug, Default)]
+struct WarnState {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Warnings {
+    /// Logs `error` unless a warning went out less than [`WARN_INTERVAL`] ago (then counts it for the next).
+    fn failed(&self, error: &str, what: &str, spans: usize) {
+        let now = Instant::now();
+        let suppressed = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.last.is_some_and(|t| now.duration_since(t) < WARN_INTERVAL) {
+                st.suppressed += 1;
+                return;
+            }
+            st.last = Some(now);
+            std::mem::take(&mut st.suppressed)
+        };
+        tracing::warn!(
+            endpoint = %self.endpoint,
+            error = %error,
+            spans,
+            similar_failures_since_last_warning = suppressed,
+            "forwarding to {} failed: {error}; {what} (at most one such warning per {:?}; every failure \
+             is counted: dei_collector_forward_retries_total, dei_collector_forward_spans_dropped_*_total)",
+            self.endpoint,
+            WARN_INTERVAL
+        );
+    }
+}
+
 /// The forwarding queue and its workers.
 #[derive(Debug)]
 pub struct Forwarder {
@@ -211,6 +296,10 @@ impl Forwarder {
     /// Starts the workers (on the current tokio runtime).
     pub fn start(config: ForwardConfig, counters: Arc<Counters>) -> Result<Forwarder, String> {
         let client = Client::new(&config)?;
+        let warnings = Arc::new(Warnings {
+            endpoint: config.downstream.endpoint().to_string(),
+            state: Mutex::default(),
+        });
         let queue = Arc::new(Queue {
             state: Mutex::new(QueueState::default()),
             notify: Notify::new(),
@@ -219,11 +308,16 @@ impl Forwarder {
         });
         let workers = (0..config.workers.max(1))
             .map(|_| {
-                let (queue, counters, mut client, config) =
-                    (queue.clone(), counters.clone(), client.clone(), config.clone());
+                let (queue, counters, mut client, config, warnings) = (
+                    queue.clone(),
+                    counters.clone(),
+                    client.clone(),
+                    config.clone(),
+                    warnings.clone(),
+                );
                 tokio::spawn(async move {
                     while let Some(batch) = queue.pop().await {
-                        deliver(&queue, &mut client, &config, &counters, batch).await;
+                        deliver(&queue, &mut client, &config, &counters, &warnings, batch).await;
                     }
                 })
             })
@@ -294,7 +388,14 @@ impl Forwarder {
     }
 }
 
-async fn deliver(queue: &Queue, client: &mut Client, config: &ForwardConfig, counters: &Counters, batch: Batch) {
+async fn deliver(
+    queue: &Queue,
+    client: &mut Client,
+    config: &ForwardConfig,
+    counters: &Counters,
+    warnings: &Warnings,
+    batch: Batch,
+) {
     let mut backoff = config.initial_backoff;
     loop {
         match client.send(batch.body.clone()).await {
@@ -304,7 +405,7 @@ async fn deliver(queue: &Queue, client: &mut Client, config: &ForwardConfig, cou
                 return;
             }
             Err(SendError::Permanent(e)) => {
-                tracing::warn!(error = %e, spans = batch.spans, "downstream rejected a batch; dropped");
+                warnings.failed(&e, "the downstream rejected the batch, dropped", batch.spans);
                 Counters::add(&counters.forward_spans_dropped_rejected, batch.spans as u64);
                 return;
             }
@@ -316,7 +417,7 @@ async fn deliver(queue: &Queue, client: &mut Client, config: &ForwardConfig, cou
                     Counters::add(&counters.forward_spans_dropped_shutdown, batch.spans as u64);
                     return;
                 }
-                tracing::debug!(error = %e, ?backoff, "downstream unavailable; retrying");
+                warnings.failed(&e, "retrying with backoff", batch.spans);
                 Counters::add(&counters.forward_retries, 1);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(config.max_backoff);
