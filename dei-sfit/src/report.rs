@@ -44,12 +44,17 @@ pub struct ExecutionRecord {
     /// The faults actually injected, by reference index (full DEI), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effective_reference: Option<Vec<(Index, Fault)>>,
-    /// Planned faults that were never injected.
+    /// Planned faults that were never injected: no RPC of the execution had their index. The outcome then
+    /// does not test the plan (see [`Report::unreached`]).
     pub unreached: Vec<PlannedFault>,
     /// Planned indexes that were injected on more than one RPC.
     pub multiply_injected: Vec<Index>,
     /// The test's verdict.
     pub outcome: TestOutcome,
+    /// Set when the span source's settle step timed out: what was still missing. The observed RPCs and
+    /// injected faults may then be incomplete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsettled: Option<String>,
     /// The earlier execution with the same effective fault set, if any.
     pub redundant_with: Option<usize>,
     /// The execution whose observations scheduled this one.
@@ -96,7 +101,27 @@ pub struct Report {
     pub truncated: bool,
     /// Plans still queued when it stopped.
     pub pending: usize,
+    /// Executions with unreached faults: planned but not injected ([`Report::unreached`]).
+    #[serde(default)]
+    pub unreached_executions: usize,
+    /// Executions whose spans did not settle in time ([`Report::unsettled`]).
+    #[serde(default)]
+    pub unsettled_executions: usize,
+    /// Why those counts matter, one sentence each (empty when both are zero).
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
+
+/// Why an execution with unreached faults matters.
+pub const UNREACHED_WHY: &str = "a planned fault that was not injected means the execution did not test its plan: \
+its outcome (even a pass) says nothing about that fault. The search plans only faults it observed, so this \
+points at non-determinism in the system under test (an RPC whose payload or call path changes between runs), \
+a request scope lost by a spawn (tokio::spawn without dei_propagator::spawn or in_current_span), or spans \
+that did not arrive";
+
+/// Why an execution whose spans did not settle matters.
+pub const UNSETTLED_WHY: &str = "the span source gave up waiting for some executions' spans: their observed RPCs \
+and injected faults may be incomplete, so faults may be reported unreached and RPCs left unplanned";
 
 impl Report {
     /// A report of these executions.
@@ -108,6 +133,19 @@ impl Report {
         truncated: bool,
         pending: usize,
     ) -> Self {
+        let unreached_executions = executions.iter().filter(|e| !e.unreached.is_empty()).count();
+        let unsettled_executions = executions.iter().filter(|e| e.unsettled.is_some()).count();
+        let mut warnings = Vec::new();
+        if unreached_executions > 0 {
+            warnings.push(format!(
+                "{unreached_executions} execution(s) with unreached faults: {UNREACHED_WHY}"
+            ));
+        }
+        if unsettled_executions > 0 {
+            warnings.push(format!(
+                "{unsettled_executions} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            ));
+        }
         Report {
             test: test.to_string(),
             options,
@@ -115,7 +153,20 @@ impl Report {
             skipped,
             truncated,
             pending,
+            unreached_executions,
+            unsettled_executions,
+            warnings,
         }
+    }
+
+    /// The executions with unreached faults: planned but never injected.
+    pub fn unreached(&self) -> Vec<&ExecutionRecord> {
+        self.executions.iter().filter(|e| !e.unreached.is_empty()).collect()
+    }
+
+    /// The executions whose span source timed out waiting for their spans.
+    pub fn unsettled(&self) -> Vec<&ExecutionRecord> {
+        self.executions.iter().filter(|e| e.unsettled.is_some()).collect()
     }
 
     /// The failing executions.
@@ -166,12 +217,15 @@ impl fmt::Display for Report {
         let failing = self.failing().len();
         writeln!(
             f,
-            "sfit report: {} [{}]: {} executions, {} failing, {} redundant, {} skipped by reduction{}",
+            "sfit report: {} [{}]: {} executions, {} failing, {} redundant, {} with unreached faults, {} \
+             unsettled, {} skipped by reduction{}",
             self.test,
             self.options.instantiation.name,
             self.executions.len(),
             failing,
             self.redundant().len(),
+            self.unreached().len(),
+            self.unsettled().len(),
             self.skipped.len(),
             if self.truncated {
                 format!(", STOPPED at the limit with {} pending", self.pending)
@@ -179,6 +233,20 @@ impl fmt::Display for Report {
                 String::new()
             }
         )?;
+        let unreached = self.unreached().len();
+        if unreached > 0 {
+            writeln!(
+                f,
+                "  WARNING: {unreached} execution(s) with unreached faults: {UNREACHED_WHY}"
+            )?;
+        }
+        let unsettled = self.unsettled().len();
+        if unsettled > 0 {
+            writeln!(
+                f,
+                "  WARNING: {unsettled} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            )?;
+        }
         for e in &self.executions {
             let eff: Vec<String> = e.effective.iter().map(short).collect();
             write!(
@@ -202,6 +270,9 @@ impl fmt::Display for Report {
                     " hit-several {:?}",
                     e.multiply_injected.iter().map(|i| i.to_string()).collect::<Vec<_>>()
                 )?;
+            }
+            if e.unsettled.is_some() {
+                write!(f, " UNSETTLED")?;
             }
             if let Some(r) = e.redundant_with {
                 write!(f, " REDUNDANT with #{r}")?;

@@ -18,7 +18,7 @@
 use crate::catalog::FaultCatalog;
 use crate::observation::{FaultSet, Observation, ObservedRpc, Outcome, describe_set};
 use crate::report::{ExecutionRecord, Report, SkippedPlan, TestOutcome};
-use crate::source::{SourceError, SpanSource};
+use crate::source::{Settled, SourceError, SpanSource};
 use crate::test::{FunctionalTest, PlannedFault, TestRun};
 use dei_propagator::{FaultPlan, Index, Instantiation, PathMode};
 use serde::{Deserialize, Serialize};
@@ -118,6 +118,77 @@ pub enum SearchError {
     /// A report file is not valid JSON.
     #[error("report JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// A replay did not inject every planned fault: the plan was not carried out, whatever the outcome.
+    #[error("{0}")]
+    Unreached(Box<Unreached>),
+}
+
+/// A replay that did not carry out its plan: the planned faults no RPC of the run had the index of. Its
+/// [`Display`](std::fmt::Display) names the faults and the likely causes.
+#[derive(Clone, Debug)]
+pub struct Unreached {
+    /// The replayed execution's record (its `unreached` lists the faults; its outcome is the test's verdict,
+    /// which does not test the plan).
+    pub record: ExecutionRecord,
+    /// The instantiation the report was recorded with.
+    pub instantiation: String,
+}
+
+impl std::fmt::Display for Unreached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = &self.record;
+        writeln!(
+            f,
+            "replay of execution #{} did not carry out its plan: {} of {} planned fault(s) were not injected \
+             (the test said {}, which does not test the plan):",
+            r.number,
+            r.unreached.len(),
+            r.plan.len(),
+            if r.outcome.passed() { "pass" } else { "fail" },
+        )?;
+        for p in &r.unreached {
+            let sig = if p.signature.is_empty() {
+                "?"
+            } else {
+                p.signature.as_str()
+            };
+            writeln!(f, "  {} on {sig} at index {}", p.fault, p.index)?;
+        }
+        writeln!(
+            f,
+            "The indexes did not match: none of the {} RPC(s) this run observed had these indexes. Likely causes:",
+            r.rpcs.len()
+        )?;
+        writeln!(
+            f,
+            "  - a different build: the binary or its sources changed since the report was written (an index \
+             digests the call stack's source locations);"
+        )?;
+        writeln!(
+            f,
+            "  - a different working directory or DEI_WORKSPACE_ROOT than the recorded run, if this build's \
+             frame keys depend on them;"
+        )?;
+        writeln!(
+            f,
+            "  - a different instantiation: the report was recorded under `{}`, and the services must index \
+             RPCs the same way;",
+            self.instantiation
+        )?;
+        writeln!(
+            f,
+            "  - a request scope lost by a spawn: work started with tokio::spawn (without \
+             dei_propagator::spawn or .in_current_span()) runs as a new root, outside the plan;"
+        )?;
+        write!(
+            f,
+            "  - non-determinism in the system under test: an RPC whose payload or call path changes between runs"
+        )?;
+        if let Some(what) = &r.unsettled {
+            write!(f, ";\n  - spans that did not arrive: {what}")?;
+        }
+        Ok(())
+    }
 }
 
 /// The search engine: options and a span source.
@@ -217,7 +288,10 @@ impl Search {
             },
         };
         let test_time = test_started.elapsed();
-        self.source.settle().await?;
+        let unsettled = match self.source.settle().await? {
+            Settled::Complete => None,
+            Settled::TimedOut(what) => Some(what),
+        };
         let mut obs = self.source.collect().await?;
         // preliminary indexes become final before anything is scheduled from this execution (§4.2)
         obs.finalize();
@@ -276,6 +350,7 @@ impl Search {
             unreached,
             multiply_injected,
             outcome,
+            unsettled,
             redundant_with: None,
             scheduled_by: None,
             rpcs: obs.rpcs,
@@ -348,12 +423,17 @@ impl Search {
             record.overhead_us += sched_started.elapsed().as_micros() as u64;
             if opts.progress == Progress::Stderr {
                 eprintln!(
-                    "sfit [{}] #{:<4} {:<5} plan {} -> {}{} (queued {})",
+                    "sfit [{}] #{:<4} {:<5} plan {} -> {}{}{} (queued {})",
                     test.name(),
                     number,
                     if record.outcome.passed() { "pass" } else { "FAIL" },
                     describe_set(&plan),
                     describe_set(&effective),
+                    if record.unreached.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" UNREACHED {}", record.unreached.len())
+                    },
                     record
                         .redundant_with
                         .map(|r| format!(" REDUNDANT with #{r}"))
@@ -531,17 +611,41 @@ impl Search {
     }
 
     /// Reruns execution `number` of a saved report, with the plan and instantiation recorded there.
+    ///
+    /// A replay that does not inject every planned fault did not carry out the plan: it fails with
+    /// [`SearchError::Unreached`], which names the faults and the likely causes, whatever the test's verdict.
+    /// [`replay_allowing_unreached`](Search::replay_allowing_unreached) accepts such a run.
     pub async fn replay(
         test: &dyn FunctionalTest,
         report: &Report,
         number: usize,
         source: Arc<dyn SpanSource>,
     ) -> Result<ExecutionRecord, SearchError> {
-        let exec = report
-            .executions
-            .iter()
-            .find(|e| e.number == number)
-            .ok_or_else(|| SearchError::Replay(format!("no execution #{number} in the report")))?;
+        let record = Self::replay_allowing_unreached(test, report, number, source).await?;
+        if record.unreached.is_empty() {
+            Ok(record)
+        } else {
+            Err(SearchError::Unreached(Box::new(Unreached {
+                record,
+                instantiation: report.options.instantiation.name.to_string(),
+            })))
+        }
+    }
+
+    /// [`replay`](Search::replay), returning the record even when planned faults were not injected (listed
+    /// in its `unreached`): the explicit opt-out.
+    pub async fn replay_allowing_unreached(
+        test: &dyn FunctionalTest,
+        report: &Report,
+        number: usize,
+        source: Arc<dyn SpanSource>,
+    ) -> Result<ExecutionRecord, SearchError> {
+        let exec = report.executions.iter().find(|e| e.number == number).ok_or_else(|| {
+            SearchError::Replay(format!(
+                "no execution #{number} in the report (it has {})",
+                report.executions.len()
+            ))
+        })?;
         let plan = FaultPlan::decode(&exec.plan_wire).map_err(|e| SearchError::Replay(e.to_string()))?;
         let planned = plan
             .entries()

@@ -62,9 +62,11 @@ pub trait SpanSource: Send + Sync {
     /// Everything seen since [`begin`](SpanSource::begin): the RPCs that completed so far and their streams.
     fn collect(&self) -> BoxFuture<'_, Result<Observation, SourceError>>;
     /// Waits until the execution's spans have arrived (called once the functional test returned, before the
-    /// final [`collect`](SpanSource::collect)). The default returns at once.
-    fn settle(&self) -> BoxFuture<'_, Result<(), SourceError>> {
-        Box::pin(async { Ok(()) })
+    /// final [`collect`](SpanSource::collect)). A wait that gives up returns [`Settled::TimedOut`] saying what
+    /// was still missing: the search records it on the execution and counts it in the report, since the
+    /// observation may then lack RPCs or injected faults. The default returns [`Settled::Complete`] at once.
+    fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
+        Box::pin(async { Ok(Settled::Complete) })
     }
     /// The context the execution's requests run under, given the one the search built (index scope and
     /// fault plan). A source that finds the execution by its trace adds the trace's parent span context
@@ -72,6 +74,15 @@ pub trait SpanSource: Send + Sync {
     fn execution_context(&self, cx: opentelemetry::Context) -> opentelemetry::Context {
         cx
     }
+}
+
+/// How a source's [`settle`](SpanSource::settle) step ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Every span the source waits for arrived.
+    Complete,
+    /// The wait gave up: what was still missing. The execution's observation may lack RPCs or faults.
+    TimedOut(String),
 }
 
 /// A monotonic nanosecond clock shared by every [`Recorder`] in the process.
@@ -192,20 +203,23 @@ impl InMemorySpans {
     }
 }
 
-/// True when every span's parent is in the set (or it has none): no span of the tree is still open.
-fn is_complete(spans: &[SpanData]) -> bool {
+/// The spans whose parent is not (yet) among the exported ones: while there are any, a span of the tree is
+/// still open.
+fn orphans(spans: &[SpanData]) -> usize {
     let ids: std::collections::HashSet<SpanId> = spans.iter().map(|s| s.span_context.span_id()).collect();
     spans
         .iter()
-        .all(|s| s.parent_span_id == SpanId::INVALID || ids.contains(&s.parent_span_id))
+        .filter(|s| s.parent_span_id != SpanId::INVALID && !ids.contains(&s.parent_span_id))
+        .count()
 }
 
 impl SpanSource for InMemorySpans {
     /// Polls (every millisecond, for at most `SETTLE_LIMIT`) until no exported span misses its parent (a
     /// response body can end, and with it a client span, just after the caller got its answer) and every
     /// RPC served under a stream message has its message's final index (paper §4.2: the next execution is
-    /// scheduled only once preliminary indexes are rewritten).
-    fn settle(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+    /// scheduled only once preliminary indexes are rewritten). At the limit it warns and returns
+    /// [`Settled::TimedOut`] with the number of spans still missing their parent and of unresolved indexes.
+    fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
         Box::pin(async move {
             let deadline = std::time::Instant::now() + SETTLE_LIMIT;
             loop {
@@ -216,13 +230,23 @@ impl SpanSource for InMemorySpans {
                     .exporter
                     .get_finished_spans()
                     .map_err(|e| SourceError::Backend(e.to_string()))?;
-                let resolved = || {
+                let unresolved = || {
                     let mut obs = observation_from_spans_with(&spans, self.messages);
                     obs.finalize();
-                    obs.unresolved() == 0
+                    obs.unresolved()
                 };
-                if (is_complete(&spans) && resolved()) || std::time::Instant::now() >= deadline {
-                    return Ok(());
+                if orphans(&spans) == 0 && unresolved() == 0 {
+                    return Ok(Settled::Complete);
+                }
+                if std::time::Instant::now() >= deadline {
+                    let orphans = orphans(&spans);
+                    let unresolved = unresolved();
+                    let what = format!(
+                        "the in-memory spans did not settle in {SETTLE_LIMIT:?}: {orphans} span(s) still wait for \
+                         their parent span to end, {unresolved} RPC(s) still have a preliminary (unresolved) index"
+                    );
+                    tracing::warn!("dei-sfit: {what}; using what arrived");
+                    return Ok(Settled::TimedOut(what));
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }

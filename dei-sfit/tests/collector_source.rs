@@ -149,7 +149,7 @@ fn assert_sound(report: &Report, what: &str) {
 async fn search_through_the_collector_matches_in_memory_and_the_oracle() {
     let collector = server::start(ServerConfig::ephemeral()).await.expect("collector");
     let (memory, _provider) = telemetry(&format!("http://{}/v1/traces", collector.http_addr));
-    let config = DeiConfig::builder().build();
+    let config = DeiConfig::builder().faults(dei_instrumentation::Faults::Accept).build();
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(DeiReqwestMiddleware::new(config.clone()))
         .build();

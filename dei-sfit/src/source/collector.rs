@@ -24,7 +24,7 @@
 //!   message are already rewritten to final form by the collector and marked `rewritten`.
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
-use crate::source::{MessageTargeting, SourceError, SpanSource};
+use crate::source::{MessageTargeting, Settled, SourceError, SpanSource};
 use dei_propagator::{Fault, Index, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use futures::future::BoxFuture;
 use opentelemetry::Context;
@@ -42,7 +42,7 @@ pub struct SettleConfig {
     pub quiet: Duration,
     /// Time between two reads of the trace.
     pub poll: Duration,
-    /// Give up waiting after this long and use what arrived.
+    /// Give up waiting after this long, use what arrived, and record on the execution that it timed out.
     pub timeout: Duration,
 }
 
@@ -204,9 +204,11 @@ impl SpanSource for CollectorSpans {
     }
 
     /// Polls the trace until it is complete (no span waiting for a stream mapping, every RPC's client span
-    /// seen) and unchanged for the quiet period, or the timeout passes (an execution that issued no RPC, or
-    /// whose spans never reach the collector, waits for the whole timeout).
-    fn settle(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+    /// seen) and unchanged for the quiet period. When the timeout passes first, it warns and returns
+    /// [`Settled::TimedOut`] saying what was missing: no span of the trace at all (an execution that issued
+    /// no RPC, or whose spans never reach the collector), spans waiting for a stream mapping, RPCs whose
+    /// client span never arrived, or a trace still changing.
+    fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
         Box::pin(async move {
             let started = Instant::now();
             let mut last: Option<(Fingerprint, Instant)> = None;
@@ -218,19 +220,35 @@ impl SpanSource for CollectorSpans {
                     match &last {
                         Some((p, since)) if *p == print => {
                             if print.complete && now.duration_since(*since) >= self.settle.quiet {
-                                return Ok(());
+                                return Ok(Settled::Complete);
                             }
                         }
                         _ => last = Some((print, now)),
                     }
                 }
                 if now.duration_since(started) >= self.settle.timeout {
-                    tracing::warn!(
-                        trace = ?self.trace_id(),
-                        "dei-sfit: the execution's trace did not settle in {:?}; using what arrived",
-                        self.settle.timeout
-                    );
-                    return Ok(());
+                    let trace = self.trace_id().map(|t| t.to_string()).unwrap_or_default();
+                    let what = match &last {
+                        None => format!(
+                            "no span of trace {trace} reached the collector at {} in {:?} (the execution \
+                             issued no RPC, or its services do not export to this collector)",
+                            self.api, self.settle.timeout
+                        ),
+                        Some((p, _)) if !p.complete => format!(
+                            "trace {trace} did not settle in {:?}: {} span(s) wait for a stream mapping, \
+                             {} of {} RPC(s) have no client span",
+                            self.settle.timeout,
+                            p.pending,
+                            p.nodes - p.client_seen,
+                            p.nodes
+                        ),
+                        Some(_) => format!(
+                            "trace {trace} was still changing after {:?} (spans kept arriving)",
+                            self.settle.timeout
+                        ),
+                    };
+                    tracing::warn!("dei-sfit: {what}; using what arrived");
+                    return Ok(Settled::TimedOut(what));
                 }
                 tokio::time::sleep(self.settle.poll).await;
             }
@@ -242,6 +260,7 @@ impl SpanSource for CollectorSpans {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Fingerprint {
     rpcs: usize,
+    nodes: usize,
     pending: usize,
     client_seen: usize,
     server_seen: usize,
@@ -255,6 +274,7 @@ impl Fingerprint {
         let client_seen = all.iter().filter(|n| n.client_time.is_some()).count();
         Fingerprint {
             rpcs: v.rpcs,
+            nodes: all.len(),
             pending: v.pending_preliminary,
             client_seen,
             server_seen: all.iter().filter(|n| n.server_time.is_some()).count(),
