@@ -11,7 +11,9 @@ use dei_sfit::SearchOptions;
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let _spans = common::spans();
-    let config = dei_instrumentation::DeiConfig::default();
+    let config = dei_instrumentation::DeiConfig::builder()
+        .faults(dei_instrumentation::Faults::Accept)
+        .build();
     let cinema = cinema::start(Variant::Cinema10, &config).await;
     let test = cinema::functional_test(cinema);
     let options = SearchOptions {

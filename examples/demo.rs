@@ -17,6 +17,7 @@ mod common;
 mod demo_setup;
 
 use collector_plugin::forward::Downstream;
+use common::CliStop;
 use common::cinema::Variant;
 use demo_setup::DemoOptions;
 use std::path::PathBuf;
@@ -35,7 +36,7 @@ struct Args {
 const USAGE: &str = "usage: demo [--exit | --no-serve] [--forward ENDPOINT [--forward-protocol grpc|http]] \
                      [--program cinema-3|cinema-9|cinema-10] [--report PATH] [--progress]";
 
-fn parse() -> Result<Args, String> {
+fn parse() -> Result<Args, CliStop> {
     let mut args = Args {
         serve: true,
         forward: None,
@@ -46,7 +47,7 @@ fn parse() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let mut value = |name: &str| it.next().ok_or_else(|| CliStop::Bad(format!("{name} needs a value")));
         match a.as_str() {
             "--exit" | "--no-serve" => args.serve = false,
             "--forward" => args.forward = Some(value("--forward")?),
@@ -54,7 +55,7 @@ fn parse() -> Result<Args, String> {
                 args.forward_http = match value("--forward-protocol")?.as_str() {
                     "grpc" => false,
                     "http" => true,
-                    other => return Err(format!("--forward-protocol: grpc or http, not {other}")),
+                    other => return Err(CliStop::Bad(format!("--forward-protocol: grpc or http, not {other}"))),
                 }
             }
             "--program" => {
@@ -62,12 +63,12 @@ fn parse() -> Result<Args, String> {
                 args.variant = Variant::ALL
                     .into_iter()
                     .find(|v| v.name() == name || v.name().replace('-', "") == name)
-                    .ok_or_else(|| format!("--program: cinema-3, cinema-9 or cinema-10, not {name}"))?;
+                    .ok_or_else(|| CliStop::Bad(format!("--program: cinema-3, cinema-9 or cinema-10, not {name}")))?;
             }
             "--report" => args.report = PathBuf::from(value("--report")?),
             "--progress" => args.progress = true,
-            "-h" | "--help" => return Err(USAGE.to_string()),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+            "-h" | "--help" => return Err(CliStop::Help),
+            other => return Err(CliStop::Bad(format!("unknown argument {other:?}"))),
         }
     }
     Ok(args)
@@ -75,13 +76,7 @@ fn parse() -> Result<Args, String> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let args = match parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = common::or_exit(parse(), USAGE);
     let forward = args.forward.clone().map(|endpoint| {
         if args.forward_http {
             Downstream::Http(endpoint)

@@ -11,7 +11,9 @@ use dei_sfit::{FaultCatalog, SearchOptions};
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let _spans = common::spans();
-    let config = dei_instrumentation::DeiConfig::default();
+    let config = dei_instrumentation::DeiConfig::builder()
+        .faults(dei_instrumentation::Faults::Accept)
+        .build();
     let (url, client) = hello::start_fig1_http(&config).await;
     let test = hello::fig1_test(url, client);
     let catalog = FaultCatalog::protocol_defaults().with_rule("GET */helloworld", vec![]);

@@ -130,7 +130,14 @@ fn svg(rows: &[(u32, f64, f64)]) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let iterations: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let usage = "usage: nondeterminism [ITERATIONS]\n\nMeasures how often concurrent RPCs get indexes in creation order, \
+                 with and without the payload, for N = 2..64 (ITERATIONS per N, default 100).";
+    let given = common::or_exit(common::numbers(std::env::args().skip(1)), usage);
+    let iterations = match given[..] {
+        [] => 100,
+        [n] => n,
+        _ => common::or_exit(Err(common::CliStop::Bad("at most one ITERATIONS".into())), usage),
+    };
     let _spans = common::spans();
     let mut rows = Vec::new();
     let mut csv = String::from("n,iterations,without_payload_pct,with_payload_pct,distinct_without,distinct_with\n");

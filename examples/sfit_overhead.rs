@@ -24,7 +24,9 @@ fn quantile(xs: &[u64], q: f64) -> f64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let widths: Vec<usize> = {
-        let given: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+        let usage = "usage: sfit_overhead [K...]\n\nMeasures the search's own cost per execution on a wide example \
+                     of K strings (2^K executions; default 6 8 10).";
+        let given = common::or_exit(common::numbers(std::env::args().skip(1)), usage);
         if given.is_empty() { vec![6, 8, 10] } else { given }
     };
     let source = std::sync::Arc::new(common::spans());

@@ -7,6 +7,10 @@ mod common;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    common::or_exit(
+        common::no_arguments(std::env::args().skip(1)),
+        "usage: table1\n\nPrints Table 1 (ours next to the paper's) measured on the real cinema services.",
+    );
     let source = std::sync::Arc::new(common::spans());
     let rows = common::table1::run(source).await;
     print!("{}", common::table1::render(&rows));

@@ -166,8 +166,8 @@ impl std::fmt::Display for Unreached {
         )?;
         writeln!(
             f,
-            "  - a different working directory or DEI_WORKSPACE_ROOT than the recorded run, if this build's \
-             frame keys depend on them;"
+            "  - a different DEI_WORKSPACE_ROOT or working directory than the recorded run (where this build's \
+             frame keys depend on them);"
         )?;
         writeln!(
             f,

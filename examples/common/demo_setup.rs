@@ -80,7 +80,10 @@ pub async fn run(options: DemoOptions) -> Result<Demo, String> {
 
     let endpoint = format!("http://{}/v1/traces", collector.http_addr);
     let (memory, router, provider) = telemetry(endpoint);
-    let cinema = cinema::start(options.variant, &dei_instrumentation::DeiConfig::default()).await;
+    let dei_config = dei_instrumentation::DeiConfig::builder()
+        .faults(dei_instrumentation::Faults::Accept)
+        .build();
+    let cinema = cinema::start(options.variant, &dei_config).await;
     let test = cinema::functional_test(cinema);
     let search_options = SearchOptions {
         catalog: cinema::catalog(),
@@ -206,7 +209,8 @@ fn service_of_server(span: &SpanData) -> Option<String> {
 }
 
 impl ServiceRouter {
-    fn new(endpoint: String) -> Self {
+    /// A router exporting over OTLP/HTTP (binary protobuf) to `endpoint` (`http://host:port/v1/traces`).
+    pub fn new(endpoint: String) -> Self {
         ServiceRouter {
             endpoint,
             state: Arc::default(),

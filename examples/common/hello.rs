@@ -23,10 +23,11 @@ use tonic::{Request, Response, Status};
 /// The streaming method of Fig. 5, declared to the layers.
 pub const ECHO_STREAM: &str = "/helloworld.ServiceB/EchoStream";
 
-/// A configuration that knows Fig. 5's streaming method.
+/// A configuration that knows Fig. 5's streaming method and applies fault plans (off by default).
 pub fn config(instantiation: dei_propagator::Instantiation) -> DeiConfig {
     DeiConfig::builder()
         .instantiation(instantiation)
+        .faults(dei_instrumentation::Faults::Accept)
         .streaming_method(ECHO_STREAM, MethodKind::Bidi)
         .build()
 }

@@ -94,11 +94,88 @@ where
     });
 }
 
+/// Why a command line gives no arguments to run with.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CliStop {
+    /// `--help` or `-h`: print the usage and exit 0.
+    Help,
+    /// A bad command line: print why and the usage, and exit 2.
+    Bad(String),
+}
+
+/// The parsed arguments, or exits: 0 after printing `usage` on stdout for `--help`, 2 after printing the
+/// error and `usage` on stderr for a bad command line.
+pub fn or_exit<T>(parsed: Result<T, CliStop>, usage: &str) -> T {
+    match parsed {
+        Ok(a) => a,
+        Err(CliStop::Help) => {
+            println!("{usage}");
+            std::process::exit(0)
+        }
+        Err(CliStop::Bad(message)) => {
+            eprintln!("{message}\n{usage}");
+            std::process::exit(2)
+        }
+    }
+}
+
+/// The next argument as the value of `flag`, parsed.
+fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str, what: &str) -> Result<T, CliStop> {
+    let v = it.next().ok_or_else(|| CliStop::Bad(format!("{flag} needs {what}")))?;
+    v.parse()
+        .map_err(|_| CliStop::Bad(format!("{flag}: {what} expected, not {v:?}")))
+}
+
+/// Refuses any argument but `--help`.
+pub fn no_arguments(args: impl IntoIterator<Item = String>) -> Result<(), CliStop> {
+    match args.into_iter().next() {
+        None => Ok(()),
+        Some(a) if a == "-h" || a == "--help" => Err(CliStop::Help),
+        Some(a) => Err(CliStop::Bad(format!("unknown argument {a:?}"))),
+    }
+}
+
+/// Positional numbers (or `--help`); anything else is refused.
+pub fn numbers(args: impl IntoIterator<Item = String>) -> Result<Vec<usize>, CliStop> {
+    args.into_iter()
+        .map(|a| match a.as_str() {
+            "-h" | "--help" => Err(CliStop::Help),
+            _ => a
+                .parse()
+                .map_err(|_| CliStop::Bad(format!("unknown argument {a:?} (a number expected)"))),
+        })
+        .collect()
+}
+
+/// The usage of a corpus example that searches (or replays) one functional test.
+pub fn search_usage(name: &str) -> String {
+    format!(
+        "usage: {name} [--bfs] [--max N] [--single] [--encapsulation] [--json PATH] [--quiet]
+       {name} --replay FILE N [--allow-unreached]
+
+Searches the example's functional test exhaustively, prints the report and writes it as JSON
+(default target/sfit/{name}.json); with --replay, reruns execution N of a saved report instead.
+
+  --bfs              breadth-first order (default: depth-first)
+  --max N            stop after N executions
+  --single           single-fault plans only
+  --encapsulation    service-encapsulation dynamic reduction
+  --json PATH        where to write the report
+  --quiet            no per-execution progress on stderr
+  --replay FILE N    rerun execution N of report FILE; exits 1 when the test fails, and 3 when a planned
+                     fault was not injected (the plan was not carried out, whatever the verdict)
+  --allow-unreached  with --replay: report unreached faults but do not fail for them
+  -h, --help         this text"
+    )
+}
+
 /// Command-line options shared by the corpus examples.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Args {
     /// `--replay FILE N`: rerun execution N of a saved report instead of searching.
     pub replay: Option<(String, usize)>,
+    /// `--allow-unreached`: a replay that does not inject every planned fault still exits by the verdict.
+    pub allow_unreached: bool,
     /// `--bfs`: breadth-first.
     pub bfs: bool,
     /// `--max N`: stop after N executions.
@@ -114,29 +191,39 @@ pub struct Args {
 }
 
 impl Args {
-    /// Parses `std::env::args`.
-    pub fn parse() -> Args {
-        let mut args = Args::default();
-        let mut it = std::env::args().skip(1);
+    /// Parses `args` (without the program name); unknown arguments and missing or malformed values are
+    /// refused.
+    pub fn parse_from(args: impl IntoIterator<Item = String>) -> Result<Args, CliStop> {
+        let mut parsed = Args::default();
+        let mut it = args.into_iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--replay" => {
-                    let file = it.next().unwrap_or_default();
-                    let n = it.next().and_then(|n| n.parse().ok()).unwrap_or(1);
-                    args.replay = Some((file, n));
+                    let file: String = value(&mut it, "--replay", "a report file and an execution number")?;
+                    let n = value(&mut it, "--replay FILE", "an execution number")?;
+                    parsed.replay = Some((file, n));
                 }
-                "--bfs" => args.bfs = true,
-                "--max" => args.max = it.next().and_then(|n| n.parse().ok()),
-                "--single" => args.single = true,
-                "--encapsulation" => args.encapsulation = true,
-                "--json" => args.json = it.next(),
-                "--quiet" => args.quiet = true,
-                other => eprintln!("ignoring unknown argument {other}"),
+                "--allow-unreached" => parsed.allow_unreached = true,
+                "--bfs" => parsed.bfs = true,
+                "--max" => parsed.max = Some(value(&mut it, "--max", "a number of executions")?),
+                "--single" => parsed.single = true,
+                "--encapsulation" => parsed.encapsulation = true,
+                "--json" => parsed.json = Some(value(&mut it, "--json", "a path")?),
+                "--quiet" => parsed.quiet = true,
+                "-h" | "--help" => return Err(CliStop::Help),
+                other => return Err(CliStop::Bad(format!("unknown argument {other:?}"))),
             }
         }
-        args
+        if parsed.allow_unreached && parsed.replay.is_none() {
+            return Err(CliStop::Bad("--allow-unreached applies to --replay only".into()));
+        }
+        Ok(parsed)
     }
 
+    /// Parses `std::env::args`, or exits as [`or_exit`] does.
+    pub fn parse(name: &str) -> Args {
+        or_exit(Args::parse_from(std::env::args().skip(1)), &search_usage(name))
+    }
     /// Search options from these arguments.
     pub fn options(&self, base: dei_sfit::SearchOptions) -> dei_sfit::SearchOptions {
         use dei_sfit::{Progress, Reduction, Strategy};
@@ -161,9 +248,16 @@ impl Args {
     }
 }
 
+/// Exit code of a replay whose plan was not carried out (a planned fault was not injected).
+pub const EXIT_UNREACHED: i32 = 3;
+
 /// Searches `test` (or replays one execution of a saved report), prints the report and writes it as JSON.
+///
+/// Exit codes: 0 done (a search, or a replay that injected every planned fault and passed), 1 the replayed
+/// execution failed, 2 a bad command line or a search or replay that could not run, [`EXIT_UNREACHED`] a
+/// replay that did not inject every planned fault (unless `--allow-unreached`).
 pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: dei_sfit::SearchOptions) {
-    let args = Args::parse();
+    let args = Args::parse(name);
     let source: std::sync::Arc<dyn dei_sfit::SpanSource> = std::sync::Arc::new(spans());
     if let Some((file, n)) = &args.replay {
         let report = match dei_sfit::Report::load(file) {
@@ -173,20 +267,47 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
                 std::process::exit(2);
             }
         };
-        match dei_sfit::Search::replay(test, &report, *n, source).await {
-            Ok(e) => {
-                println!("replayed #{n} of {file}: {:?}", e.outcome);
-                for p in &e.effective {
-                    println!("  injected {} on {} ({})", p.fault, p.index, p.signature);
-                }
-                if !e.outcome.passed() {
-                    std::process::exit(1);
-                }
-            }
+        let replayed = dei_sfit::Search::replay_allowing_unreached(test, &report, *n, source).await;
+        let e = match replayed {
+            Ok(e) => e,
             Err(e) => {
                 eprintln!("replay failed: {e}");
                 std::process::exit(2);
             }
+        };
+        let verdict = match &e.outcome {
+            dei_sfit::TestOutcome::Pass => "pass".to_string(),
+            dei_sfit::TestOutcome::Fail { message } => format!("FAIL: {message}"),
+        };
+        println!(
+            "replayed #{n} of {file}: {verdict}; {} of {} planned fault(s) injected",
+            e.plan.len() - e.unreached.len(),
+            e.plan.len()
+        );
+        for p in &e.effective {
+            println!("  injected {} on {} ({})", p.fault, p.index, p.signature);
+        }
+        for p in &e.unreached {
+            println!("  NOT injected {} on {} ({})", p.fault, p.index, p.signature);
+        }
+        if let Some(what) = &e.unsettled {
+            eprintln!("warning: the execution's spans did not settle: {what}");
+        }
+        if !e.unreached.is_empty() {
+            let unreached = dei_sfit::Unreached {
+                record: e.clone(),
+                instantiation: report.options.instantiation.name.to_string(),
+            };
+            if args.allow_unreached {
+                eprintln!("warning (--allow-unreached): {unreached}");
+            } else {
+                eprintln!("error: {unreached}");
+                eprintln!("(--allow-unreached accepts such a replay; its verdict still does not test the plan)");
+                std::process::exit(EXIT_UNREACHED);
+            }
+        }
+        if !e.outcome.passed() {
+            std::process::exit(1);
         }
         return;
     }
@@ -205,6 +326,9 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
     }
     match report.save(&path) {
         Ok(()) => println!("report: {path} (replay a failing execution: --replay {path} N)"),
-        Err(e) => eprintln!("cannot write {path}: {e}"),
+        Err(e) => {
+            eprintln!("cannot write {path}: {e}");
+            std::process::exit(2);
+        }
     }
 }

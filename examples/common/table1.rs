@@ -52,7 +52,10 @@ pub struct Row {
 }
 
 async fn search(variant: Variant, instantiation: &Instantiation, prune: bool, source: Arc<dyn SpanSource>) -> Report {
-    let config = DeiConfig::builder().instantiation(instantiation.clone()).build();
+    let config = DeiConfig::builder()
+        .instantiation(instantiation.clone())
+        .faults(dei_instrumentation::Faults::Accept)
+        .build();
     let cinema = cinema::start(variant, &config).await;
     let test = cinema::functional_test(cinema);
     let options = SearchOptions {
@@ -71,7 +74,7 @@ async fn search(variant: Variant, instantiation: &Instantiation, prune: bool, so
 pub async fn run(source: Arc<dyn SpanSource>) -> Vec<Row> {
     let mut rows = Vec::new();
     for variant in Variant::ALL {
-        let config = DeiConfig::default();
+        let config = DeiConfig::builder().faults(dei_instrumentation::Faults::Accept).build();
         let cinema = cinema::start(variant, &config).await;
         let test = cinema::functional_test(cinema);
         let options = SearchOptions {

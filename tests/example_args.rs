@@ -1,0 +1,122 @@
+//! The corpus examples' command lines, run as real processes: `--help` prints the usage and exits 0; an
+//! unknown argument, or a missing or malformed value, is refused with the usage and exit code 2, before
+//! anything runs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The examples that search (or replay) one functional test, with the shared options.
+const SEARCHING: [&str; 8] = [
+    "cinema3",
+    "cinema9",
+    "cinema10",
+    "fig1_fallbacks",
+    "fig2_loops",
+    "fig3_async",
+    "fig4_path",
+    "fig5_streaming",
+];
+
+/// The other examples, each with its own options.
+const OTHERS: [&str; 4] = ["demo", "nondeterminism", "sfit_overhead", "table1"];
+
+/// The path of example `name`, built next to this test (`cargo test` builds the examples).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/..")
+        .join("examples");
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, args: &[&str]) -> Output {
+    Command::new(example(name))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run the example")
+}
+
+fn refused(name: &str, args: &[&str], why: &str) {
+    let out = run(name, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {stderr}");
+    assert!(
+        stderr.contains(why) && stderr.contains(&format!("usage: {name}")),
+        "{name} {args:?}: {stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{name} {args:?} ran: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn help_prints_the_usage_and_exits_0() {
+    for name in SEARCHING.iter().chain(&OTHERS) {
+        for flag in ["--help", "-h"] {
+            let out = run(name, &[flag]);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{name} {flag}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(stdout.starts_with(&format!("usage: {name}")), "{name} {flag}: {stdout}");
+        }
+    }
+    let out = run("fig2_loops", &["--help"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for option in ["--replay FILE N", "--allow-unreached", "--max N", "--json PATH"] {
+        assert!(stdout.contains(option), "{option} in {stdout}");
+    }
+}
+
+#[test]
+fn unknown_arguments_are_refused() {
+    for name in SEARCHING.iter().chain(&OTHERS) {
+        refused(name, &["--bogus"], "unknown argument \"--bogus\"");
+    }
+    refused("table1", &["extra"], "unknown argument \"extra\"");
+    refused("nondeterminism", &["many"], "unknown argument \"many\"");
+    refused("sfit_overhead", &["6", "wide"], "unknown argument \"wide\"");
+    refused(
+        "demo",
+        &["--program", "cinema-4"],
+        "--program: cinema-3, cinema-9 or cinema-10",
+    );
+}
+
+#[test]
+fn missing_or_malformed_values_are_refused() {
+    refused("fig2_loops", &["--max"], "--max needs a number of executions");
+    refused(
+        "fig2_loops",
+        &["--max", "ten"],
+        "--max: a number of executions expected, not \"ten\"",
+    );
+    refused("fig2_loops", &["--json"], "--json needs a path");
+    refused("fig2_loops", &["--replay"], "--replay needs a report file");
+    refused(
+        "fig2_loops",
+        &["--replay", "report.json"],
+        "--replay FILE needs an execution number",
+    );
+    refused("fig2_loops", &["--replay", "report.json", "third"], "not \"third\"");
+    refused(
+        "fig2_loops",
+        &["--allow-unreached"],
+        "--allow-unreached applies to --replay only",
+    );
+    refused("demo", &["--report"], "--report needs a value");
+}

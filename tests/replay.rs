@@ -1,0 +1,180 @@
+//! Replaying a saved report with the corpus examples' real binaries (`--replay FILE N`): a faithful replay
+//! injects every planned fault and exits by the test's verdict; a plan whose indexes do not occur is never a
+//! pass: exit 3, naming the faults and the likely causes, unless `--allow-unreached`, which still reports
+//! them.
+//!
+//! The examples are built by `cargo test` (and `cargo build --examples`) next to the test executable's
+//! folder: `target/<profile>/examples/NAME`.
+
+use dei_propagator::{Element, ElementDigest, FaultPlan};
+use dei_sfit::Report;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The path of example `name`, built next to this test.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/..")
+        .join("examples");
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
+        path.display()
+    );
+    path
+}
+
+/// A fresh directory for one test's files.
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dei-replay-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn run(example_path: &Path, args: &[&str]) -> Output {
+    Command::new(example_path)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run the example")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Searches with `name` and returns its saved report.
+fn search(name: &str, dir: &Path) -> (PathBuf, Report) {
+    let path = dir.join(format!("{name}.json"));
+    let out = run(
+        &example(name),
+        &["--quiet", "--json", path.to_str().expect("utf-8 path")],
+    );
+    assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+    let report = Report::load(&path).expect("the report");
+    (path, report)
+}
+
+/// Replays execution `n` of `report` and checks that every planned fault was injected; returns the exit code.
+fn faithful_replay(name: &str, report_path: &Path, report: &Report, n: usize) -> i32 {
+    let planned = report
+        .executions
+        .iter()
+        .find(|e| e.number == n)
+        .expect("execution")
+        .plan
+        .len();
+    let out = run(
+        &example(name),
+        &["--replay", report_path.to_str().expect("utf-8 path"), &n.to_string()],
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("{planned} of {planned} planned fault(s) injected")),
+        "{name} #{n}: {stdout}{}",
+        text(&out.stderr)
+    );
+    assert_eq!(stdout.matches("  injected ").count(), planned, "{stdout}");
+    assert!(!stdout.contains("NOT injected"), "{stdout}");
+    out.status.code().expect("exit code")
+}
+
+#[test]
+fn replays_inject_every_planned_fault_and_exit_by_the_verdict() {
+    let d = dir("faithful");
+    // Fig. 2: every execution passes (fallbacks); #3 plans two faults (the reproduction)
+    let (path, report) = search("fig2_loops", &d);
+    assert!(report.failing().is_empty(), "{report}");
+    assert_eq!(report.unreached_executions, 0, "{report}");
+    let two = report
+        .executions
+        .iter()
+        .find(|e| e.plan.len() == 2)
+        .expect("a two-fault plan")
+        .number;
+    for n in [1, two] {
+        assert_eq!(faithful_replay("fig2_loops", &path, &report, n), 0, "fig2 #{n}");
+    }
+    // Fig. 5: failing the stream or a message fails the test; its replay fails the same way (exit 1), with
+    // the whole plan injected
+    let (path, report) = search("fig5_streaming", &d);
+    let failing = report.failing();
+    assert!(!failing.is_empty(), "{report}");
+    let n = failing[0].number;
+    assert_eq!(faithful_replay("fig5_streaming", &path, &report, n), 1, "fig5 #{n}");
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}
+
+#[test]
+fn a_plan_whose_indexes_do_not_occur_is_never_a_pass() {
+    let d = dir("tampered");
+    let (_, mut report) = search("fig2_loops", &d);
+    // execution #3's plan, with its first fault moved to an index no run has: a sibling that never occurs
+    let exec = report
+        .executions
+        .iter_mut()
+        .find(|e| e.plan.len() == 2)
+        .expect("a two-fault plan");
+    let n = exec.number;
+    let original = exec.plan[0].clone();
+    let moved = original
+        .index
+        .parent()
+        .expect("not a root")
+        .child(Element::new(ElementDigest([0xAB; 8]), 99));
+    exec.plan[0].index = moved.clone();
+    exec.plan_wire = FaultPlan::new(exec.plan.iter().map(|p| (p.index.clone(), p.fault)).collect()).encode();
+    let kept = exec.plan[1].clone();
+    let tampered = d.join("tampered.json");
+    report.save(&tampered).expect("save");
+    let tampered = tampered.to_str().expect("utf-8 path");
+    let fig2 = example("fig2_loops");
+
+    let out = run(&fig2, &["--replay", tampered, &n.to_string()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(stdout.contains("1 of 2 planned fault(s) injected"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("NOT injected {} on {moved}", original.fault)),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("injected {} on {}", kept.fault, kept.index)),
+        "{stdout}"
+    );
+    for expected in [
+        format!("replay of execution #{n} did not carry out its plan").as_str(),
+        "1 of 2 planned fault(s) were not injected",
+        moved.to_string().as_str(),
+        "helloworld.ServiceB/Echo",
+        "The indexes did not match",
+        "a different build",
+        "working directory",
+        "instantiation",
+        "a request scope lost by a spawn",
+        "--allow-unreached",
+    ] {
+        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
+    }
+
+    // the explicit opt-out: exits by the verdict (the program has fallbacks: pass), and still says so
+    let out = run(&fig2, &["--replay", tampered, &n.to_string(), "--allow-unreached"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("NOT injected"), "{stdout}");
+    assert!(
+        stderr.contains("warning (--allow-unreached)") && stderr.contains(&moved.to_string()),
+        "{stderr}"
+    );
+
+    // an execution the report does not have
+    let out = run(&fig2, &["--replay", tampered, "999"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no execution #999"), "{}", text(&out.stderr));
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}
