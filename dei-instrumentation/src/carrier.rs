@@ -49,6 +49,83 @@ impl Extractor for HeaderExtractor<'_> {
     fn keys(&self) -> Vec<&str> {
         self.0.keys().map(|k| k.as_str()).collect()
     }
+
+    /// Every visible-ASCII value of the header, in order; `None` when it has none (no allocation then).
+    fn get_all(&self, key: &str) -> Option<Vec<&str>> {
+        let values = match known_name(key) {
+            Some(name) => self.0.get_all(name),
+            None => self.0.get_all(key),
+        };
+        let mut readable = values.iter().filter_map(|v| v.to_str().ok()).peekable();
+        readable.peek()?;
+        Some(readable.collect())
+    }
+}
+
+/// An [`Extractor`] for a server at a trust boundary ([`crate::config::Incoming::Restart`]): the request's
+/// headers without the `dei` and `dei-faults` headers and without the `dei` and `dei-faults` baggage entries.
+/// The trace context and the other baggage entries read as they are.
+pub(crate) struct EdgeExtractor<'a> {
+    headers: HeaderExtractor<'a>,
+    /// The readable `baggage` values, with our entries removed where they had any.
+    baggage: Vec<std::borrow::Cow<'a, str>>,
+    /// How many `dei` and `dei-faults` values (headers, of any form, and baggage entries) were dropped.
+    pub(crate) dropped: usize,
+}
+
+impl<'a> EdgeExtractor<'a> {
+    pub(crate) fn new(map: &'a http::HeaderMap) -> Self {
+        let headers = HeaderExtractor(map);
+        let mut dropped = headers.all(dei_propagator::INDEX_KEY).iter().count()
+            + headers.all(dei_propagator::FAULT_PLAN_KEY).iter().count();
+        let baggage = (map.get_all("baggage").iter())
+            .filter_map(|v| v.to_str().ok())
+            .map(|v| match dei_propagator::baggage_without_dei(v) {
+                Some(rest) => {
+                    dropped += 1;
+                    std::borrow::Cow::Owned(rest)
+                }
+                None => std::borrow::Cow::Borrowed(v),
+            })
+            .collect();
+        EdgeExtractor {
+            headers,
+            baggage,
+            dropped,
+        }
+    }
+
+    fn hidden(key: &str) -> bool {
+        key.eq_ignore_ascii_case(dei_propagator::INDEX_KEY) || key.eq_ignore_ascii_case(dei_propagator::FAULT_PLAN_KEY)
+    }
+}
+
+impl Extractor for EdgeExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        if Self::hidden(key) {
+            None
+        } else if key.eq_ignore_ascii_case("baggage") {
+            self.baggage.first().map(|v| &**v)
+        } else {
+            self.headers.get(key)
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        let mut keys = self.headers.keys();
+        keys.retain(|k| !Self::hidden(k));
+        keys
+    }
+
+    fn get_all(&self, key: &str) -> Option<Vec<&str>> {
+        if Self::hidden(key) {
+            None
+        } else if key.eq_ignore_ascii_case("baggage") {
+            (!self.baggage.is_empty()).then(|| self.baggage.iter().map(|v| &**v).collect())
+        } else {
+            self.headers.get_all(key)
+        }
+    }
 }
 
 /// An [`Injector`] over an HTTP header map; values that are not valid header values are skipped.
@@ -67,7 +144,7 @@ impl Injector for HeaderInjector<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{HeaderExtractor, HeaderInjector};
+    use super::{EdgeExtractor, HeaderExtractor, HeaderInjector};
     use opentelemetry::propagation::{Extractor, Injector};
 
     #[test]
@@ -137,5 +214,40 @@ mod tests {
         let mut keys = extractor.keys();
         keys.sort_unstable();
         assert_eq!(keys, ["baggage", "dei", "dei-faults", "traceparent", "x-other"]);
+    }
+
+    #[test]
+    fn get_all_reads_every_visible_ascii_value_and_the_edge_hides_ours() {
+        let mut headers = http::HeaderMap::new();
+        headers.append("dei", "1.AQEBAQEBAQE1".parse().unwrap());
+        headers.append("dei", http::HeaderValue::from_bytes(b"\xff").unwrap());
+        headers.append("dei", "1.AgICAgICAgI1".parse().unwrap());
+        headers.append("dei-faults", "1*1:c".parse().unwrap());
+        headers.append("baggage", "a=1,dei=1.AQEBAQEBAQE1".parse().unwrap());
+        headers.append("baggage", "b=2".parse().unwrap());
+        headers.insert(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+                .parse()
+                .unwrap(),
+        );
+        let all = HeaderExtractor(&headers);
+        assert_eq!(all.get_all("dei"), Some(vec!["1.AQEBAQEBAQE1", "1.AgICAgICAgI1"]));
+        assert_eq!(all.get_all("absent"), None);
+        let edge = EdgeExtractor::new(&headers);
+        assert_eq!(
+            edge.dropped, 5,
+            "three dei headers, one dei-faults header, one baggage entry"
+        );
+        assert_eq!(
+            (edge.get("dei"), edge.get_all("dei"), edge.get("dei-faults")),
+            (None, None, None)
+        );
+        assert_eq!(edge.get_all("baggage"), Some(vec!["a=1", "b=2"]));
+        assert_eq!(edge.get("baggage"), Some("a=1"));
+        assert_eq!(edge.get("traceparent"), all.get("traceparent"));
+        let mut keys = edge.keys();
+        keys.sort_unstable();
+        assert_eq!(keys, ["baggage", "traceparent"]);
     }
 }

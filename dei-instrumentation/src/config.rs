@@ -5,6 +5,93 @@ use crate::grpc::signatures::GrpcSignatures;
 use crate::stack::{StackCapturer, StackConfig, StackMode};
 use dei_propagator::Instantiation;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The environment variable that chooses [`Faults`] when the code does not: `1` (or `accept`) for
+/// [`Faults::Accept`], `relay` for [`Faults::Relay`], `0` or unset for [`Faults::Refuse`]. For test
+/// deployments; any other value is refused with a warning.
+pub const ACCEPT_FAULTS_ENV: &str = "DEI_ACCEPT_FAULTS";
+
+/// What a service's layers do with fault plans (`dei-faults`). A caller that can reach a service can send a
+/// plan; only a service whose operator enabled it acts on one. GUIDE.md, "Production", has the three roles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Faults {
+    /// The default: a plan that comes with a request is dropped (counted as
+    /// [`Event::FaultPlanDropped`](dei_propagator::rejection::Event::FaultPlanDropped) and logged, rate-limited;
+    /// the request is served). A plan set by the service's own code is relayed to its callees but not applied
+    /// here.
+    #[default]
+    Refuse,
+    /// A middle service: plans from callers are passed on to callees, so that a test can reach a deeper
+    /// service that accepts them, but are not applied here (a plan entry naming one of this service's calls is
+    /// counted as [`Event::FaultNotApplied`](dei_propagator::rejection::Event::FaultNotApplied)).
+    Relay,
+    /// A target: plans are applied to this service's calls (latency up to
+    /// [`DeiConfig::max_latency`]) and relayed to its callees.
+    Accept,
+}
+
+impl Faults {
+    /// The setting an [`ACCEPT_FAULTS_ENV`] value asks for; `None` for a value it does not know.
+    ///
+    /// ```
+    /// use dei_instrumentation::config::Faults;
+    /// assert_eq!(Faults::from_env_value("1"), Some(Faults::Accept));
+    /// assert_eq!(Faults::from_env_value("relay"), Some(Faults::Relay));
+    /// assert_eq!(Faults::from_env_value("0"), Some(Faults::Refuse));
+    /// assert_eq!(Faults::from_env_value("yes please"), None);
+    /// ```
+    pub fn from_env_value(value: &str) -> Option<Faults> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "accept" => Some(Faults::Accept),
+            "relay" => Some(Faults::Relay),
+            "" | "0" | "false" | "refuse" => Some(Faults::Refuse),
+            _ => None,
+        }
+    }
+
+    /// The setting [`ACCEPT_FAULTS_ENV`] asks for: [`Faults::Refuse`] when it is unset or unknown (the latter
+    /// with a warning).
+    pub fn from_env() -> Faults {
+        let Ok(value) = std::env::var(ACCEPT_FAULTS_ENV) else {
+            return Faults::Refuse;
+        };
+        Faults::from_env_value(&value).unwrap_or_else(|| {
+            tracing::warn!("dei: {ACCEPT_FAULTS_ENV}={value:?} is not 1, relay or 0; fault plans are refused");
+            Faults::Refuse
+        })
+    }
+
+    /// True when this service applies plans to its own calls.
+    pub fn applies(self) -> bool {
+        self == Faults::Accept
+    }
+
+    /// A short stable name: `refuse`, `relay` or `accept`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Faults::Refuse => "refuse",
+            Faults::Relay => "relay",
+            Faults::Accept => "accept",
+        }
+    }
+}
+
+/// What a server layer does with the `dei` and `dei-faults` values a request arrives with. Set per layer
+/// ([`crate::DeiServerLayer::incoming`], [`crate::DeiHttpServerLayer::incoming`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Incoming {
+    /// The default, for services whose callers are other services of the system: the incoming index is the
+    /// prefix of the request's scope, and the fault plan is handled as [`Faults`] says.
+    #[default]
+    Trust,
+    /// A trust boundary (a service that receives traffic from outside): incoming `dei` and `dei-faults`
+    /// values, in headers and in baggage, are dropped (counted as
+    /// [`Event::DroppedAtEdge`](dei_propagator::rejection::Event::DroppedAtEdge)) and every request starts a
+    /// fresh root scope. The trace context and the other baggage entries are kept. The service's own calls
+    /// still get indexes, under that root.
+    Restart,
+}
 
 /// Why a configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +128,8 @@ struct ConfigInner {
     payload_digest_cap: usize,
     methods: MethodKinds,
     signatures: GrpcSignatures,
+    faults: Faults,
+    max_latency: Duration,
 }
 
 impl Default for DeiConfig {
@@ -51,7 +140,8 @@ impl Default for DeiConfig {
 
 impl DeiConfig {
     /// A builder with the defaults: the full DEI, detected stack mode, `dei.stack` recorded, raw payloads
-    /// never recorded, 64 KiB of an HTTP body digested, no declared streaming methods.
+    /// never recorded, 64 KiB of an HTTP body digested, no declared streaming methods, fault plans refused
+    /// (unless [`ACCEPT_FAULTS_ENV`] says otherwise) and latency faults capped at 30 s.
     pub fn builder() -> DeiConfigBuilder {
         DeiConfigBuilder::default()
     }
@@ -91,6 +181,17 @@ impl DeiConfig {
         self.inner.methods.get(path)
     }
 
+    /// What the layers do with fault plans.
+    pub fn faults(&self) -> Faults {
+        self.inner.faults
+    }
+
+    /// The longest latency fault applied; longer ones are shortened to it (and counted as
+    /// [`Event::LatencyClamped`](dei_propagator::rejection::Event::LatencyClamped)).
+    pub fn max_latency(&self) -> Duration {
+        self.inner.max_latency
+    }
+
     /// The gRPC method at `path` (its signature, service and method names), made once per method.
     pub(crate) fn grpc_method(&self, path: &str) -> crate::grpc::signatures::GrpcMethod {
         self.inner.signatures.get(path, &self.inner.methods)
@@ -106,7 +207,12 @@ pub struct DeiConfigBuilder {
     record_payloads: bool,
     payload_digest_cap: usize,
     methods: MethodKinds,
+    faults: Option<Faults>,
+    max_latency: Duration,
 }
+
+/// The default cap on latency faults.
+pub const DEFAULT_MAX_LATENCY: Duration = Duration::from_secs(30);
 
 impl Default for DeiConfigBuilder {
     fn default() -> Self {
@@ -117,6 +223,8 @@ impl Default for DeiConfigBuilder {
             record_payloads: false,
             payload_digest_cap: 64 * 1024,
             methods: MethodKinds::default(),
+            faults: None,
+            max_latency: DEFAULT_MAX_LATENCY,
         }
     }
 }
@@ -167,6 +275,21 @@ impl DeiConfigBuilder {
         Ok(self)
     }
 
+    /// What the layers do with fault plans: [`Faults::Refuse`] unless set here or through
+    /// [`ACCEPT_FAULTS_ENV`] (a setting here wins over the environment). Tests, demos and test deployments
+    /// enable plans with `.faults(Faults::Accept)`; GUIDE.md, "Production", says what each setting exposes.
+    pub fn faults(mut self, faults: Faults) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// The longest latency fault applied (default 30 s). A plan may ask for up to 999,999 ms (the wire
+    /// limit); longer than this cap, the call waits the cap and the clamp is counted.
+    pub fn max_latency(mut self, cap: Duration) -> Self {
+        self.max_latency = cap;
+        self
+    }
+
     /// The configuration.
     pub fn build(self) -> DeiConfig {
         DeiConfig {
@@ -178,6 +301,8 @@ impl DeiConfigBuilder {
                 payload_digest_cap: self.payload_digest_cap,
                 methods: self.methods,
                 signatures: GrpcSignatures::default(),
+                faults: self.faults.unwrap_or_else(Faults::from_env),
+                max_latency: self.max_latency,
             }),
         }
     }

@@ -1,12 +1,18 @@
 //! Applying planned faults: a client whose outgoing index matches an entry of the fault plan in the current
-//! `Context` returns the fault instead of sending (latency: waits, then sends).
+//! `Context` returns the fault instead of sending (latency: waits, then sends) — only in a service whose
+//! configuration applies plans ([`Faults::Accept`](crate::config::Faults::Accept); fault plans are off by
+//! default), and never on a call whose index is at the depth limit.
 //!
 //! | planned | gRPC call (tonic client layer) | HTTP call (reqwest middleware) |
 //! |---|---|---|
-//! | `g<code>` | that status, as a trailers-only response | the HTTP status gRPC maps the code to (14 → 503, 4 → 504, 12 → 501, 5 → 404, 16 → 401, 7 → 403, 8 → 429, others → 500) |
-//! | `h<status>` | that HTTP status without `grpc-status` (tonic maps it, e.g. 503 → UNAVAILABLE) | that status, empty body |
+//! | `g<code>` (1–16) | that status, as a trailers-only response | the HTTP status gRPC maps the code to (14 → 503, 4 → 504, 12 → 501, 5 → 404, 16 → 401, 7 → 403, 8 → 429, others → 500) |
+//! | `h<status>` (200–599) | that HTTP status without `grpc-status`, which the caller reads as gRPC's HTTP mapping says: 400 → INTERNAL, 401 → UNAUTHENTICATED, 403 → PERMISSION_DENIED, 404 → UNIMPLEMENTED, 429, 502, 503, 504 → UNAVAILABLE, any other (200 and 418 too) → UNKNOWN | that status, empty body |
 //! | `c` | UNAVAILABLE with message `dei: injected connection error` (what tonic reports for a refused connection) | an error, [`InjectedConnectionError`] |
-//! | `l<ms>` | waits, then sends | waits, then sends |
+//! | `l<ms>` | waits (at most [`DeiConfig::max_latency`](crate::DeiConfig::max_latency)), then sends | the same |
+//!
+//! docs/wire-format.md lists the same mapping as test vectors ("Faults as a caller sees them"), which the
+//! tests check against real tonic and reqwest clients. A plan cannot carry `g0` (OK is not a fault) or a 1xx
+//! status (never a final response): such a plan is rejected as a whole.
 //!
 //! Stream messages are targeted by their final index (see [`crate::grpc::stream`]): a failing fault ends the
 //! request stream before that message (the callee sees the earlier messages, then the end of the stream),
@@ -77,13 +83,15 @@ pub(crate) fn grpc_response<B>(fault: Fault, empty: B) -> http::Response<B> {
 }
 
 /// The status a stream call ends with when a failing fault hits one of its messages: a gRPC code as is, an
-/// HTTP status as gRPC maps it (401 → UNAUTHENTICATED, 403 → PERMISSION_DENIED, 404 → UNIMPLEMENTED,
-/// 429/502/503/504 → UNAVAILABLE, others → UNKNOWN), a connection error as UNAVAILABLE.
+/// HTTP status as gRPC maps it (400 → INTERNAL, 401 → UNAUTHENTICATED, 403 → PERMISSION_DENIED, 404 →
+/// UNIMPLEMENTED, 429/502/503/504 → UNAVAILABLE, others → UNKNOWN: what a unary call gets from tonic), a
+/// connection error as UNAVAILABLE.
 pub(crate) fn status_for_stream(fault: Fault) -> tonic::Status {
     match fault {
         Fault::Grpc(code) => tonic::Status::new(tonic::Code::from_i32(i32::from(code)), "dei: injected fault"),
         Fault::Http(status) => {
             let code = match status {
+                400 => tonic::Code::Internal,
                 401 => tonic::Code::Unauthenticated,
                 403 => tonic::Code::PermissionDenied,
                 404 => tonic::Code::Unimplemented,
@@ -120,6 +128,8 @@ mod tests {
         assert_eq!(status_for_stream(Fault::INTERNAL).code(), tonic::Code::Internal);
         assert_eq!(status_for_stream(Fault::Http(503)).code(), tonic::Code::Unavailable);
         assert_eq!(status_for_stream(Fault::Http(500)).code(), tonic::Code::Unknown);
+        assert_eq!(status_for_stream(Fault::Http(400)).code(), tonic::Code::Internal);
+        assert_eq!(status_for_stream(Fault::Http(200)).code(), tonic::Code::Unknown);
         assert_eq!(status_for_stream(Fault::Connection).code(), tonic::Code::Unavailable);
     }
 }

@@ -3,13 +3,14 @@
 //! attributes.
 
 use crate::body::{CallGuard, InboundBody, InboundDigest};
-use crate::carrier::HeaderExtractor;
-use crate::config::DeiConfig;
+use crate::carrier::{EdgeExtractor, HeaderExtractor};
+use crate::config::{DeiConfig, Faults, Incoming};
 use crate::grpc::stream::IncomingCall;
 use crate::span::{self, OtelSpan};
-use dei_propagator::rejection::{self, Source};
-use dei_propagator::{DeiContextExt, FAULT_PLAN_KEY, RequestScope, Signature};
+use dei_propagator::rejection::{self, Event, Source};
+use dei_propagator::{DeiContextExt, FAULT_PLAN_KEY, FaultPlan, RequestScope, Signature};
 use opentelemetry::Context;
+use opentelemetry::propagation::Extractor;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// A DEI-carrying header whose value is not visible ASCII, so no propagator can read it.
@@ -24,10 +25,22 @@ const DEI_HEADERS: [(&str, Source); 3] = [
     ("baggage", Source::Baggage),
 ];
 
-/// Counts DEI headers that [`HeaderExtractor`] must treat as absent because they are not visible ASCII.
-fn reject_unreadable(headers: &HeaderExtractor<'_>) {
+/// `dei.fault.plan.dropped`: on a server span, `true` when the request came with a fault plan that this
+/// service dropped ([`Faults::Refuse`]).
+pub const FAULT_PLAN_DROPPED: &str = "dei.fault.plan.dropped";
+/// `dei.incoming.dropped`: on a server span, `true` when a server layer at a trust boundary
+/// ([`Incoming::Restart`]) dropped the request's `dei` or `dei-faults` values.
+pub const INCOMING_DROPPED: &str = "dei.incoming.dropped";
+
+/// Counts DEI headers that [`HeaderExtractor`] must treat as absent because they are not visible ASCII (at a
+/// trust boundary, only `baggage`: the others are dropped anyway, and counted as such).
+fn reject_unreadable(headers: &HeaderExtractor<'_>, incoming: Incoming) {
     for (name, source) in DEI_HEADERS {
-        if headers.all(name).iter().any(|v| v.to_str().is_err()) {
+        if incoming == Incoming::Restart && name != "baggage" {
+            continue;
+        }
+        let unreadable = headers.all(name).iter().filter(|v| v.to_str().is_err()).count();
+        for _ in 0..unreadable {
             rejection::record(source, &UnreadableHeader(name));
         }
     }
@@ -38,17 +51,56 @@ fn reject_unreadable(headers: &HeaderExtractor<'_>) {
 ///
 /// Malformed `dei`, `baggage` or `dei-faults` values are rejected and counted by the propagator
 /// ([`dei_propagator::rejection`]) and treated as absent: the request is served as a root. Values that are not
-/// visible ASCII never reach the propagator; they are counted here.
+/// visible ASCII never reach the propagator; they are counted here, one count per value.
+///
+/// At a trust boundary ([`Incoming::Restart`]) the propagator never sees our values: they are dropped and
+/// counted, and the request is served as a root. A fault plan is kept only when the configuration takes plans
+/// from callers ([`Faults::Relay`], [`Faults::Accept`]); otherwise it is dropped and counted.
 pub(crate) fn open(
     config: &DeiConfig,
+    incoming: Incoming,
     headers: &http::HeaderMap,
     signature: &Signature,
     span: &tracing::Span,
     single_request: bool,
 ) -> (IncomingCall, OtelSpan) {
-    let headers = HeaderExtractor(headers);
-    reject_unreadable(&headers);
-    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&headers));
+    let raw = headers;
+    let headers = HeaderExtractor(raw);
+    reject_unreadable(&headers, incoming);
+    let edge;
+    let mut dropped_at_edge = 0;
+    let extractor: &dyn Extractor = match incoming {
+        Incoming::Trust => &headers,
+        Incoming::Restart => {
+            edge = EdgeExtractor::new(raw);
+            dropped_at_edge = edge.dropped;
+            if edge.dropped > 0 {
+                rejection::record_event(
+                    Event::DroppedAtEdge,
+                    &format_args!(
+                        "dropped {} incoming dei/dei-faults value(s) at a trust boundary (Incoming::Restart): served as a root",
+                        edge.dropped
+                    ),
+                );
+            }
+            &edge
+        }
+    };
+    let mut parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(extractor));
+    let mut plan_dropped = false;
+    if config.faults() == Faults::Refuse
+        && let Some(plan) = parent.fault_plan().filter(|p| !p.is_empty())
+    {
+        rejection::record_event(
+            Event::FaultPlanDropped,
+            &format_args!(
+                "dropped a fault plan of {} entries from a caller: this service does not take plans (Faults::Refuse; enable with DeiConfig::builder().faults(..) or DEI_ACCEPT_FAULTS)",
+                plan.entries().len()
+            ),
+        );
+        parent = parent.with_fault_plan(FaultPlan::default());
+        plan_dropped = true;
+    }
     let index = parent.dei_index().cloned().unwrap_or_default();
     let wire = match parent.dei_index_wire() {
         Some(wire) => wire.clone(),
@@ -70,6 +122,12 @@ pub(crate) fn open(
     attributes.index(&index, wire, config.instantiation());
     if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
         attributes.push(span::FAULT_PLAN, plan.encode());
+    }
+    if plan_dropped {
+        attributes.push(FAULT_PLAN_DROPPED, true);
+    }
+    if dropped_at_edge > 0 {
+        attributes.push(INCOMING_DROPPED, true);
     }
     let otel = attributes.set_on(span);
     let call = IncomingCall {

@@ -25,14 +25,15 @@
 //! An axum service called through reqwest, inside a root scope with a fault plan:
 //! ```
 //! use axum::{Router, routing::get, extract::Request};
-//! use dei_instrumentation::{root_context, DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware};
+//! use dei_instrumentation::{root_context, DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware, Faults};
 //! use dei_propagator::{DeiContextExt, Fault, FaultPlan};
 //! use opentelemetry::context::FutureExt;
 //!
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! dei_propagator::install_global_propagator();
-//! let config = DeiConfig::default();
+//! // Fault plans are off unless enabled: this example is a test, so it enables them.
+//! let config = DeiConfig::builder().faults(Faults::Accept).build();
 //! // A service that answers with the index it was called with.
 //! let app = Router::new()
 //!     .route("/users/{id}", get(|| async {
@@ -84,7 +85,7 @@ pub mod stack;
 pub mod testing;
 
 pub use body::{DeiResponseBody, InboundBody};
-pub use config::{ConfigError, DeiConfig, DeiConfigBuilder};
+pub use config::{ConfigError, DeiConfig, DeiConfigBuilder, Faults, Incoming};
 pub use fault::InjectedConnectionError;
 pub use grpc::client::{DeiClientLayer, DeiClientService};
 pub use grpc::methods::MethodKind;

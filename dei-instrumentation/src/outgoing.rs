@@ -2,15 +2,86 @@
 //! `Context`, check the fault plan, record the attributes, and build the context to inject.
 
 use crate::carrier::HeaderInjector;
-use crate::config::DeiConfig;
+use crate::config::{DeiConfig, Faults};
 use crate::fault::Action;
 use crate::span::{self, OtelSpan};
 use crate::stack::CapturedStack;
+use dei_propagator::rejection::{self, Event};
 use dei_propagator::{
-    DeiContextExt, FaultPlan, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature,
+    DeiContextExt, Fault, FaultPlan, Index, InvocationSignature, IssuedIndex, PayloadDigest, RequestScope, Signature,
 };
 use opentelemetry::Context;
 use opentelemetry::trace::TraceContextExt;
+use std::time::Duration;
+
+/// `dei.depth_limited`: on a client span (and a stream message's event), `true` when the call's index could
+/// not be extended because its scope was at the depth limit (64 elements): the index is its caller's, not
+/// unique to this call, and no fault applies to it (see [`RequestScope::issue`]).
+pub const DEPTH_LIMITED: &str = "dei.depth_limited";
+
+/// What this service's configuration lets the layers do with the fault plan of a call's context.
+#[derive(Clone, Debug)]
+pub(crate) struct FaultGate {
+    plan: Option<FaultPlan>,
+    faults: Faults,
+    max_latency: Duration,
+}
+
+impl FaultGate {
+    /// The gate for calls made under `cx` (the plan is copied: a stream keeps it for its messages).
+    pub(crate) fn new(config: &DeiConfig, cx: &Context) -> Self {
+        FaultGate {
+            plan: cx.fault_plan().filter(|p| !p.is_empty()).cloned(),
+            faults: config.faults(),
+            max_latency: config.max_latency(),
+        }
+    }
+
+    /// The fault to inject on the call with this issued index (see [`planned_fault`]).
+    pub(crate) fn fault_for(&self, issued: &IssuedIndex) -> Option<Fault> {
+        planned_fault(self.plan.as_ref(), self.faults, self.max_latency, issued)
+    }
+}
+
+/// The fault to inject on the call with this issued index: the plan's entry for it, when this service applies
+/// plans ([`Faults::Accept`]), with a latency shortened to `max_latency`. An entry for a service that does not
+/// apply plans, and a clamped latency, are counted; an index at the depth limit is never a target (it names
+/// the caller).
+fn planned_fault(
+    plan: Option<&FaultPlan>,
+    faults: Faults,
+    max_latency: Duration,
+    issued: &IssuedIndex,
+) -> Option<Fault> {
+    if issued.depth_limited() {
+        return None;
+    }
+    let fault = plan?.fault_for(issued.index())?;
+    if !faults.applies() {
+        rejection::record_event(
+            Event::FaultNotApplied,
+            &format_args!(
+                "the fault plan names this call ({fault}) but this service does not apply plans (faults: {}): sent as usual",
+                faults.as_str()
+            ),
+        );
+        return None;
+    }
+    match fault {
+        Fault::Latency(d) if d > max_latency => {
+            rejection::record_event(
+                Event::LatencyClamped,
+                &format_args!(
+                    "a latency fault of {} ms is longer than this service's cap of {} ms: waits the cap",
+                    d.as_millis(),
+                    max_latency.as_millis()
+                ),
+            );
+            Some(Fault::Latency(max_latency))
+        }
+        f => Some(f),
+    }
+}
 
 /// The scope that issues the next index: the one in the current `Context`, or else a fresh root scope.
 ///
@@ -69,7 +140,7 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
     } else {
         scope.issue(&invocation)
     };
-    let fault = cx.fault_plan().and_then(|plan| plan.fault_for(issued.index()));
+    let fault = planned_fault(cx.fault_plan(), config.faults(), config.max_latency(), &issued);
     // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
     // without one, inject the current context. The span starts here; its attributes are set later.
     let otel = OtelSpan::of(span);
@@ -91,6 +162,9 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
     if let Some(f) = fault {
         attributes.push(span::FAULT, f.to_string());
     }
+    if issued.depth_limited() {
+        attributes.push(DEPTH_LIMITED, true);
+    }
     Outgoing {
         issued,
         inject_cx,
@@ -106,8 +180,8 @@ pub(crate) fn inject(cx: &Context, headers: &mut http::HeaderMap) {
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(cx, &mut HeaderInjector(headers)));
 }
 
-/// Issues a stream message's final index from the stream's scope, checks it against the fault plan and records
-/// the mapping (and the fault) on the span.
+/// Issues a stream message's final index from the stream's scope, checks it against the fault plan (through
+/// the stream's gate) and records the mapping (and the fault) on the span.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn stream_message(
     scope: &RequestScope,
@@ -117,13 +191,14 @@ pub(crate) fn stream_message(
     payload: PayloadDigest,
     stack: &CapturedStack,
     k: u32,
-    plan: Option<&FaultPlan>,
+    faults: &FaultGate,
 ) -> (Index, Action) {
     let invocation = InvocationSignature::new(signature.clone(), payload, stack.digest());
     // Messages of one stream are sent in order, so they are never in flight together: the issued index is
     // released at once.
-    let final_index = scope.issue(&invocation).index().clone();
-    let fault = plan.and_then(|p| p.fault_for(&final_index));
+    let issued = scope.issue(&invocation);
+    let fault = faults.fault_for(&issued);
+    let final_index = issued.index().clone();
     span::record_stream_message(span, preliminary, &final_index, k, fault);
     (final_index, Action::for_fault(fault))
 }

@@ -45,7 +45,8 @@ async fn malformed_headers_are_counted_and_the_request_is_served() {
             vec![Source::Header],
             "1.AQEBAQEBAQE1",
         ),
-        (vec![("baggage", b"dei=;;;==,,".to_vec())], vec![], "1"),
+        // The entry's value is taken as written (`;;;==`): rejected and counted like any other.
+        (vec![("baggage", b"dei=;;;==,,".to_vec())], vec![Source::Baggage], "1"),
         (
             vec![("dei-faults", b"1*1.AQEBAQEBAQE1:g99".to_vec())],
             vec![Source::FaultPlan],

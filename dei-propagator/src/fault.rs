@@ -34,16 +34,19 @@ const GRPC_CODES: [&str; 17] = [
     "UNAUTHENTICATED",
 ];
 
-/// The largest latency a plan carries, in milliseconds (six decimal digits on the wire). Longer latencies are
-/// written as this value; sub-millisecond parts are dropped.
+/// The largest latency a plan carries, in milliseconds (six decimal digits on the wire, about 17 minutes):
+/// the wire limit. Longer latencies are written as this value; sub-millisecond parts are dropped. A service
+/// applies its own, lower cap (`dei-instrumentation`'s `DeiConfigBuilder::max_latency`, 30 s by default).
 pub const MAX_LATENCY_MS: u64 = 999_999;
 
 /// One fault to inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
-    /// Fail a gRPC call with this status code (0–16).
+    /// Fail a call with this gRPC status code, 1–16 (0, OK, is not a fault). An HTTP call gets the HTTP
+    /// status gRPC maps the code to.
     Grpc(u8),
-    /// Fail an HTTP call with this status (100–599).
+    /// Fail a call with this HTTP status, 200–599 (a 1xx status is never a final response). A gRPC call gets
+    /// the status gRPC maps it to (docs/wire-format.md, "Faults as a caller sees them").
     Http(u16),
     /// Fail as if the connection could not be made: nothing is sent.
     Connection,
@@ -63,16 +66,19 @@ impl Fault {
     /// gRPC UNIMPLEMENTED.
     pub const UNIMPLEMENTED: Fault = Fault::Grpc(12);
 
-    /// A gRPC fault by code name, such as `UNAVAILABLE` (case-insensitive).
+    /// A gRPC fault by code name, such as `UNAVAILABLE` (case-insensitive); `None` for `OK`, which is not a
+    /// fault.
     ///
     /// ```
     /// use dei_propagator::Fault;
     /// assert_eq!(Fault::grpc_named("deadline_exceeded"), Some(Fault::DEADLINE_EXCEEDED));
+    /// assert_eq!(Fault::grpc_named("OK"), None);
     /// ```
     pub fn grpc_named(name: &str) -> Option<Fault> {
         GRPC_CODES
             .iter()
             .position(|c| c.eq_ignore_ascii_case(name))
+            .filter(|&i| i > 0)
             .map(|i| Fault::Grpc(i as u8))
     }
 
@@ -84,18 +90,19 @@ impl Fault {
         }
     }
 
-    /// True when the wire form of this fault decodes back to it: a gRPC code 0–16, an HTTP status 100–599, a
+    /// True when the wire form of this fault decodes back to it: a gRPC code 1–16, an HTTP status 200–599, a
     /// connection error, or a latency of whole milliseconds up to [`MAX_LATENCY_MS`].
     ///
     /// ```
     /// use dei_propagator::Fault;
     /// assert!(Fault::Http(503).is_valid());
     /// assert!(!Fault::Grpc(17).is_valid());
+    /// assert!(!Fault::Grpc(0).is_valid() && !Fault::Http(100).is_valid());
     /// ```
     pub fn is_valid(&self) -> bool {
         match self {
-            Fault::Grpc(code) => *code <= 16,
-            Fault::Http(status) => (100..=599).contains(status),
+            Fault::Grpc(code) => (1..=16).contains(code),
+            Fault::Http(status) => (200..=599).contains(status),
             Fault::Connection => true,
             Fault::Latency(d) => d.subsec_nanos() % 1_000_000 == 0 && d.as_millis() <= u128::from(MAX_LATENCY_MS),
         }
@@ -183,11 +190,11 @@ impl FromStr for Fault {
         };
         match kind {
             "g" => match number(2)? {
-                n @ 0..=16 => Ok(Fault::Grpc(n as u8)),
+                n @ 1..=16 => Ok(Fault::Grpc(n as u8)),
                 _ => Err(()),
             },
             "h" if digits.len() == 3 => match number(3)? {
-                n @ 100..=599 => Ok(Fault::Http(n as u16)),
+                n @ 200..=599 => Ok(Fault::Http(n as u16)),
                 _ => Err(()),
             },
             "c" if digits.is_empty() => Ok(Fault::Connection),
@@ -348,7 +355,7 @@ mod tests {
             assert_eq!(fault.to_string(), text);
         }
         for bad in [
-            "", "g", "g17", "g-1", "h99", "h600", "h5031", "c1", "l", "l1234567", "x1", "gé",
+            "", "g", "g0", "g17", "g-1", "h99", "h100", "h199", "h600", "h5031", "c1", "l", "l1234567", "x1", "gé",
         ] {
             assert!(bad.parse::<Fault>().is_err(), "{bad}");
         }

@@ -58,10 +58,11 @@ pub use index::{Element, ElementDigest, Index};
 pub use instantiation::{Instantiation, PathMode};
 pub use invocation::InvocationSignature;
 pub use propagator::{
-    Carriers, DeiPropagator, INDEX_KEY, OtherBaggagePropagator, composite_propagator, install_global_propagator,
+    CarrierError, Carriers, DeiPropagator, INDEX_KEY, OtherBaggagePropagator, baggage_without_dei,
+    composite_propagator, install_global_propagator,
 };
 pub use scope::{IssuedIndex, RequestScope};
 pub use signature::Signature;
 pub use spawn::{spawn, spawn_blocking, spawn_thread};
 pub use stack::{CallStack, Frame};
-pub use wire::{Limits, WireError};
+pub use wire::{Limits, MAX_DEPTH, WireError};

@@ -112,52 +112,184 @@ impl DeiPropagator {
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
+}
 
-    fn decode_index(&self, value: &str, source: Source) -> Option<crate::Index> {
-        match wire::decode(value, &self.limits) {
-            Ok(index) => Some(index),
-            Err(e) => {
-                rejection::record(source, &e);
-                None
-            }
-        }
-    }
+/// Why a value was rejected before its text was decoded: how it was carried, not what it said.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CarrierError {
+    /// The header came more than once: which one counts is not defined, so none does.
+    #[error("the {key} header came {count} times; duplicates are rejected")]
+    DuplicateHeader {
+        /// The header.
+        key: &'static str,
+        /// How many values it had.
+        count: usize,
+    },
+    /// The baggage held the entry more than once.
+    #[error("the baggage holds {count} {key} entries; duplicates are rejected")]
+    DuplicateEntry {
+        /// The entry's key.
+        key: &'static str,
+        /// How many there were.
+        count: usize,
+    },
+    /// The baggage (all `baggage` header values, joined by `,`) is longer than the W3C limit, so none of its
+    /// entries is read.
+    #[error("the baggage of {len} bytes exceeds the W3C limit of 8192 bytes; its {key} entry is not read")]
+    BaggageTooLong {
+        /// The entry's key.
+        key: &'static str,
+        /// The baggage's length.
+        len: usize,
+    },
+    /// The entry comes after the 64 list members the W3C limit allows.
+    #[error("the {key} entry is baggage member {position}, beyond the W3C limit of 64; it is not read")]
+    BeyondEntryLimit {
+        /// The entry's key.
+        key: &'static str,
+        /// Its 1-based position among the baggage's list members.
+        position: usize,
+    },
+}
 
-    fn decode_plan(&self, value: &str) -> Option<FaultPlan> {
-        match FaultPlan::decode_with(value, &self.plan_limits) {
-            Ok(plan) => Some(plan),
-            Err(e) => {
-                rejection::record(Source::FaultPlan, &e);
-                None
-            }
-        }
+/// A baggage list member's key: the text before its first `=` or `;` (the whole member without either),
+/// trimmed of spaces and tabs. Keys are tokens, never percent-encoded, so this is the only reading.
+fn member_key(member: &str) -> &str {
+    member.split(['=', ';']).next().unwrap_or("").trim_matches([' ', '\t'])
+}
+
+/// A baggage list member's value, exactly as written: the text after the key's `=`, trimmed of spaces and
+/// tabs, with nothing decoded and nothing cut (a `;property` stays part of it). Empty when the key is not
+/// followed by `=`.
+fn member_value(member: &str) -> &str {
+    let key_end = member.find(['=', ';']).unwrap_or(member.len());
+    match member[key_end..].strip_prefix('=') {
+        Some(value) => value.trim_matches([' ', '\t']),
+        None => "",
     }
 }
 
-/// The carrier's `baggage` header, parsed with the standard [`BaggagePropagator`] only when a value has to
-/// be taken from it (the `dei` header was missing or rejected) and only when the raw header mentions `dei`.
+/// True when a baggage list member's key is `dei` or `dei-faults`.
+fn is_ours(member: &str) -> bool {
+    matches!(member_key(member), INDEX_KEY | FAULT_PLAN_KEY)
+}
+
+/// The baggage header values with the `dei` and `dei-faults` members removed (the other members as written),
+/// or `None` when there were none: what a server at a trust boundary hands on to the W3C baggage
+/// propagator, so that the request's own baggage is kept and ours is dropped.
+///
+/// ```
+/// use dei_propagator::baggage_without_dei;
+/// assert_eq!(baggage_without_dei("a=1, dei=1.AAAAAAAAAAA1,dei-faults=1*1:c ,b=2").as_deref(), Some("a=1,b=2"));
+/// assert_eq!(baggage_without_dei("a=1,deity=2"), None);
+/// ```
+pub fn baggage_without_dei(header: &str) -> Option<String> {
+    if !header.split(',').any(is_ours) {
+        return None;
+    }
+    let kept: Vec<&str> = header.split(',').filter(|m| !is_ours(m)).map(str::trim).collect();
+    Some(kept.join(","))
+}
+
+/// What the carrier's baggage holds under one of our keys.
+enum Entry<'a> {
+    /// No such entry.
+    Absent,
+    /// One entry, within the limits: its value as written.
+    Value(&'a str),
+    /// Entries that are not read, and why.
+    Rejected(CarrierError),
+}
+
+/// The `baggage` header values of a carrier, read when a value has to be taken from them (the header was
+/// missing or rejected), each key at most once.
 struct CarrierBaggage<'a> {
     extractor: &'a dyn Extractor,
-    parsed: OnceCell<Option<Context>>,
+    fields: OnceCell<Vec<&'a str>>,
 }
 
 impl<'a> CarrierBaggage<'a> {
     fn new(extractor: &'a dyn Extractor) -> Self {
         CarrierBaggage {
             extractor,
-            parsed: OnceCell::new(),
+            fields: OnceCell::new(),
         }
     }
 
-    fn get(&self, key: &str) -> Option<&str> {
-        // A raw header that does not mention the key cannot hold it (keys are tokens, never percent-encoded).
-        if !self.extractor.get(BAGGAGE_HEADER)?.contains(key) {
-            return None;
+    /// The entry under `key`, by the rule of docs/wire-format.md: every `baggage` value is read, as one list;
+    /// a member's key ends at its first `=` or `;`; the value is taken as written; a baggage over 8192 bytes,
+    /// a member after the 64th, and a key held twice are rejected.
+    fn entry(&self, key: &'static str) -> Entry<'a> {
+        let fields = self
+            .fields
+            .get_or_init(|| self.extractor.get_all(BAGGAGE_HEADER).unwrap_or_default());
+        // A value that does not mention the key cannot hold it (keys are tokens, never percent-encoded).
+        if !fields.iter().any(|f| f.contains(key)) {
+            return Entry::Absent;
         }
-        let cx = self
-            .parsed
-            .get_or_init(|| Some(BaggagePropagator::new().extract_with_context(&Context::new(), self.extractor)));
-        cx.as_ref()?.baggage().get(key).map(|v| v.as_str())
+        let members = || fields.iter().flat_map(|f| f.split(','));
+        let len = fields.iter().map(|f| f.len()).sum::<usize>() + fields.len().saturating_sub(1);
+        let mut found = members().enumerate().filter(|(_, m)| member_key(m) == key);
+        let Some((position, first)) = found.next() else {
+            return Entry::Absent;
+        };
+        let others = found.count();
+        if len > MAX_BAGGAGE_BYTES {
+            Entry::Rejected(CarrierError::BaggageTooLong { key, len })
+        } else if others > 0 {
+            Entry::Rejected(CarrierError::DuplicateEntry { key, count: others + 1 })
+        } else if position >= MAX_BAGGAGE_ENTRIES {
+            Entry::Rejected(CarrierError::BeyondEntryLimit {
+                key,
+                position: position + 1,
+            })
+        } else {
+            Entry::Value(member_value(first))
+        }
+    }
+}
+
+/// Reads one of our values by the rule of docs/wire-format.md: the header when it came exactly once and is
+/// accepted, else the baggage entry when it is accepted; every rejection on the way is counted (`header` and
+/// `baggage` are the counters). Returns the decoded value and its text.
+fn read<'a, T>(
+    extractor: &'a dyn Extractor,
+    baggage: &CarrierBaggage<'a>,
+    key: &'static str,
+    (header, in_baggage): (Source, Source),
+    decode: impl Fn(&str) -> Result<T, String>,
+) -> Option<(T, &'a str)> {
+    let decoded = |value: &'a str, source: Source| match decode(value) {
+        Ok(v) => Some((v, value)),
+        Err(e) => {
+            rejection::record(source, &e);
+            None
+        }
+    };
+    if let Some(values) = extractor.get_all(key) {
+        match values[..] {
+            [value] => {
+                if let Some(found) = decoded(value, header) {
+                    return Some(found);
+                }
+            }
+            [] => {}
+            _ => rejection::record(
+                header,
+                &CarrierError::DuplicateHeader {
+                    key,
+                    count: values.len(),
+                },
+            ),
+        }
+    }
+    match baggage.entry(key) {
+        Entry::Absent => None,
+        Entry::Value(value) => decoded(value, in_baggage),
+        Entry::Rejected(e) => {
+            rejection::record(in_baggage, &e);
+            None
+        }
     }
 }
 
@@ -254,22 +386,20 @@ impl TextMapPropagator for DeiPropagator {
     fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
         let baggage = CarrierBaggage::new(extractor);
         let mut out = cx.clone();
-        let index = extractor
-            .get(INDEX_KEY)
-            .and_then(|v| Some((self.decode_index(v, Source::Header)?, v)))
-            .or_else(|| {
-                baggage
-                    .get(INDEX_KEY)
-                    .and_then(|v| Some((self.decode_index(v, Source::Baggage)?, v)))
-            });
+        let index = read(extractor, &baggage, INDEX_KEY, (Source::Header, Source::Baggage), |v| {
+            wire::decode(v, &self.limits).map_err(|e| e.to_string())
+        });
         if let Some((index, wire)) = index {
             out = crate::context::with_decoded_index(&out, index, wire);
         }
-        let plan = extractor
-            .get(FAULT_PLAN_KEY)
-            .and_then(|v| self.decode_plan(v))
-            .or_else(|| baggage.get(FAULT_PLAN_KEY).and_then(|v| self.decode_plan(v)));
-        if let Some(plan) = plan {
+        let plan = read(
+            extractor,
+            &baggage,
+            FAULT_PLAN_KEY,
+            (Source::FaultPlan, Source::FaultPlan),
+            |v| FaultPlan::decode_with(v, &self.plan_limits).map_err(|e| e.to_string()),
+        );
+        if let Some((plan, _)) = plan {
             out = out.with_fault_plan(plan);
         }
         without_our_entries(out)
@@ -334,12 +464,7 @@ impl TextMapPropagator for OtherBaggagePropagator {
             return self.0.extract_with_context(cx, extractor);
         }
         // Among the first 64 entries, as the standard propagator reads them.
-        let others = || {
-            header.split(',').take(MAX_BAGGAGE_ENTRIES).filter(|entry| {
-                let key = entry.split(['=', ';']).next().unwrap_or("").trim();
-                key != INDEX_KEY && key != FAULT_PLAN_KEY
-            })
-        };
+        let others = || header.split(',').take(MAX_BAGGAGE_ENTRIES).filter(|m| !is_ours(m));
         if others().all(|entry| entry.trim().is_empty()) {
             // A header with ours alone: the request's baggage is empty (not the ambient context's).
             return if cx.baggage().is_empty() {

@@ -1,8 +1,14 @@
-//! Counted, rate-limited reporting of rejected input.
+//! Counted, rate-limited reporting of rejected input and of what the layers declined to do.
 //!
 //! Bad input never fails a request: a malformed `dei` header, baggage entry or fault plan is treated as
-//! absent. Each rejection is counted per source, and logged at most once per interval per source (with the
+//! absent. Each rejection is counted per [`Source`], and logged at most once per interval per source (with the
 //! number suppressed since), so a flood of bad requests does not flood the log.
+//!
+//! The same goes for each [`Event`]: a value that was well formed but not acted on, by policy (a fault plan
+//! from a caller that this service does not trust) or by a limit (a full baggage, the depth limit, the latency
+//! cap). Nothing is dropped without a count.
+//!
+//! The counters are process-wide: [`rejected_total`], [`event_total`], and [`snapshot`] for all of them.
 
 use std::fmt;
 use std::sync::Mutex;
@@ -16,7 +22,7 @@ pub enum Source {
     Header,
     /// The `dei` baggage entry.
     Baggage,
-    /// The `dei-faults` fault plan.
+    /// The `dei-faults` fault plan (header or baggage entry).
     FaultPlan,
 }
 
@@ -37,18 +43,62 @@ impl Source {
     }
 }
 
+/// A well-formed value that was not acted on, or not as asked; each is counted like a rejection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// A `dei` or `dei-faults` baggage entry left out on inject because the baggage was at its limits (64
+    /// entries, 8192 bytes); the header carrier, when configured, still carries the value.
+    BaggageFull,
+    /// A fault plan that came with a request was dropped: the service does not take plans from its callers
+    /// (`Faults::Refuse` in `dei-instrumentation`). The request is served; the plan is neither applied nor
+    /// relayed.
+    FaultPlanDropped,
+    /// A plan entry named a call of a service that does not apply plans (`Faults::Refuse` or
+    /// `Faults::Relay`): the call was sent as usual.
+    FaultNotApplied,
+    /// A latency fault longer than the service's cap was shortened to the cap.
+    LatencyClamped,
+    /// An index could not be extended because it was at the depth limit (64 elements): the call carries its
+    /// scope's index unchanged, and no fault applies to it.
+    DepthLimited,
+    /// A server layer in `Incoming::Restart` mode (a trust boundary) dropped a request's `dei` or `dei-faults`
+    /// values and served it as a root.
+    DroppedAtEdge,
+}
+
+impl Event {
+    const ALL: [Event; 6] = [
+        Event::BaggageFull,
+        Event::FaultPlanDropped,
+        Event::FaultNotApplied,
+        Event::LatencyClamped,
+        Event::DepthLimited,
+        Event::DroppedAtEdge,
+    ];
+
+    fn slot(self) -> usize {
+        Source::ALL.len() + self as usize
+    }
+
+    /// A short stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::BaggageFull => "baggage_full",
+            Event::FaultPlanDropped => "fault_plan_dropped",
+            Event::FaultNotApplied => "fault_not_applied",
+            Event::LatencyClamped => "latency_clamped",
+            Event::DepthLimited => "depth_limited",
+            Event::DroppedAtEdge => "dropped_at_edge",
+        }
+    }
+}
+
 const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Log slots: one per [`Source`], then one for baggage entries dropped on inject.
-const SLOTS: usize = 4;
-const BAGGAGE_FULL_SLOT: usize = 3;
+/// Counter and log slots: one per [`Source`], then one per [`Event`].
+const SLOTS: usize = Source::ALL.len() + Event::ALL.len();
 
-static COUNTS: [AtomicU64; SLOTS] = [
-    AtomicU64::new(0),
-    AtomicU64::new(0),
-    AtomicU64::new(0),
-    AtomicU64::new(0),
-];
+static COUNTS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 static LAST_LOG: Mutex<[Option<(Instant, u64)>; SLOTS]> = Mutex::new([None; SLOTS]);
 
 /// Counts one event in `slot`; returns `Some((total, suppressed))` when it is due to be logged.
@@ -79,24 +129,31 @@ pub fn record(source: Source, error: &dyn fmt::Display) {
     }
 }
 
-/// Counts a `dei` or `dei-faults` baggage entry that could not be written because the context's baggage was
-/// at its limits (64 entries, 8192 bytes), and logs it at most once per 10 seconds. The header carrier, when
-/// configured, still carries the value.
-pub fn record_baggage_full(key: &str, value_len: usize) {
-    if let Some((total, suppressed)) = count_and_check(BAGGAGE_FULL_SLOT) {
-        tracing::warn!(
-            key,
-            value_len,
-            total,
-            suppressed,
-            "dei: baggage is full, the {key} entry of {value_len} bytes was not written"
-        );
+/// Counts an [`Event`] and logs it unless one of the same kind was logged within the last 10 seconds (a
+/// warning, except [`Event::DroppedAtEdge`]: dropping at a trust boundary is what the operator asked for, so
+/// it is logged at debug level).
+pub fn record_event(event: Event, detail: &dyn fmt::Display) {
+    if let Some((total, suppressed)) = count_and_check(event.slot()) {
+        if event == Event::DroppedAtEdge {
+            tracing::debug!(event = event.name(), total, suppressed, "dei: {detail}");
+        } else {
+            tracing::warn!(event = event.name(), total, suppressed, "dei: {detail}");
+        }
     }
+}
+
+/// Counts a `dei` or `dei-faults` baggage entry that could not be written because the context's baggage was
+/// at its limits (64 entries, 8192 bytes), and logs it at most once per 10 seconds ([`Event::BaggageFull`]).
+pub fn record_baggage_full(key: &str, value_len: usize) {
+    record_event(
+        Event::BaggageFull,
+        &format_args!("baggage is full, the {key} entry of {value_len} bytes was not written"),
+    );
 }
 
 /// How many `dei`/`dei-faults` baggage entries were dropped on inject because the baggage was full.
 pub fn baggage_full_total() -> u64 {
-    COUNTS[BAGGAGE_FULL_SLOT].load(Ordering::Relaxed)
+    event_total(Event::BaggageFull)
 }
 
 /// How many values from `source` were rejected in this process so far.
@@ -104,7 +161,14 @@ pub fn rejected_total(source: Source) -> u64 {
     COUNTS[source.slot()].load(Ordering::Relaxed)
 }
 
-/// Rejections from every source, as `(name, count)` pairs.
+/// How many times `event` happened in this process so far.
+pub fn event_total(event: Event) -> u64 {
+    COUNTS[event.slot()].load(Ordering::Relaxed)
+}
+
+/// Every counter, rejections by source then events, as `(name, count)` pairs.
 pub fn snapshot() -> Vec<(&'static str, u64)> {
-    Source::ALL.iter().map(|s| (s.name(), rejected_total(*s))).collect()
+    (Source::ALL.iter().map(|s| (s.name(), rejected_total(*s))))
+        .chain(Event::ALL.iter().map(|e| (e.name(), event_total(*e))))
+        .collect()
 }

@@ -8,6 +8,8 @@
 use crate::index::{Element, ElementDigest, Index};
 use crate::instantiation::{Instantiation, PathMode};
 use crate::invocation::InvocationSignature;
+use crate::rejection::{self, Event};
+use crate::wire::MAX_DEPTH;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,6 +128,23 @@ impl RequestScope {
     ///
     /// Keep the returned [`IssuedIndex`] alive until the RPC completes: while it lives, another issue of the
     /// same invocation signature in this scope is flagged ambiguous, and so is this one.
+    ///
+    /// An index never has more than [`MAX_DEPTH`](crate::MAX_DEPTH) (64) elements, the default limit of every
+    /// decoder: a receiver would reject a deeper one and serve the request as a new root, silently splitting
+    /// the trace's indexes. At the limit the index is not extended: the RPC carries its first 64 elements
+    /// (with a path, the scope's own 64-element prefix), [`IssuedIndex::depth_limited`] says so, and the event
+    /// is counted ([`Event::DepthLimited`](crate::rejection::Event::DepthLimited)). Such an index names the
+    /// caller, not this RPC, so no fault plan entry applies to it.
+    ///
+    /// ```
+    /// use dei_propagator::*;
+    /// let deep: Index = (0..64).map(|i| Element::new(ElementDigest([i; 8]), 1)).collect();
+    /// let scope = RequestScope::enter(deep.clone(), Instantiation::dei());
+    /// let echo = InvocationSignature::new(Signature::grpc_path("/B/echo"), PayloadDigest::of(b"s"), StackDigest([7; 32]));
+    /// let issued = scope.issue(&echo);
+    /// assert!(issued.depth_limited());
+    /// assert_eq!(issued.index(), &deep);
+    /// ```
     pub fn issue(&self, invocation: &InvocationSignature) -> IssuedIndex {
         self.issue_element(invocation.element_digest(&self.inner.instantiation), false)
     }
@@ -167,26 +186,46 @@ impl RequestScope {
             count,
             preliminary,
         };
+        let prefix = &self.inner.prefix;
+        let depth = match inst.path {
+            PathMode::Path => prefix.depth() + 1,
+            PathMode::None => 1,
+            PathMode::History => prefix.depth() + state.history.len() + 1,
+        };
+        let depth_limited = depth > MAX_DEPTH;
         let index = match inst.path {
-            PathMode::Path => self.inner.prefix.child(element),
             PathMode::None => std::iter::once(element).collect(),
-            PathMode::History => (self.inner.prefix.elements().iter())
+            PathMode::Path if !depth_limited => prefix.child(element),
+            PathMode::Path if prefix.depth() == MAX_DEPTH => prefix.clone(),
+            // The first elements of what the index would have been (the path or the causal history).
+            PathMode::Path | PathMode::History => (prefix.elements().iter())
                 .chain(&state.history)
                 .copied()
                 .chain(std::iter::once(element))
+                .take(MAX_DEPTH)
                 .collect(),
         };
-        if inst.path == PathMode::History {
-            // only the causal-history instantiation reads it: other scopes must not grow per RPC
+        if inst.path == PathMode::History && !depth_limited {
+            // Only the causal-history instantiation reads it: other scopes must not grow per RPC; and past the
+            // depth limit no index shows more of it.
             state.history.push(element);
         }
         drop(state);
+        if depth_limited {
+            rejection::record_event(
+                Event::DepthLimited,
+                &format_args!(
+                    "an index of {depth} elements would exceed the limit of {MAX_DEPTH}: the call carries its first {MAX_DEPTH} elements, and no fault applies to it"
+                ),
+            );
+        }
         IssuedIndex {
             index,
             scope: self.clone(),
             digest,
             seq,
             flagged,
+            depth_limited,
             released: false,
         }
     }
@@ -210,6 +249,8 @@ pub struct IssuedIndex {
     seq: u64,
     /// Another RPC with the same signature was in flight when it was issued.
     flagged: bool,
+    /// The index is not this RPC's own: it was at the depth limit and could not be extended.
+    depth_limited: bool,
     /// Already released by [`IssuedIndex::complete`].
     released: bool,
 }
@@ -227,6 +268,12 @@ impl IssuedIndex {
             count: 1,
             preliminary: false,
         })
+    }
+
+    /// True when the index could not be extended because of the depth limit (see [`RequestScope::issue`]): it
+    /// is not unique to this RPC, and no fault applies to it.
+    pub fn depth_limited(&self) -> bool {
+        self.depth_limited
     }
 
     /// True once another RPC with the same invocation signature was in flight in the same scope together with
@@ -269,6 +316,7 @@ impl fmt::Debug for IssuedIndex {
         f.debug_struct("IssuedIndex")
             .field("index", &self.index)
             .field("ambiguous", &self.is_ambiguous())
+            .field("depth_limited", &self.depth_limited)
             .finish()
     }
 }
@@ -414,6 +462,44 @@ mod tests {
         assert_eq!(first.depth(), 2);
         assert_eq!(second.depth(), 3);
         assert!(second.starts_with(&first), "history carries every earlier element");
+    }
+
+    #[test]
+    fn the_depth_limit_is_never_crossed() {
+        let el = |i: usize| Element::new(ElementDigest([i as u8; 8]), 1);
+        let prefix = |depth: usize| -> Index { (0..depth).map(el).collect() };
+        let before = rejection::event_total(Event::DepthLimited);
+        // one below the limit: extended to exactly 64
+        let scope = RequestScope::enter(prefix(63), Instantiation::dei());
+        let issued = scope.issue(&inv(b"a", 1));
+        assert_eq!(issued.index().depth(), 64);
+        assert!(!issued.depth_limited());
+        // at the limit: the prefix, unchanged
+        let scope = RequestScope::enter(prefix(64), Instantiation::dei());
+        let issued = scope.issue(&inv(b"a", 1));
+        assert_eq!(issued.index(), &prefix(64));
+        assert!(issued.depth_limited());
+        // deeper than the limit (raised decoding limits): its first 64 elements
+        let scope = RequestScope::enter(prefix(70), Instantiation::dei());
+        assert_eq!(scope.issue(&inv(b"a", 1)).index(), &prefix(64));
+        // the causal history stops growing at the limit
+        let hist = RequestScope::enter(prefix(60), Instantiation::three_mile_beach());
+        let depths: Vec<(usize, bool)> = (0..8u8)
+            .map(|i| {
+                let issued = hist.issue(&inv(&[i], 1));
+                (issued.index().depth(), issued.depth_limited())
+            })
+            .collect();
+        assert_eq!(
+            depths,
+            [61, 62, 63, 64, 64, 64, 64, 64]
+                .iter()
+                .zip([false, false, false, false, true, true, true, true])
+                .map(|(d, l)| (*d, l))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(hist.lock().history.len(), 4);
+        assert!(rejection::event_total(Event::DepthLimited) >= before + 6);
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub struct Limits {
     pub max_depth: usize,
 }
 
+/// The most elements an index has: the default decoding limit, and the depth beyond which a sender does not
+/// extend an index (see [`crate::RequestScope::issue`]).
+pub const MAX_DEPTH: usize = 64;
+
 /// The longest element on the wire: `.`, 11 digest characters, a 10-digit count and `~`.
 pub const MAX_ELEMENT_CHARS: usize = 1 + DIGEST_CHARS + 10 + 1;
 
@@ -39,7 +43,7 @@ impl Limits {
 impl Default for Limits {
     /// 64 elements and 1473 bytes: every index within the depth limit fits the length limit.
     fn default() -> Self {
-        Limits::for_depth(64)
+        Limits::for_depth(MAX_DEPTH)
     }
 }
 

@@ -152,8 +152,8 @@ fn arb_index(max_depth: usize) -> impl Strategy<Value = Index> {
 
 fn arb_fault() -> impl Strategy<Value = Fault> {
     prop_oneof![
-        (0u8..=16).prop_map(Fault::Grpc),
-        (100u16..=599).prop_map(Fault::Http),
+        (1u8..=16).prop_map(Fault::Grpc),
+        (200u16..=599).prop_map(Fault::Http),
         Just(Fault::Connection),
         (0u64..=999_999).prop_map(|ms| Fault::Latency(Duration::from_millis(ms))),
     ]

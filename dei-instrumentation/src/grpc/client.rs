@@ -31,7 +31,7 @@ use crate::fault::{self, Action};
 use crate::outgoing::{self, Call};
 use crate::stack::CapturedStack;
 use bytes::Bytes;
-use dei_propagator::{DeiContextExt, FaultPlan, Index, PayloadDigest, RequestScope, Signature};
+use dei_propagator::{Index, PayloadDigest, RequestScope, Signature};
 use futures::future::BoxFuture;
 use http_body::{Body as _, Frame, SizeHint};
 use opentelemetry::Context;
@@ -282,7 +282,7 @@ where
         creation: info.stack.clone(),
         sites: parts.extensions.get::<SendSites>().cloned(),
         k: 0,
-        plan: info.caller_cx.fault_plan().cloned(),
+        plan: outgoing::FaultGate::new(&config, &info.caller_cx),
         fault,
     });
     let body = Body::new(OutboundBody {
@@ -339,8 +339,8 @@ struct StreamTap {
     creation: CapturedStack,
     sites: Option<SendSites>,
     k: u32,
-    /// The fault plan of the caller's context.
-    plan: Option<FaultPlan>,
+    /// The fault plan of the caller's context, as this service's configuration lets it apply.
+    plan: outgoing::FaultGate,
     /// Set when a failing fault hit a message.
     fault: StreamFault,
 }
@@ -370,7 +370,7 @@ impl StreamTap {
                 digest,
                 stack,
                 self.k,
-                self.plan.as_ref(),
+                &self.plan,
             );
             match action {
                 Action::Send => {}

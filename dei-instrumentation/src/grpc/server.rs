@@ -21,7 +21,7 @@
 use super::frame::MessageDigester;
 use super::methods::MethodKind;
 use crate::body::{DeiResponseBody, InboundDigest};
-use crate::config::DeiConfig;
+use crate::config::{DeiConfig, Incoming};
 use crate::incoming;
 use crate::span;
 use bytes::Bytes;
@@ -38,12 +38,25 @@ use tracing::Instrument;
 #[derive(Clone, Debug, Default)]
 pub struct DeiServerLayer {
     config: DeiConfig,
+    incoming: Incoming,
 }
 
 impl DeiServerLayer {
-    /// A layer with this configuration.
+    /// A layer with this configuration, trusting the `dei` and `dei-faults` values requests arrive with
+    /// ([`Incoming::Trust`]; fault plans are then handled as [`DeiConfig::faults`] says).
     pub fn new(config: DeiConfig) -> Self {
-        DeiServerLayer { config }
+        DeiServerLayer {
+            config,
+            incoming: Incoming::Trust,
+        }
+    }
+
+    /// What this layer does with incoming `dei` and `dei-faults` values: [`Incoming::Restart`] on a layer that
+    /// receives traffic from outside the system (a trust boundary) drops them and serves every request as a
+    /// root.
+    pub fn incoming(mut self, incoming: Incoming) -> Self {
+        self.incoming = incoming;
+        self
     }
 }
 
@@ -53,6 +66,7 @@ impl<S> Layer<S> for DeiServerLayer {
         DeiServerService {
             inner,
             config: self.config.clone(),
+            incoming: self.incoming,
         }
     }
 }
@@ -62,6 +76,7 @@ impl<S> Layer<S> for DeiServerLayer {
 pub struct DeiServerService<S> {
     inner: S,
     config: DeiConfig,
+    incoming: Incoming,
 }
 
 impl<S, B> Service<http::Request<Body>> for DeiServerService<S>
@@ -95,6 +110,7 @@ where
         let single_request = kind == Some(MethodKind::ServerStreaming);
         let call = incoming::open(
             &self.config,
+            self.incoming,
             request.headers(),
             &method.signature,
             &span,

@@ -13,7 +13,7 @@
 //! `?`, and the body up to the cap, computed as the handler reads the body: nothing is buffered.
 
 use crate::body::{DeiResponseBody, InboundDigest};
-use crate::config::DeiConfig;
+use crate::config::{DeiConfig, Incoming};
 use crate::incoming;
 use axum::body::Body;
 use axum::extract::MatchedPath;
@@ -29,12 +29,25 @@ use tracing::Instrument;
 #[derive(Clone, Debug, Default)]
 pub struct DeiHttpServerLayer {
     config: DeiConfig,
+    incoming: Incoming,
 }
 
 impl DeiHttpServerLayer {
-    /// A layer with this configuration.
+    /// A layer with this configuration, trusting the `dei` and `dei-faults` values requests arrive with
+    /// ([`Incoming::Trust`]; fault plans are then handled as [`DeiConfig::faults`] says).
     pub fn new(config: DeiConfig) -> Self {
-        DeiHttpServerLayer { config }
+        DeiHttpServerLayer {
+            config,
+            incoming: Incoming::Trust,
+        }
+    }
+
+    /// What this layer does with incoming `dei` and `dei-faults` values: [`Incoming::Restart`] on a layer that
+    /// receives traffic from outside the system (a trust boundary) drops them and serves every request as a
+    /// root.
+    pub fn incoming(mut self, incoming: Incoming) -> Self {
+        self.incoming = incoming;
+        self
     }
 }
 
@@ -44,6 +57,7 @@ impl<S> Layer<S> for DeiHttpServerLayer {
         DeiHttpServerService {
             inner,
             config: self.config.clone(),
+            incoming: self.incoming,
         }
     }
 }
@@ -53,6 +67,7 @@ impl<S> Layer<S> for DeiHttpServerLayer {
 pub struct DeiHttpServerService<S> {
     inner: S,
     config: DeiConfig,
+    incoming: Incoming,
 }
 
 impl<S> Service<http::Request<Body>> for DeiHttpServerService<S>
@@ -86,7 +101,7 @@ where
             url.path = request.uri().path(),
             http.response.status_code = tracing::field::Empty,
         );
-        let call = incoming::open(&self.config, request.headers(), &signature, &span, false);
+        let call = incoming::open(&self.config, self.incoming, request.headers(), &signature, &span, false);
         let query = request.uri().query().unwrap_or("").to_string();
         let digest = InboundDigest::http(&query, self.config.payload_digest_cap());
         let incoming::Dispatched { future, guard, cx } = incoming::dispatch(

@@ -35,9 +35,11 @@ pub type DeiChannel = dei_instrumentation::DeiClientService<Channel>;
 /// Encoded descriptor set of the test protos (written by build.rs).
 pub const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/deitest_descriptor.bin"));
 
-/// The configuration every test service uses: streaming methods declared from the descriptor set.
+/// The configuration every test service uses: streaming methods declared from the descriptor set, fault plans
+/// applied (they are off by default).
 pub fn config() -> DeiConfig {
     DeiConfig::builder()
+        .faults(dei_instrumentation::Faults::Accept)
         .methods_from_descriptor_set(DESCRIPTORS)
         .expect("descriptor set of the test protos")
         .build()
