@@ -216,3 +216,124 @@ fn encoded_bytes_per_hop() {
     }
     assert_eq!(typical(8, 1).encode().len(), 1 + 8 * 13);
 }
+
+/// Header fields in order, as `(name, value)`: a carrier that, unlike a map, keeps repeated fields.
+struct Fields(Vec<(String, String)>);
+
+impl opentelemetry::propagation::Extractor for Fields {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| k.as_str()).collect()
+    }
+
+    fn get_all(&self, key: &str) -> Option<Vec<&str>> {
+        let all: Vec<&str> = (self.0.iter())
+            .filter(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        (!all.is_empty()).then_some(all)
+    }
+}
+
+/// `{N×text}` written out: `text` N times.
+fn expand(cell: &str) -> String {
+    let mut out = String::new();
+    let mut rest = cell;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').expect("closing brace") + start;
+        let (n, text) = rest[start + 1..end].split_once('×').expect("{N×text}");
+        out.push_str(&text.repeat(n.parse().expect("N")));
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn reading_the_carriers() {
+    use dei_propagator::rejection::{self, Source};
+    use dei_propagator::{DeiContextExt, DeiPropagator};
+    use opentelemetry::propagation::TextMapPropagator;
+    let sources = [Source::Header, Source::Baggage, Source::FaultPlan];
+    for row in table("Reading the carriers") {
+        let [headers, index, plan, counted] = &row[..] else {
+            panic!("{row:?}")
+        };
+        let fields = Fields(
+            headers
+                .split(" + ")
+                .map(|field| {
+                    let (name, value) = field.split_once(": ").expect("name: value");
+                    (name.to_string(), expand(value))
+                })
+                .collect(),
+        );
+        let before = sources.map(rejection::rejected_total);
+        let cx = DeiPropagator::new().extract(&fields);
+        let after = sources.map(rejection::rejected_total);
+        assert_eq!(
+            cx.dei_index().map(|i| i.encode()).unwrap_or_default(),
+            *index,
+            "{headers}: the index read"
+        );
+        assert_eq!(
+            cx.fault_plan().map(|p| p.encode()).unwrap_or_default(),
+            *plan,
+            "{headers}: the plan read"
+        );
+        let expected = sources.map(|s| counted.split(", ").filter(|c| *c == s.name()).count() as u64);
+        let grew = [0, 1, 2].map(|i| after[i] - before[i]);
+        assert_eq!(grew, expected, "{headers}: counted (header, baggage, fault_plan)");
+    }
+}
+
+#[test]
+fn extending_at_the_depth_limit() {
+    use dei_propagator::{MAX_DEPTH, RequestScope};
+    assert_eq!(MAX_DEPTH, 64);
+    let element = Index::decode("1.chSN83lZIds1").expect("element").elements()[0];
+    let call = InvocationSignature::new(
+        Signature::from_name("B/echo".to_string()),
+        PayloadDigest::of(b"Hello"),
+        StackDigest([0; 32]),
+    );
+    for row in table("Extending at the depth limit") {
+        let [incoming, issued, what] = &row[..] else {
+            panic!("{row:?}")
+        };
+        let incoming = Index::from_elements(vec![element; incoming.parse().expect("depth")]);
+        let scope = RequestScope::enter(incoming.clone(), Instantiation::dei());
+        let index = scope.issue(&call);
+        assert_eq!(
+            index.index().depth(),
+            issued.parse::<usize>().expect("depth"),
+            "{row:?}"
+        );
+        if what.starts_with("extended") {
+            assert!(!index.depth_limited(), "{row:?}");
+            assert_eq!(index.index().parent().as_ref(), Some(&incoming), "{row:?}");
+        } else {
+            assert!(index.depth_limited(), "{row:?}");
+            assert_eq!(index.index(), &incoming, "{row:?}");
+        }
+    }
+}
+
+#[test]
+fn faults_as_a_caller_sees_them_are_valid_faults() {
+    // The outcomes are checked against real clients in dei-instrumentation/tests/hostile.rs; here, that every
+    // fault of the table is one a plan can carry.
+    for row in table("Faults as a caller sees them") {
+        let fault: Fault = row[0].parse().unwrap_or_else(|()| panic!("{row:?}"));
+        assert!(fault.is_valid(), "{row:?}");
+        let plan = FaultPlan::new(vec![(Index::root(), fault)]);
+        assert_eq!(FaultPlan::decode(&plan.encode()), Ok(plan));
+    }
+}
