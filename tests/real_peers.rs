@@ -197,6 +197,16 @@ fn dei_edge_metrics(c: &Running) -> BTreeMap<(String, String), (f64, f64)> {
     out
 }
 
+/// `s` percent-encoded for a query string (everything but ASCII letters, digits and `-._~`).
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// The service a server span's `rpc.service` names, by the demo's rule (`cinema.Bookings` → `bookings`).
 fn service_of(rpc_service: &str) -> String {
     rpc_service.rsplit('.').next().unwrap_or(rpc_service).to_lowercase()
@@ -299,6 +309,53 @@ fn cinema_through_the_collector_and_dei_collector_to_jaeger() {
         services.is_superset(&nodes),
         "Jaeger's services {services:?} include the graph's {nodes:?}"
     );
+
+    // Jaeger finds the spans of one DEI index by tag, as the guide shows (`tags={"dei.index":"…"}`): take a
+    // server span's index, whose calls failed in some executions and not in others.
+    let (service, index) = spans
+        .iter()
+        .filter(|s| s.span_kind == SpanKind::Server)
+        .find_map(|s| {
+            let index = s.attributes.iter().find(|kv| kv.key.as_str() == "dei.index")?;
+            let service = s.attributes.iter().find(|kv| kv.key.as_str() == "rpc.service")?;
+            Some((service_of(&service.value.to_string()), index.value.to_string()))
+        })
+        .expect("a server span with dei.index");
+    // Jaeger's search returns the traces in which a span of `service` has the tag, with all their spans.
+    let has_index = |s: &SpanData| {
+        s.attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "dei.index" && kv.value.to_string() == index)
+    };
+    let traces_with: BTreeSet<String> = spans
+        .iter()
+        .filter(|s| s.span_kind == SpanKind::Server && has_index(s))
+        .filter(|s| {
+            s.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == "rpc.service" && service_of(&kv.value.to_string()) == service)
+        })
+        .map(|s| s.span_context.trace_id().to_string())
+        .collect();
+    let with_index: BTreeSet<String> = spans
+        .iter()
+        .filter(|s| has_index(s) && traces_with.contains(&s.span_context.trace_id().to_string()))
+        .map(|s| s.span_context.span_id().to_string())
+        .collect();
+    assert!(!traces_with.is_empty());
+    let tags = percent_encode(&serde_json::json!({ "dei.index": index }).to_string());
+    let found: BTreeSet<String> = jaeger.get(&format!(
+        "/api/traces?service={service}&tags={tags}&limit=10000&lookback=custom&start=0&end={}",
+        peers::now_micros() + 3_600_000_000
+    ))["data"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .flat_map(JaegerSpan::all_of)
+        .filter(|s| s.tags.get("dei.index") == Some(&index))
+        .map(|s| s.span_id)
+        .collect();
+    assert_eq!(found, with_index, "Jaeger finds the spans of dei.index {index} by tag");
 
     // The same graph and prefix tree as with direct export.
     assert_eq!(
