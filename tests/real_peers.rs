@@ -197,16 +197,6 @@ fn dei_edge_metrics(c: &Running) -> BTreeMap<(String, String), (f64, f64)> {
     out
 }
 
-/// `s` percent-encoded for a query string (everything but ASCII letters, digits and `-._~`).
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The service a server span's `rpc.service` names, by the demo's rule (`cinema.Bookings` → `bookings`).
 fn service_of(rpc_service: &str) -> String {
     rpc_service.rsplit('.').next().unwrap_or(rpc_service).to_lowercase()
@@ -343,7 +333,7 @@ fn cinema_through_the_collector_and_dei_collector_to_jaeger() {
         .map(|s| s.span_context.span_id().to_string())
         .collect();
     assert!(!traces_with.is_empty());
-    let tags = percent_encode(&serde_json::json!({ "dei.index": index }).to_string());
+    let tags = peers::percent_encode(&serde_json::json!({ "dei.index": index }).to_string());
     let found: BTreeSet<String> = jaeger.get(&format!(
         "/api/traces?service={service}&tags={tags}&limit=10000&lookback=custom&start=0&end={}",
         peers::now_micros() + 3_600_000_000

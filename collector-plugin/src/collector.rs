@@ -24,6 +24,9 @@ pub struct IngestConfig {
     pub analyze: bool,
     /// A JSON report of an exhaustive fault search (dei-sfit) served at `/api/v1/search` for the web view.
     pub search_report: Option<std::path::PathBuf>,
+    /// The base URL of Jaeger's UI (`--jaeger-ui`, checked by [`crate::ui::parse_jaeger_ui`]): the web view
+    /// links trace ids to Jaeger's trace page and tree nodes to a Jaeger search for their `dei.index` tag.
+    pub jaeger_ui: Option<String>,
 }
 
 impl Default for IngestConfig {
@@ -33,6 +36,7 @@ impl Default for IngestConfig {
             strict_attributes: true,
             analyze: true,
             search_report: None,
+            jaeger_ui: None,
         }
     }
 }

@@ -86,6 +86,9 @@ struct ServeArgs {
     /// A JSON report of a dei-sfit search, served at /api/v1/search for the web view (/ui/).
     #[arg(long)]
     search_report: Option<PathBuf>,
+    /// Jaeger's UI (e.g. http://jaeger:16686): the web view links trace ids and tree nodes to it.
+    #[arg(long, value_parser = collector_plugin::ui::parse_jaeger_ui)]
+    jaeger_ui: Option<String>,
     /// Most prefix-tree nodes.
     #[arg(long, default_value_t = 100_000)]
     max_nodes: usize,
@@ -264,6 +267,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     config.ingest.strict_attributes = !a.lenient_attributes;
     config.ingest.analyze = !a.no_analysis;
     config.ingest.search_report = a.search_report;
+    config.ingest.jaeger_ui = a.jaeger_ui;
     config.analyzer.max_nodes = a.max_nodes;
     config.analyzer.graph.max_edges = a.max_edges;
     config.analyzer.graph.store_ttl = Duration::from_millis(a.pairing_ttl_ms);

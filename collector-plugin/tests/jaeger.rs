@@ -219,7 +219,8 @@ fn behind_dei_collector(flag: &str, endpoint: impl Fn(&Jaeger) -> String) {
     };
     let rt = runtime();
     let jaeger = Jaeger::start(&bin, "jaeger.yaml", &[]);
-    let c = CollectorProcess::start(&[flag, &endpoint(&jaeger)]);
+    let ui = format!("http://{}/", jaeger.query);
+    let c = CollectorProcess::start(&[flag, &endpoint(&jaeger), "--jaeger-ui", &ui]);
     let index = Index::root().child(element("users.Users/GetUser", "j2"));
     let mut made = {
         let _g = rt.enter();
@@ -241,6 +242,7 @@ fn behind_dei_collector(flag: &str, endpoint: impl Fn(&Jaeger) -> String) {
         with_service.len() as f64,
         "dei-collector counted what it forwarded"
     );
+    follow_the_web_views_links(&jaeger, &c, &with_service, &index);
     let accepted = || {
         sum(
             &jaeger.own_metrics(),
@@ -264,4 +266,101 @@ fn dei_collector_forwards_to_jaeger_over_grpc() {
 #[test]
 fn dei_collector_forwards_to_jaeger_over_http() {
     behind_dei_collector("--forward-http", |j| format!("http://{}/v1/traces", j.otlp_http));
+}
+
+/// The web view's links into Jaeger (`--jaeger-ui`), as `/ui/config.json` gives them and `app.js` fills
+/// them in, lead to this trace and to this index on the real Jaeger: its UI's routes (`/trace/{id}`,
+/// `/search?service=…&tags=…`) take the same parameters as its API's (`/api/traces/{id}`, `/api/traces?…`),
+/// which a module build serves (its UI pages are a placeholder).
+fn follow_the_web_views_links(jaeger: &Jaeger, c: &CollectorProcess, made: &[(SpanData, &str)], index: &Index) {
+    let config = c.get_json("/ui/config.json");
+    let base = format!("http://{}", jaeger.query);
+    assert_eq!(
+        config["jaeger_ui"],
+        base.as_str(),
+        "the base URL, without its trailing slash"
+    );
+    let app = get_text(c.api, "/ui/app.js");
+    for used in [
+        "/ui/config.json",
+        "c.trace.replace(\"{trace_id}\"",
+        "c.search.replace(\"{service}\"",
+        "\"dei.index\"",
+    ] {
+        assert!(app.contains(used), "app.js fills in the links: {used}");
+    }
+    let api_path = |link: &str, ui_route: &str, api_route: &str| -> String {
+        let path = link
+            .strip_prefix(&base)
+            .unwrap_or_else(|| panic!("{link} is on {base}"));
+        let rest = path
+            .strip_prefix(ui_route)
+            .unwrap_or_else(|| panic!("{path} starts with {ui_route}"));
+        // the UI route is served by Jaeger's query service too
+        let (status, _) = peers::http_get(&jaeger.query, path);
+        assert_eq!(status, 200, "Jaeger serves {path}");
+        format!("{api_route}{rest}")
+    };
+
+    // a trace id's link: the trace, every span of it
+    let trace_id = made[0].0.span_context.trace_id().to_string();
+    let link = config["trace"]
+        .as_str()
+        .expect("a trace link")
+        .replace("{trace_id}", &trace_id);
+    let spans = jaeger.get(&api_path(&link, "/trace/", "/api/traces/"));
+    let in_trace = made
+        .iter()
+        .filter(|(s, _)| s.span_context.trace_id().to_string() == trace_id)
+        .count();
+    let shown: usize = spans["data"]
+        .as_array()
+        .expect("a trace")
+        .iter()
+        .map(|t| JaegerSpan::all_of(t).len())
+        .sum();
+    assert_eq!(shown, in_trace, "the trace link shows the trace's {in_trace} spans");
+
+    // a tree node's link: a search for its dei.index on its server's service finds every call under it
+    let tags = peers::percent_encode(&serde_json::json!({ "dei.index": index.encode() }).to_string());
+    let link = config["search"]
+        .as_str()
+        .expect("a search link")
+        .replace("{service}", "users")
+        .replace("{tags}", &tags);
+    let found = jaeger.get(&format!(
+        "{}&limit=1000&lookback=custom&start=0&end={}",
+        api_path(&link, "/search", "/api/traces"),
+        peers::now_micros() + 3_600_000_000
+    ));
+    let with_index: BTreeSet<String> = found["data"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .flat_map(JaegerSpan::all_of)
+        .filter(|s| s.tags.get("dei.index") == Some(&index.encode()))
+        .map(|s| s.span_id)
+        .collect();
+    let want: BTreeSet<String> = made
+        .iter()
+        .filter(|(s, _)| s.attributes.iter().any(|kv| kv.key.as_str() == "dei.index"))
+        .map(|(s, _)| s.span_context.span_id().to_string())
+        .collect();
+    assert_eq!(
+        with_index, want,
+        "the node's link finds its calls' client and server spans"
+    );
+}
+
+#[test]
+fn a_jaeger_ui_that_is_not_a_url_is_refused() {
+    for bad in ["jaeger:16686", "http://jaeger:16686/?x"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dei-collector"))
+            .args(["serve", "--api-listen", "127.0.0.1:0", "--jaeger-ui", bad])
+            .output()
+            .expect("run dei-collector");
+        assert!(!out.status.success(), "{bad} is refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--jaeger-ui") && err.contains("not"), "{bad}: {err}");
+    }
 }

@@ -444,6 +444,17 @@ pub fn sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// `s` percent-encoded for a query string (everything but ASCII letters, digits and `-._~`), as the web
+/// view's `encodeURIComponent` does for the characters of JSON and DEI indexes.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// A blocking HTTP/1.1 GET: (status, body), chunked bodies decoded.
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
