@@ -300,6 +300,7 @@ fn unusable_forwarding_endpoints_are_refused_at_start_up() {
         ("--forward-grpc", "notaurl", "no scheme"),
         ("--forward-grpc", "ftp://127.0.0.1:4317", "scheme \"ftp\""),
         ("--forward-grpc", "http://", ""),
+        ("--forward-grpc", "https://collector:4317", "https is not supported"),
         ("--forward-http", "http://127.0.0.1:4318", "no path"),
     ] {
         let o = run(&[

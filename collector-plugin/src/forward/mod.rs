@@ -39,8 +39,9 @@ impl Downstream {
         }
     }
 
-    /// Checks that the endpoint is an absolute `http://` or `https://` URL with a host (and, for OTLP/HTTP,
-    /// a path such as `/v1/traces`), so that a typo is refused at start-up instead of failing every batch.
+    /// Checks that the endpoint is an absolute `http://` URL with a host (and, for OTLP/HTTP, a path such as
+    /// `/v1/traces`), so that a typo is refused at start-up instead of failing every batch. `https://` is
+    /// refused too: forwarding is plain-text only (no TLS stack is built in).
     pub fn validate(&self) -> Result<(), String> {
         let (flag, example) = match self {
             Downstream::Grpc(_) => ("--forward-grpc", "http://127.0.0.1:4317"),
@@ -57,9 +58,15 @@ impl Downstream {
             Err(e) => return bad(&e.to_string()),
         };
         match uri.scheme_str() {
-            Some("http") | Some("https") => {}
-            Some(other) => return bad(&format!("scheme {other:?}, not http or https")),
-            None => return bad("no scheme (http:// or https://)"),
+            Some("http") => {}
+            Some("https") => {
+                return bad(
+                    "https is not supported (plain-text h2c / HTTP only; put a TLS-terminating proxy or an \
+                     OpenTelemetry Collector in between)",
+                );
+            }
+            Some(other) => return bad(&format!("scheme {other:?}, not http")),
+            None => return bad("no scheme (http://)"),
         }
         match uri.host() {
             Some(h) if !h.is_empty() => {}
