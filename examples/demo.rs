@@ -131,6 +131,15 @@ async fn main() -> ExitCode {
         println!("  #{}: {:?} with {}", e.number, e.outcome, faults.join(", "));
     }
     println!("spans received: {}", s.spans_received);
+    for warning in &demo.report.warnings {
+        println!("WARNING: {warning}");
+    }
+    if s.graph_waiting > 0 {
+        println!(
+            "WARNING: {} client span(s) still wait for their server peer: the graph may miss their edges",
+            s.graph_waiting
+        );
+    }
     println!("search report:  {}", demo.report_path.display());
     if args.serve {
         println!("web view:       http://{}/ui/  (Ctrl-C to stop)", running.api_addr);

@@ -90,7 +90,11 @@ fn replays_inject_every_planned_fault_and_exit_by_the_verdict() {
     // Fig. 2: every execution passes (fallbacks); #3 plans two faults (the reproduction)
     let (path, report) = search("fig2_loops", &d);
     assert!(report.failing().is_empty(), "{report}");
-    assert_eq!(report.unreached_executions, 0, "{report}");
+    assert_eq!(
+        (report.unreached_executions, report.unsettled_executions),
+        (0, 0),
+        "{report}"
+    );
     let two = report
         .executions
         .iter()
@@ -103,6 +107,11 @@ fn replays_inject_every_planned_fault_and_exit_by_the_verdict() {
     // Fig. 5: failing the stream or a message fails the test; its replay fails the same way (exit 1), with
     // the whole plan injected
     let (path, report) = search("fig5_streaming", &d);
+    assert_eq!(
+        (report.unreached_executions, report.unsettled_executions),
+        (0, 0),
+        "{report}"
+    );
     let failing = report.failing();
     assert!(!failing.is_empty(), "{report}");
     let n = failing[0].number;

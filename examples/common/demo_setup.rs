@@ -65,6 +65,13 @@ pub struct Summary {
     pub failures: usize,
     /// Spans the collector received.
     pub spans_received: u64,
+    /// Executions with planned faults that were not injected (their verdict does not test their plan).
+    pub unreached: usize,
+    /// Executions whose spans did not settle (their observation may be incomplete).
+    pub unsettled: usize,
+    /// Client spans still waiting for their server peer when the demo stopped waiting (the graph may then
+    /// miss edges to virtual nodes).
+    pub graph_waiting: usize,
 }
 
 /// Starts the collector, the services and the search; returns once every span is in the collector. Once per
@@ -146,6 +153,9 @@ impl Demo {
             executions: self.report.executions.len(),
             failures: self.report.failing().len(),
             spans_received: self.collector.collector.counters().snapshot().spans_received,
+            unreached: self.report.unreached().len(),
+            unsettled: self.report.unsettled().len(),
+            graph_waiting: analyzer.graph.waiting(),
         }
     }
 }
