@@ -202,3 +202,48 @@ pub(crate) fn stream_message(
     span::record_stream_message(span, preliminary, &final_index, k, fault);
     (final_index, Action::for_fault(fault))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dei_propagator::{Element, ElementDigest, Instantiation, StackDigest};
+
+    fn call() -> InvocationSignature {
+        InvocationSignature::new(
+            Signature::grpc_path("/B/echo"),
+            PayloadDigest::of(b"x"),
+            StackDigest([1; 32]),
+        )
+    }
+
+    #[test]
+    fn a_plan_applies_only_where_accepted_within_the_cap_and_never_at_the_depth_limit() {
+        let scope = RequestScope::root(Instantiation::dei());
+        let issued = scope.issue(&call());
+        let long = Fault::Latency(Duration::from_secs(900));
+        let plan = FaultPlan::new(vec![(issued.index().clone(), long)]);
+        let cap = Duration::from_secs(30);
+        let not_applied = rejection::event_total(Event::FaultNotApplied);
+        assert_eq!(planned_fault(Some(&plan), Faults::Refuse, cap, &issued), None);
+        assert_eq!(planned_fault(Some(&plan), Faults::Relay, cap, &issued), None);
+        assert!(rejection::event_total(Event::FaultNotApplied) >= not_applied + 2);
+        let clamped = rejection::event_total(Event::LatencyClamped);
+        assert_eq!(
+            planned_fault(Some(&plan), Faults::Accept, cap, &issued),
+            Some(Fault::Latency(cap))
+        );
+        assert!(rejection::event_total(Event::LatencyClamped) > clamped);
+        let short = FaultPlan::new(vec![(issued.index().clone(), Fault::UNAVAILABLE)]);
+        assert_eq!(
+            planned_fault(Some(&short), Faults::Accept, cap, &issued),
+            Some(Fault::UNAVAILABLE)
+        );
+        // At the depth limit the call carries its scope's index, which names the caller's call: never a target.
+        let deep: Index = (0..64).map(|i| Element::new(ElementDigest([i; 8]), 1)).collect();
+        let scope = RequestScope::enter(deep.clone(), Instantiation::dei());
+        let limited = scope.issue(&call());
+        assert!(limited.depth_limited());
+        let plan = FaultPlan::new(vec![(deep, Fault::UNAVAILABLE)]);
+        assert_eq!(planned_fault(Some(&plan), Faults::Accept, cap, &limited), None);
+    }
+}
