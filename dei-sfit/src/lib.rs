@@ -10,7 +10,9 @@
 //!   programs ([`model`]), [`CollectorSpans`] reads `dei-collector`'s API for services in other processes;
 //! - the [`Search`] plans faults on observed indexes, at most one new fault per execution, never on an
 //!   ancestor of a planned fault and never where a fault could become unreachable, and reports executions
-//!   whose effective fault set repeats an earlier one ([`Report`], JSON and terminal, replayable);
+//!   whose effective fault set repeats an earlier one, and those that did not carry out their plan (planned
+//!   faults not injected) or whose spans did not settle ([`Report`], JSON and terminal, replayable; a replay
+//!   that does not inject its whole plan is an error, [`SearchError::Unreached`]);
 //! - the brute-force [`Oracle`] runs every combination of observed indexes, to check that the search is
 //!   complete and non-redundant.
 //!
