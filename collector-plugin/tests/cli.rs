@@ -36,7 +36,15 @@ fn stderr(o: &Output) -> String {
 
 /// The generated traces (12 spans each, DEI attributes, a database client span) of the load generator.
 fn request(traces: usize) -> ExportTraceServiceRequest {
-    let (body, _) = template(traces);
+    tagged(traces, 0xD1E1_C011_EC70_1234)
+}
+
+/// [`request`] with the trace ids' first 8 bytes set to `tag`, as the load generator sends them.
+fn tagged(traces: usize, tag: u64) -> ExportTraceServiceRequest {
+    let (mut body, offsets) = template(traces);
+    for o in offsets {
+        body[o..o + 8].copy_from_slice(&tag.to_be_bytes());
+    }
     ExportTraceServiceRequest::decode(body.as_slice()).expect("template decodes")
 }
 
@@ -291,6 +299,50 @@ fn reads_jaegers_json_download_as_the_same_spans() {
     let o = run(&["analyze", "-q", &broken]);
     assert!(!o.status.success(), "{o:?}");
     assert!(stderr(&o).contains("Jaeger trace: invalid id"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}
+
+/// `tests/data/jaeger-download.json` is what a real Jaeger answered: Jaeger v1.76.0 (the `deploy/jaeger/`
+/// build, `docs/deploy/jaeger.yaml`) received `dei-collector loadgen --protocol http --traces-per-request 3`
+/// over OTLP/HTTP, and `GET /api/traces?service=frontend` returned, among others, the three traces of its
+/// first request (trace ids `0000000000000001 000t feedfacebeef`), kept here verbatim under `data`. They are
+/// the load generator's template with tag 1, so their OTLP/JSON is known exactly.
+#[test]
+fn reads_a_real_jaeger_download_as_the_otlp_it_was_sent() {
+    let d = dir("real-jaeger");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/jaeger-download.json");
+    let otlp = write(
+        &d.join("otlp.json"),
+        &serde_json::to_string(&tagged(3, 1)).expect("json"),
+    );
+    let analyze = |path: &str| {
+        let o = run(&[
+            "analyze",
+            "-q",
+            "--format",
+            "json",
+            "--instantiation",
+            "signature",
+            path,
+        ]);
+        assert!(o.status.success(), "{path}: {}", stderr(&o));
+        serde_json::from_slice::<Value>(&o.stdout).expect("report")
+    };
+    let (from_jaeger, from_otlp) = (analyze(fixture), analyze(&otlp));
+    assert_eq!(from_jaeger["summary"]["jaeger_documents"], 3);
+    assert_eq!(from_jaeger["summary"]["bad_documents"], 0);
+    assert_eq!(from_jaeger["summary"]["spans"], (3 * SPANS_PER_TRACE) as u64);
+    assert_eq!(from_jaeger["summary"]["spans"], from_otlp["summary"]["spans"]);
+    assert_eq!(analysis(&from_jaeger), analysis(&from_otlp));
+    let edges = from_jaeger["graph"]["edges"].as_array().expect("edges");
+    let edge = |c: &str, s: &str| {
+        edges
+            .iter()
+            .any(|e| e["client"] == c && e["server"] == s && e["requests"] == 9)
+    };
+    assert!(edge("catalog", "pricing"), "{edges:?}");
+    let top = from_jaeger["tree"]["subtree"].as_array().expect("tree");
+    assert_eq!(top.len(), 2, "GetUser and ListItems under the root: {top:?}");
     std::fs::remove_dir_all(&d).expect("cleanup");
 }
 
