@@ -71,6 +71,16 @@ fn parse() -> Result<Args, CliStop> {
             other => return Err(CliStop::Bad(format!("unknown argument {other:?}"))),
         }
     }
+    if let Some(endpoint) = &args.forward {
+        let downstream = if args.forward_http {
+            Downstream::Http(endpoint.clone())
+        } else {
+            Downstream::Grpc(endpoint.clone())
+        };
+        downstream
+            .validate()
+            .map_err(|e| CliStop::Bad(format!("--forward {e}")))?;
+    }
     Ok(args)
 }
 

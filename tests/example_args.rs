@@ -119,4 +119,14 @@ fn missing_or_malformed_values_are_refused() {
         "--allow-unreached applies to --replay only",
     );
     refused("demo", &["--report"], "--report needs a value");
+    refused(
+        "demo",
+        &["--forward", "notaurl"],
+        "--forward \"notaurl\" is not a usable OTLP/gRPC endpoint",
+    );
+    refused(
+        "demo",
+        &["--forward", "http://127.0.0.1:4318", "--forward-protocol", "http"],
+        "no path",
+    );
 }

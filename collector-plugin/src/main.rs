@@ -280,7 +280,11 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         (None, None) => None,
     };
     if let Some(d) = &downstream {
-        d.validate()?;
+        let flag = match d {
+            Downstream::Grpc(_) => "--forward-grpc",
+            Downstream::Http(_) => "--forward-http",
+        };
+        d.validate().map_err(|e| format!("{flag} {e}"))?;
     }
     config.forward = downstream.map(|d| {
         let mut f = ForwardConfig::new(d);

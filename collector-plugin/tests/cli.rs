@@ -369,7 +369,7 @@ fn unusable_forwarding_endpoints_are_refused_at_start_up() {
         let e = stderr(&o);
         assert!(!o.status.success(), "{flag} {endpoint}: {e}");
         assert!(
-            e.contains(flag) && e.contains(endpoint) && e.contains("not a usable endpoint") && e.contains(why),
+            e.contains(&format!("{flag} \"{endpoint}\" is not a usable")) && e.contains(why),
             "{flag} {endpoint}: {e}"
         );
         assert!(

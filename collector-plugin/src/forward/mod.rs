@@ -41,16 +41,17 @@ impl Downstream {
 
     /// Checks that the endpoint is an absolute `http://` URL with a host (and, for OTLP/HTTP, a path such as
     /// `/v1/traces`), so that a typo is refused at start-up instead of failing every batch. `https://` is
-    /// refused too: forwarding is plain-text only (no TLS stack is built in).
+    /// refused too: forwarding is plain-text only (no TLS stack is built in). The error names the endpoint
+    /// and what is wrong with it; callers prefix the option it came from.
     pub fn validate(&self) -> Result<(), String> {
-        let (flag, example) = match self {
-            Downstream::Grpc(_) => ("--forward-grpc", "http://127.0.0.1:4317"),
-            Downstream::Http(_) => ("--forward-http", "http://127.0.0.1:4318/v1/traces"),
+        let (protocol, example) = match self {
+            Downstream::Grpc(_) => ("OTLP/gRPC", "http://127.0.0.1:4317"),
+            Downstream::Http(_) => ("OTLP/HTTP", "http://127.0.0.1:4318/v1/traces"),
         };
         let endpoint = self.endpoint();
         let bad = |why: &str| {
             Err(format!(
-                "{flag} {endpoint:?} is not a usable endpoint: {why} (e.g. {example})"
+                "{endpoint:?} is not a usable {protocol} endpoint: {why} (e.g. {example})"
             ))
         };
         let uri: http::Uri = match endpoint.parse() {
