@@ -381,6 +381,8 @@ fn run_loadgen(a: LoadgenArgs) -> Result<(), String> {
         Protocol::Grpc => Downstream::Grpc(a.endpoint),
         Protocol::Http => Downstream::Http(a.endpoint),
     };
+    target.validate().map_err(|e| format!("--endpoint {e}"))?;
+    let endpoint = target.endpoint().to_string();
     let rt = runtime().map_err(|e| e.to_string())?;
     let r = rt.block_on(loadgen::run(loadgen::LoadConfig {
         target,
@@ -389,6 +391,18 @@ fn run_loadgen(a: LoadgenArgs) -> Result<(), String> {
         traces_per_request: a.traces_per_request,
     }))?;
     println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    if r.spans == 0 {
+        return Err(format!(
+            "{endpoint} accepted no span ({} request(s) failed, {} span(s) rejected)",
+            r.errors, r.rejected_spans
+        ));
+    }
+    if r.errors > 0 || r.rejected_spans > 0 {
+        eprintln!(
+            "dei-collector: warning: {} request(s) to {endpoint} failed and {} span(s) were rejected",
+            r.errors, r.rejected_spans
+        );
+    }
     Ok(())
 }
 

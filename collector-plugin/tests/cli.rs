@@ -379,6 +379,36 @@ fn unusable_forwarding_endpoints_are_refused_at_start_up() {
     }
 }
 
+#[test]
+fn loadgen_fails_when_nothing_was_accepted() {
+    let o = run(&["loadgen", "--endpoint", "notaurl", "--duration-secs", "1"]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        stderr(&o).contains("--endpoint \"notaurl\" is not a usable"),
+        "{}",
+        stderr(&o)
+    );
+    // a well-formed endpoint where nothing listens
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let o = run(&[
+        "loadgen",
+        "--endpoint",
+        &endpoint,
+        "--duration-secs",
+        "1",
+        "--concurrency",
+        "1",
+    ]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        stderr(&o).contains(&format!("{endpoint} accepted no span")),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// Kills the child when dropped, so that a failing assertion does not leave a collector running.
 struct Child(std::process::Child);
 
