@@ -149,7 +149,7 @@ fn root_wire() -> std::sync::Arc<str> {
 /// What [`dispatch`] hands back: the handler's future, the guard that ends with the response, and the
 /// request's `Context` (the response body is polled in it).
 pub(crate) struct Dispatched<F> {
-    pub(crate) future: F,
+    pub(crate) future: crate::caller::Serving<F>,
     pub(crate) guard: CallGuard,
     pub(crate) cx: Context,
 }
@@ -181,7 +181,8 @@ where
     let future = {
         let _entered = span.enter();
         let _attached = cx.clone().attach();
-        inner.call(request)
+        let _serving = crate::caller::ServingGuard::enter();
+        crate::caller::Serving::new(inner.call(request))
     };
     let guard = CallGuard {
         _span: span.clone(),

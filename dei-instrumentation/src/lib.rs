@@ -72,6 +72,7 @@
 #![warn(missing_docs)]
 
 mod body;
+mod caller;
 mod carrier;
 pub mod config;
 pub mod fault;
@@ -85,6 +86,7 @@ pub mod stack;
 pub mod testing;
 
 pub use body::{DeiResponseBody, InboundBody};
+pub use caller::calls_without_scope_total;
 pub use config::{ConfigError, DeiConfig, DeiConfigBuilder, Faults, Incoming};
 pub use fault::InjectedConnectionError;
 pub use grpc::client::{DeiClientLayer, DeiClientService};

@@ -105,7 +105,7 @@ where
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         // `call` runs inside the caller's poll: its stack and its Context are the caller's.
         let stack = self.config.stack_capturer().capture_inlined();
-        let caller_cx = Context::current();
+        let caller_cx = crate::caller::caller_context();
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();

@@ -126,7 +126,9 @@ impl<T> Stream for OutboundMessages<T> {
 /// # async fn run(mut client: pb::leaf_client::LeafClient<tonic::transport::Channel>) -> Result<(), Box<dyn std::error::Error>> {
 /// let config = dei_instrumentation::DeiConfig::default();
 /// let (tx, request) = dei_instrumentation::grpc::stream::channel::<pb::Msg>(&config, 16);
-/// let response = tokio::spawn(async move { client.collect(request).await });
+/// // The call runs in its own task: `dei_propagator::spawn` carries the request's Context (and its scope) into
+/// // it; a plain `tokio::spawn` would not, and the stream would start a new root outside the fault plan.
+/// let response = dei_propagator::spawn(async move { client.collect(request).await });
 /// tx.send(pb::Msg { text: "Hello".into(), ..Default::default() }).await?;
 /// tx.send(pb::Msg { text: "World".into(), ..Default::default() }).await?;
 /// drop(tx);

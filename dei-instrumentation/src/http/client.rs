@@ -18,7 +18,6 @@ use crate::fault::{self, Action, InjectedConnectionError};
 use crate::outgoing::{self, Call};
 use dei_propagator::{Fault, PayloadHasher, Signature};
 use http::Extensions;
-use opentelemetry::Context;
 use reqwest_middleware::{Middleware, Next};
 use tracing::Instrument;
 
@@ -56,7 +55,7 @@ impl Middleware for DeiReqwestMiddleware {
     ) -> reqwest_middleware::Result<reqwest::Response> {
         // This runs on the first poll of the caller's `send().await`: the stack and Context are the caller's.
         let stack = self.config.stack_capturer().capture_inlined();
-        let cx = Context::current();
+        let cx = crate::caller::caller_context();
         let url = request.url();
         let authority = match (url.host_str(), url.port()) {
             (Some(h), Some(p)) => format!("{h}:{p}"),

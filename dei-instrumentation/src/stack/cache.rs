@@ -143,11 +143,13 @@ impl SymbolCache {
                 return;
             }
             let name = symbol.name().map(|n| format!("{n:#}"));
-            let file = match mode {
-                StackMode::LineTables => symbol.filename().map(|f| filter.relative(f)),
+            let raw_file = match mode {
+                StackMode::LineTables => symbol.filename(),
                 _ => None,
             };
-            match filter.classify(name.as_deref(), file.as_deref()) {
+            let located = raw_file.map(|f| (f.to_string_lossy(), filter.locate(f)));
+            let file = located.as_ref().map(|(_, l)| l.name.clone());
+            match filter.classify(name.as_deref(), located.as_ref().map(|(raw, l)| (raw.as_ref(), l))) {
                 Class::Boundary => boundary = true,
                 Class::Foreign => {}
                 Class::App => {

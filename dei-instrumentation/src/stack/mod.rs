@@ -18,6 +18,7 @@
 //! assert!(!stacks[0].is_empty());
 //! ```
 
+mod build_layout;
 mod cache;
 mod call_site;
 pub(crate) mod filter;
@@ -64,7 +65,8 @@ fn give_back(walked: Vec<usize>) {
 /// Stack-capture settings.
 #[derive(Clone, Debug)]
 pub struct StackConfig {
-    /// The root that files are named relative to; detected when `None` (see [`StackConfig::workspace_root`]).
+    /// The root that files are named relative to; read from the binary when `None` (see
+    /// [`StackConfig::workspace_root`]).
     pub workspace_root: Option<PathBuf>,
     /// Substrings of a file path or function name that keep a frame even where the built-in rules drop it
     /// (for example a vendored library that is part of the application).
@@ -95,9 +97,10 @@ impl Default for StackConfig {
 }
 
 impl StackConfig {
-    /// Names files relative to this directory. Without it the root is, in order: `DEI_WORKSPACE_ROOT`, the
-    /// outermost ancestor of the current directory holding a `Cargo.toml`, the current directory. Files that
-    /// rustc was given as relative paths (workspace members) are already relative to the workspace root.
+    /// Names files relative to this directory: the directory the binary was *built* in, for a binary whose
+    /// debug info does not say (a separate debug file). Without it, the root is `DEI_WORKSPACE_ROOT`, then the
+    /// workspace root recorded in the executable's debug info. Neither the current directory nor where the
+    /// binary lies plays a part.
     pub fn workspace_root(mut self, root: impl Into<PathBuf>) -> Self {
         self.workspace_root = Some(root.into());
         self
@@ -285,6 +288,13 @@ impl StackCapturer {
     /// measurements currently favour).
     pub fn walker(&self) -> StackWalker {
         self.inner.walk.kind()
+    }
+
+    /// The directory the binary's workspace was built in, as frames are named relative to it: the configured
+    /// root, `DEI_WORKSPACE_ROOT`, or the one the executable's debug info records (`None` when none is known,
+    /// and frames keep absolute paths; a warning says so at start-up).
+    pub fn workspace_root(&self) -> Option<&str> {
+        self.inner.filter.root()
     }
 
     /// Number of addresses symbolized so far.
