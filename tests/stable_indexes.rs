@@ -258,3 +258,74 @@ fn a_vendored_build_gives_the_same_indexes() {
     let text = run(&binary, &fixture);
     assert_eq!(&text, expected, "built from vendored sources in {}", fixture.display());
 }
+
+/// An example built next to this test (`cargo test` builds them): `target/<profile>/examples/NAME`.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let path = exe
+        .ancestors()
+        .nth(2)
+        .expect("target/<profile>")
+        .join("examples")
+        .join(name);
+    assert!(path.exists(), "{} is missing: `cargo test` builds the examples", path.display());
+    path
+}
+
+/// Runs `binary args…` from `cwd`; returns the exit code and what it printed.
+fn run_example(binary: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(binary).args(args).current_dir(cwd).output().expect("the example runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().expect("an exit code"), text)
+}
+
+/// The lines that name an injected fault and its index, in order.
+fn injected(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.trim_start().starts_with("injected ")).collect()
+}
+
+#[test]
+fn a_saved_report_replays_to_the_same_indexes_and_faults_from_any_directory() {
+    let dir = work_dir().join("replay");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    // Fig. 2 passes under every plan (fallbacks); Fig. 5 has failing executions.
+    for (name, want_failing) in [("fig2_loops", false), ("fig5_streaming", true)] {
+        let binary = example(name);
+        let report_path = dir.join(format!("{name}.json"));
+        let report_arg = report_path.to_str().expect("UTF-8");
+        let (code, text) = run_example(&binary, &repo(), &["--quiet", "--json", report_arg]);
+        assert_eq!(code, 0, "{name}: the search\n{text}");
+        let report = dei_sfit::Report::load(&report_path).expect("the saved report");
+        let execution = if want_failing {
+            report.failing().first().copied().expect("a failing execution")
+        } else {
+            report.executions.iter().max_by_key(|e| e.plan.len()).expect("an execution")
+        };
+        assert!(!execution.plan.is_empty(), "{name}: an execution with a plan");
+        let n = execution.number.to_string();
+        let args = ["--replay", report_arg, n.as_str()];
+        let (ref_code, ref_text) = run_example(&binary, &repo(), &args);
+        let expected_code = if want_failing { 1 } else { 0 };
+        assert_eq!(ref_code, expected_code, "{name} #{n} from the repository\n{ref_text}");
+        let reference = injected(&ref_text);
+        assert_eq!(reference.len(), execution.plan.len(), "{name} #{n}: every fault injected\n{ref_text}");
+        let copy = dir.join(name);
+        std::fs::copy(&binary, &copy).expect("copy the example");
+        for (binary, cwd) in [
+            (&binary, PathBuf::from("/")),
+            (&binary, dir.clone()),
+            (&copy, dir.clone()),
+            (&copy, PathBuf::from("/")),
+        ] {
+            let (code, text) = run_example(binary, &cwd, &args);
+            assert_eq!(
+                (code, injected(&text)),
+                (ref_code, reference.clone()),
+                "{name} #{n}: {} run from {}\n{text}",
+                binary.display(),
+                cwd.display()
+            );
+        }
+    }
+}
