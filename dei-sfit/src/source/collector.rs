@@ -7,7 +7,8 @@
 //! trace. The source reads `GET /api/v1/traces/{trace_id}` (collector-plugin/API.md) and turns the trace's
 //! occurrences into an [`Observation`]. Spans arrive asynchronously, so [`settle`](SpanSource::settle) polls
 //! until the trace is complete (every preliminary index resolved, every client span seen) and has not
-//! changed for a quiet period, bounded by a timeout.
+//! changed for a quiet period, bounded by a timeout; a timeout is not a quiet success but
+//! [`Settled::TimedOut`], which the search records on the execution and counts in its report.
 //!
 //! The trace view carries what the in-memory source reads from the spans themselves, so both give the same
 //! observation of an execution:
