@@ -50,9 +50,10 @@ impl Default for Carriers {
 /// Injects the index of the RPC being sent as the `dei` header and baggage entry, and extracts it on the
 /// receiving side; does the same for the fault plan (`dei-faults`).
 ///
-/// Bad input is never an error to the request: a malformed, oversized or too-deep value is rejected, counted
-/// and logged ([`crate::rejection`]) and treated as absent. When the header is rejected or missing the baggage
-/// entry is tried.
+/// Bad input is never an error to the request: a malformed, oversized, too-deep or duplicated value is
+/// rejected, counted and logged ([`crate::rejection`]) and treated as absent. When the header is rejected or
+/// missing the baggage entry is tried. A receiver that extracts a plan decides itself whether to apply it
+/// (`dei-instrumentation` applies plans only where its configuration says so).
 ///
 /// Extraction reads the carrier alone (the `dei` header, else the carrier's `baggage` header), so it gives the
 /// same result wherever it stands in a [`TextMapCompositePropagator`]. Injection writes the whole `baggage`
@@ -380,9 +381,12 @@ impl TextMapPropagator for DeiPropagator {
         }
     }
 
-    /// Reads the index and the fault plan from the carrier: the `dei` (`dei-faults`) header when present and
-    /// valid, else the `dei` (`dei-faults`) entry of the carrier's `baggage` header. A rejected value is counted
-    /// and treated as absent; `cx` is returned unchanged apart from the values found.
+    /// Reads the index and the fault plan from the carrier by the rule of docs/wire-format.md ("Reading what
+    /// comes in"): the `dei` (`dei-faults`) header when it came exactly once and is valid, else the `dei`
+    /// (`dei-faults`) entry of the carrier's `baggage` values, taken as written, when it is there once, within
+    /// the W3C limits, and valid. Every rejection on the way (a malformed value, a duplicate, an entry beyond the
+    /// limits) is counted and treated as absent; `cx` is returned unchanged apart from the values found. The
+    /// carrier's [`Extractor::get_all`] is used to see repeated headers.
     fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
         let baggage = CarrierBaggage::new(extractor);
         let mut out = cx.clone();
