@@ -105,14 +105,18 @@ pub enum ConfigError {
 /// record on spans, which gRPC methods stream. Cheap to clone: one configuration is shared by all layers.
 ///
 /// ```
-/// use dei_instrumentation::{DeiConfig, MethodKind};
+/// use dei_instrumentation::{DeiConfig, Faults, MethodKind};
+/// use std::time::Duration;
 /// let config = DeiConfig::builder()
 ///     .record_stack(false)
 ///     .payload_digest_cap(16 * 1024)
 ///     .streaming_method("/deitest.Leaf/Chat", MethodKind::Bidi)
+///     .faults(Faults::Accept) // a test deployment: apply fault plans (off by default)
+///     .max_latency(Duration::from_secs(5))
 ///     .build();
 /// assert_eq!(config.payload_digest_cap(), 16 * 1024);
 /// assert_eq!(config.method_kind("/deitest.Leaf/Chat"), Some(MethodKind::Bidi));
+/// assert_eq!((config.faults(), config.max_latency()), (Faults::Accept, Duration::from_secs(5)));
 /// ```
 #[derive(Clone, Debug)]
 pub struct DeiConfig {
