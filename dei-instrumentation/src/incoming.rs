@@ -25,13 +25,6 @@ const DEI_HEADERS: [(&str, Source); 3] = [
     ("baggage", Source::Baggage),
 ];
 
-/// `dei.fault.plan.dropped`: on a server span, `true` when the request came with a fault plan that this
-/// service dropped ([`Faults::Refuse`]).
-pub const FAULT_PLAN_DROPPED: &str = "dei.fault.plan.dropped";
-/// `dei.incoming.dropped`: on a server span, `true` when a server layer at a trust boundary
-/// ([`Incoming::Restart`]) dropped the request's `dei` or `dei-faults` values.
-pub const INCOMING_DROPPED: &str = "dei.incoming.dropped";
-
 /// Counts DEI headers that [`HeaderExtractor`] must treat as absent because they are not visible ASCII (at a
 /// trust boundary, only `baggage`: the others are dropped anyway, and counted as such).
 fn reject_unreadable(headers: &HeaderExtractor<'_>, incoming: Incoming) {
@@ -124,10 +117,10 @@ pub(crate) fn open(
         attributes.push(span::FAULT_PLAN, plan.encode());
     }
     if plan_dropped {
-        attributes.push(FAULT_PLAN_DROPPED, true);
+        attributes.push(span::FAULT_PLAN_DROPPED, true);
     }
     if dropped_at_edge > 0 {
-        attributes.push(INCOMING_DROPPED, true);
+        attributes.push(span::INCOMING_DROPPED, true);
     }
     let otel = attributes.set_on(span);
     let call = IncomingCall {

@@ -14,11 +14,6 @@ use opentelemetry::Context;
 use opentelemetry::trace::TraceContextExt;
 use std::time::Duration;
 
-/// `dei.depth_limited`: on a client span (and a stream message's event), `true` when the call's index could
-/// not be extended because its scope was at the depth limit (64 elements): the index is its caller's, not
-/// unique to this call, and no fault applies to it (see [`RequestScope::issue`]).
-pub const DEPTH_LIMITED: &str = "dei.depth_limited";
-
 /// What this service's configuration lets the layers do with the fault plan of a call's context.
 #[derive(Clone, Debug)]
 pub(crate) struct FaultGate {
@@ -163,7 +158,7 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
         attributes.push(span::FAULT, f.to_string());
     }
     if issued.depth_limited() {
-        attributes.push(DEPTH_LIMITED, true);
+        attributes.push(span::DEPTH_LIMITED, true);
     }
     Outgoing {
         issued,

@@ -15,6 +15,9 @@
 //! | `dei.preliminary` | `true` on streams | `true` on streams |
 //! | `dei.ambiguous` | set when the call completes | — |
 //! | `dei.fault` | the injected fault, wire form (`g14`, `h503`, `c`, `l250`) | the incoming plan, wire form (`dei.fault.plan`) |
+//! | `dei.fault.plan.dropped` | — | `true` when this service refused the incoming plan ([`crate::Faults`]) |
+//! | `dei.incoming.dropped` | — | `true` when an edge layer dropped the incoming `dei`/`dei-faults` ([`crate::Incoming`]) |
+//! | `dei.depth_limited` | `true` when the index could not grow past 64 elements | — |
 //!
 //! Streams add one span event per message sent, [`STREAM_MESSAGE_EVENT`], with [`PRELIMINARY_INDEX`],
 //! [`INDEX`] and [`MESSAGE`] (the 1-based position k): the mapping from the preliminary to the final index.
@@ -59,6 +62,16 @@ pub const AMBIGUOUS: &str = "dei.ambiguous";
 pub const FAULT: &str = "dei.fault";
 /// `dei.fault.plan`: on a server span, the fault plan that came with the request (wire form).
 pub const FAULT_PLAN: &str = "dei.fault.plan";
+/// `dei.fault.plan.dropped`: on a server span, `true` when the request came with a fault plan that this
+/// service dropped ([`Faults::Refuse`](crate::Faults::Refuse)).
+pub const FAULT_PLAN_DROPPED: &str = "dei.fault.plan.dropped";
+/// `dei.incoming.dropped`: on a server span, `true` when a server layer at a trust boundary
+/// ([`Incoming::Restart`](crate::Incoming::Restart)) dropped the request's `dei` or `dei-faults` values.
+pub const INCOMING_DROPPED: &str = "dei.incoming.dropped";
+/// `dei.depth_limited`: on a client span, `true` when the call's index could not be extended because its
+/// scope was at the depth limit (64 elements): the index is its caller's, not unique to this call, and no
+/// fault applies to it (see [`dei_propagator::RequestScope::issue`]).
+pub const DEPTH_LIMITED: &str = "dei.depth_limited";
 /// The span event recorded for each message sent on a stream.
 pub const STREAM_MESSAGE_EVENT: &str = "dei.stream.message";
 /// `dei.preliminary_index`: on a stream message event, the stream's preliminary index.
