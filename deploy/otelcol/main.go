@@ -2,7 +2,7 @@
 // configurations in docs/deploy/ name. It is a test peer for dei-collector: .ci/run builds it from this
 // module (every version pinned by go.mod and go.sum) and the Rust tests run it.
 //
-// Components (core v0.161.0, contrib v0.161.0; see README.md for why not v0.165):
+// Components (core v0.161.0, contrib v0.161.0; docs/deploying-collector.md says why not v0.165):
 //   - receivers:  otlp
 //   - processors: batch, memory_limiter
 //   - exporters:  otlp, otlphttp, debug, file, loadbalancing, prometheus
