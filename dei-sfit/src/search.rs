@@ -166,8 +166,9 @@ impl std::fmt::Display for Unreached {
         )?;
         writeln!(
             f,
-            "  - a different DEI_WORKSPACE_ROOT or working directory than the recorded run (where this build's \
-             frame keys depend on them);"
+            "  - a binary whose debug info was stripped or split off, run with another DEI_WORKSPACE_ROOT than the \
+             recorded run (its frames keep absolute paths; otherwise neither the working directory nor the \
+             binary's location plays a part);"
         )?;
         writeln!(
             f,
