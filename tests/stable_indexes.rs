@@ -270,20 +270,34 @@ fn example(name: &str) -> PathBuf {
         .expect("target/<profile>")
         .join("examples")
         .join(name);
-    assert!(path.exists(), "{} is missing: `cargo test` builds the examples", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples",
+        path.display()
+    );
     path
 }
 
 /// Runs `binary args…` from `cwd`; returns the exit code and what it printed.
 fn run_example(binary: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(binary).args(args).current_dir(cwd).output().expect("the example runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(binary)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("the example runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.code().expect("an exit code"), text)
 }
 
 /// The lines that name an injected fault and its index, in order.
 fn injected(text: &str) -> Vec<&str> {
-    text.lines().filter(|l| l.trim_start().starts_with("injected ")).collect()
+    text.lines()
+        .filter(|l| l.trim_start().starts_with("injected "))
+        .collect()
 }
 
 #[test]
@@ -302,7 +316,11 @@ fn a_saved_report_replays_to_the_same_indexes_and_faults_from_any_directory() {
         let execution = if want_failing {
             report.failing().first().copied().expect("a failing execution")
         } else {
-            report.executions.iter().max_by_key(|e| e.plan.len()).expect("an execution")
+            report
+                .executions
+                .iter()
+                .max_by_key(|e| e.plan.len())
+                .expect("an execution")
         };
         assert!(!execution.plan.is_empty(), "{name}: an execution with a plan");
         let n = execution.number.to_string();
@@ -311,7 +329,11 @@ fn a_saved_report_replays_to_the_same_indexes_and_faults_from_any_directory() {
         let expected_code = if want_failing { 1 } else { 0 };
         assert_eq!(ref_code, expected_code, "{name} #{n} from the repository\n{ref_text}");
         let reference = injected(&ref_text);
-        assert_eq!(reference.len(), execution.plan.len(), "{name} #{n}: every fault injected\n{ref_text}");
+        assert_eq!(
+            reference.len(),
+            execution.plan.len(),
+            "{name} #{n}: every fault injected\n{ref_text}"
+        );
         let copy = dir.join(name);
         std::fs::copy(&binary, &copy).expect("copy the example");
         for (binary, cwd) in [
