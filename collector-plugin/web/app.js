@@ -31,8 +31,9 @@ function el(tag, attrs = {}, ...children) {
 // for its dei.index tag (the convention Grafana and Tempo users know). Without --jaeger-ui: no links.
 const uiConfig = fetch("/ui/config.json").then(r => (r.ok ? r.json() : {})).catch(() => ({}));
 
+// " Jaeger ↗" after what it links from (nothing at all without --jaeger-ui)
 function jaegerLink(href) {
-  return el("a", { href, target: "_blank", rel: "noopener", class: "jaeger" }, "Jaeger ↗");
+  return el("span", { class: "jaeger" }, " ", el("a", { href, target: "_blank", rel: "noopener" }, "Jaeger ↗"));
 }
 
 async function jaegerTraceLink(traceId) {
@@ -201,7 +202,7 @@ async function selectNode(n, row) {
   const d = await getJSON("/tree/node?index=" + encodeURIComponent(n.index));
   const parts = [
     el("h2", {}, d.signature || "(unknown)"),
-    el("p", {}, "index ", el("code", { id: "detail-index" }, d.index), " ",
+    el("p", {}, "index ", el("code", { id: "detail-index" }, d.index),
        await jaegerIndexLink(Object.keys(d.server_services || {})[0] || Object.keys(d.client_services || {})[0], d.index)),
     el("p", {}, `depth ${d.depth} · seen ${d.seen}× in ${d.traces} traces · ${d.errors} errors`),
     el("p", {}, "services: ", Object.keys(d.client_services || {}).join(", ") || "?", " → ",
@@ -217,7 +218,7 @@ async function selectNode(n, row) {
   const traces = el("ul", { id: "detail-traces", class: "mono" });
   try {
     const t = await getJSON("/tree/node/traces?index=" + encodeURIComponent(n.index));
-    for (const id of t.traces) traces.append(el("li", {}, el("a", { href: "#traces", onclick: () => openTrace(id) }, id), " ", await jaegerTraceLink(id)));
+    for (const id of t.traces) traces.append(el("li", {}, el("a", { href: "#traces", onclick: () => openTrace(id) }, id), await jaegerTraceLink(id)));
     if (!t.traces.length) traces.append(el("li", { class: "hint" }, "no retained trace"));
   } catch (e) { traces.append(el("li", { class: "hint" }, "traces unavailable")); }
   parts.push(traces);
@@ -237,7 +238,7 @@ async function loadTraces() {
   const table = el("table", { class: "grid" }, el("tr", {}, el("th", {}, "trace"), el("th", {}, "RPCs"), el("th", {}, "faults")));
   for (const tr of t.traces) {
     table.append(el("tr", { class: tr.faults ? "failed" : "" },
-      el("td", { class: "mono" }, el("a", { href: "#traces", onclick: () => openTrace(tr.trace_id) }, tr.trace_id.slice(0, 16) + "…"), " ", await jaegerTraceLink(tr.trace_id)),
+      el("td", { class: "mono" }, el("a", { href: "#traces", onclick: () => openTrace(tr.trace_id) }, tr.trace_id.slice(0, 16) + "…"), await jaegerTraceLink(tr.trace_id)),
       el("td", {}, tr.rpcs), el("td", {}, tr.faults)));
   }
   document.getElementById("trace-list").replaceChildren(el("p", {}, `${t.retained} traces retained`), table);
@@ -272,7 +273,7 @@ async function openTrace(id) {
   showTab("traces");
   const t = await getJSON("/traces/" + id);
   const root = el("ul", { id: "trace-tree-root" });
-  document.getElementById("trace-tree").replaceChildren(el("p", { class: "mono" }, `trace ${t.trace_id} · ${t.rpcs} RPCs `, await jaegerTraceLink(t.trace_id)),
+  document.getElementById("trace-tree").replaceChildren(el("p", { class: "mono" }, `trace ${t.trace_id} · ${t.rpcs} RPCs`, await jaegerTraceLink(t.trace_id)),
     root);
   renderPaged(root, t.tree, traceNode);
 }
