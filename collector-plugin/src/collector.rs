@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 pub struct IngestConfig {
     /// Largest request body, compressed or not, in bytes.
     pub max_body_bytes: usize,
-    /// Reject a whole request (400 / `INVALID_ARGUMENT`) when a `dei.*` attribute has the wrong type (the
-    /// default); when false, ignore that attribute, keep the span and report it in
-    /// `partial_success.error_message`.
+    /// Reject a whole request (400 / `INVALID_ARGUMENT`) when a `dei.*` attribute has the wrong type
+    /// (`--strict-attributes`); when false (the default), skip that span's DEI data, forward everything
+    /// unchanged, count it and report it in `partial_success.error_message`.
     pub strict_attributes: bool,
     /// Analyze spans (the prefix tree, the graph); off makes the collector a plain forwarder.
     pub analyze: bool,
@@ -33,7 +33,7 @@ impl Default for IngestConfig {
     fn default() -> Self {
         IngestConfig {
             max_body_bytes: 8 * 1024 * 1024,
-            strict_attributes: true,
+            strict_attributes: false,
             analyze: true,
             search_report: None,
             jaeger_ui: None,
@@ -50,29 +50,24 @@ pub struct Accepted {
     pub warnings: Vec<String>,
     /// Ignored attributes in total.
     pub ignored_attributes: usize,
-    /// The batch was analyzed but could not be queued for forwarding (queue full).
-    pub not_forwarded: bool,
+    /// Spans whose DEI data was skipped because of an ignored attribute.
+    pub spans_dei_skipped: usize,
 }
 
 impl Accepted {
-    /// The OTLP response: a partial success carrying the warnings, when there are any.
-    /// When the forwarding queue was full, the spans count as rejected (they will not reach the downstream).
+    /// The OTLP response: every span was accepted (`rejected_spans` 0); a partial success carries the
+    /// warnings about ignored attributes, when there are any.
     pub fn response(&self) -> ExportTraceServiceResponse {
-        let mut messages = Vec::new();
-        if self.not_forwarded {
-            messages.push("forwarding queue full: the batch was analyzed but not forwarded".to_string());
-        }
-        if self.ignored_attributes > 0 {
-            messages.push(format!(
-                "{} dei attribute(s) ignored: {}",
-                self.ignored_attributes,
-                self.warnings.join("; ")
-            ));
-        }
         ExportTraceServiceResponse {
-            partial_success: (!messages.is_empty()).then(|| ExportTracePartialSuccess {
-                rejected_spans: if self.not_forwarded { self.spans as i64 } else { 0 },
-                error_message: messages.join("; "),
+            partial_success: (self.ignored_attributes > 0).then(|| ExportTracePartialSuccess {
+                rejected_spans: 0,
+                error_message: format!(
+                    "{} dei attribute(s) ignored, the DEI data of {} span(s) skipped (the spans were \
+                     accepted and forwarded unchanged): {}",
+                    self.ignored_attributes,
+                    self.spans_dei_skipped,
+                    self.warnings.join("; ")
+                ),
             }),
         }
     }
@@ -120,15 +115,25 @@ impl Collector {
         self.analyzer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Spans waiting in the forwarding queue.
+    /// Spans in the forwarding queue, counting the batches the workers hold.
     pub fn queued_spans(&self) -> usize {
         self.forwarder.as_ref().map_or(0, |f| f.queued_spans())
+    }
+
+    /// The forwarder, if forwarding.
+    pub fn forwarder(&self) -> Option<&Forwarder> {
+        self.forwarder.as_ref()
     }
 
     /// Counts and logs a rejection, and hands it back.
     pub fn reject(&self, r: Rejection) -> Rejection {
         Counters::add(r.counter(&self.counters), 1);
-        self.log.warn(&format!("rejected OTLP export request: {r}"));
+        if r.retryable() {
+            self.log
+                .warn(&format!("refused OTLP export request (the client may retry): {r}"));
+        } else {
+            self.log.warn(&format!("rejected OTLP export request: {r}"));
+        }
         r
     }
 
@@ -157,41 +162,46 @@ impl Collector {
         self.accept(req, encoded).await
     }
 
-    /// `body` is the protobuf encoding of `req`, forwarded as is.
+    /// `body` is the protobuf encoding of `req`, forwarded as is. The batch is queued for forwarding first;
+    /// only a batch the queue took is counted and analyzed, so that a refused one (which the client sends
+    /// again) is analyzed once.
     async fn accept(&self, req: lite::Request, body: Bytes) -> Result<Accepted, Rejection> {
         let spans = otlp::validate_lite_ids(&req).map_err(|r| self.reject(r))?;
         let mut issues: Vec<AttributeIssue> = Vec::new();
-        let records = if self.config.analyze || self.config.strict_attributes {
-            span_record::extract_lite(&req, &mut issues)
+        let (records, skipped) = if self.config.analyze || self.config.strict_attributes {
+            span_record::extract_lite_counted(&req, &mut issues)
         } else {
-            Vec::new()
+            (Vec::new(), 0)
         };
+        drop(req);
         if self.config.strict_attributes && !issues.is_empty() {
             return Err(self.reject(Rejection::BadAttributes(issues[0].to_string())));
         }
+        if let Some(f) = self.forwarder.as_ref()
+            && let Err(full) = f.enqueue(Batch { body, spans }).await
+        {
+            Counters::add(&self.counters.spans_refused, spans as u64);
+            return Err(self.reject(Rejection::QueueFull(full.to_string())));
+        }
         if !issues.is_empty() {
             Counters::add(&self.counters.attributes_rejected, issues.len() as u64);
+            Counters::add(&self.counters.spans_dei_skipped, skipped as u64);
             self.log.warn(&format!(
-                "ignored {} dei attribute(s), first: {}",
+                "ignored {} dei attribute(s) and skipped the DEI data of {skipped} span(s) (forwarded \
+                 unchanged), first: {}",
                 issues.len(),
                 issues[0]
             ));
         }
         Counters::add(&self.counters.requests_accepted, 1);
         Counters::add(&self.counters.spans_received, spans as u64);
-        let forward = self.forwarder.as_ref().map(|_| body);
-        drop(req);
         if self.config.analyze {
             self.analyzer().ingest(records, Instant::now());
         }
-        let mut not_forwarded = false;
-        if let (Some(f), Some(body)) = (self.forwarder.as_ref(), forward) {
-            not_forwarded = !f.enqueue(Batch { body, spans }).await;
-        }
         Ok(Accepted {
-            not_forwarded,
             spans,
             ignored_attributes: issues.len(),
+            spans_dei_skipped: skipped,
             warnings: issues.iter().take(3).map(|i| i.to_string()).collect(),
         })
     }

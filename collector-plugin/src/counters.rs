@@ -56,8 +56,26 @@ counters! {
     rejected_bad_ids,
     /// Requests rejected in strict mode because of wrongly typed `dei.*` attributes.
     rejected_bad_attributes,
+    /// Requests rejected for a compression encoding other than gzip (`Content-Encoding`, `grpc-encoding`).
+    rejected_unsupported_encoding,
+    /// Requests rejected because their gzip data was corrupt.
+    rejected_bad_gzip,
+    /// gRPC requests rejected for broken framing (compressed flag without `grpc-encoding`, truncated frame).
+    rejected_bad_framing,
+    /// Requests whose body never arrived in full: the client disconnected or stalled past the read timeout.
+    rejected_incomplete_body,
+    /// Requests refused (retryable: HTTP 503, gRPC `UNAVAILABLE`) because the forwarding queue was full.
+    rejected_queue_full,
+    /// Requests refused (retryable: HTTP 503, gRPC `UNAVAILABLE`): the cap on buffered request bytes was hit.
+    rejected_overloaded,
+    /// Spans in refused (retryable) requests: the client was told to send them again.
+    spans_refused,
     /// Individual `dei.*` attributes ignored because of a wrong type or a malformed value.
     attributes_rejected,
+    /// Spans whose DEI data was skipped (lenient mode) for a malformed `dei.*` attribute (still forwarded).
+    spans_dei_skipped,
+    /// Connections closed because the limit of concurrent connections was reached.
+    connections_refused,
     /// Batches put on the forwarding queue.
     forward_batches_queued,
     /// Spans delivered downstream.
@@ -66,8 +84,6 @@ counters! {
     forward_batches_sent,
     /// Failed downstream attempts that were retried.
     forward_retries,
-    /// Spans dropped because the forwarding queue was full.
-    forward_spans_dropped_overflow,
     /// Spans dropped because the downstream rejected them permanently.
     forward_spans_dropped_rejected,
     /// Spans still queued when shutdown's drain deadline passed.
@@ -101,6 +117,9 @@ fn counter_help(name: &str) -> &'static str {
         "requests_accepted" => "OTLP export requests accepted",
         "spans_received" => "spans in accepted export requests",
         "attributes_rejected" => "dei.* attributes ignored for a wrong type or malformed value",
+        "spans_dei_skipped" => "spans whose DEI data was skipped for a malformed dei.* attribute",
+        "spans_refused" => "spans in requests refused as retryable (queue or buffer full)",
+        "connections_refused" => "connections closed at the concurrent-connection limit",
         n if n.starts_with("rejected_") => "OTLP export requests rejected, by reason",
         n if n.starts_with("forward_") => "forwarding to the downstream OTLP endpoint",
         n if n.starts_with("graph_") => "service-graph pairing store and edges",

@@ -61,13 +61,14 @@ struct ServeArgs {
     /// Forward every batch to this OTLP/HTTP URL (e.g. http://127.0.0.1:4318/v1/traces).
     #[arg(long)]
     forward_http: Option<String>,
-    /// Forwarding queue capacity, in spans.
+    /// Forwarding queue capacity, in spans, counting the batches the workers are sending.
     #[arg(long, default_value_t = 100_000)]
     queue_spans: usize,
     /// Concurrent forwarding workers.
     #[arg(long, default_value_t = 4)]
     forward_workers: usize,
-    /// Milliseconds a request waits for room in a full forwarding queue before its batch is dropped.
+    /// Milliseconds a request waits for room in a full forwarding queue before it is refused (HTTP 503 with
+    /// Retry-After, gRPC UNAVAILABLE: the client retries).
     #[arg(long, default_value_t = 200)]
     enqueue_wait_ms: u64,
     /// Seconds to keep draining the queue on shutdown.
@@ -76,10 +77,11 @@ struct ServeArgs {
     /// Largest request body in bytes (compressed or decompressed).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_body_bytes: usize,
-    /// Accept requests whose dei.* attributes have wrong types: ignore those attributes, count them and report
-    /// them as a partial success (default: reject the request with 400 / INVALID_ARGUMENT).
+    /// Reject a whole request (400 / INVALID_ARGUMENT) when a dei.* attribute has a wrong type or a malformed
+    /// value (default: skip that span's DEI data, forward everything unchanged, count it and report it as a
+    /// partial success warning).
     #[arg(long)]
-    lenient_attributes: bool,
+    strict_attributes: bool,
     /// Forward only: no graph, no tree.
     #[arg(long)]
     no_analysis: bool,
@@ -264,7 +266,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         ..Default::default()
     };
     config.ingest.max_body_bytes = a.max_body_bytes;
-    config.ingest.strict_attributes = !a.lenient_attributes;
+    config.ingest.strict_attributes = a.strict_attributes;
     config.ingest.analyze = !a.no_analysis;
     config.ingest.search_report = a.search_report;
     config.ingest.jaeger_ui = a.jaeger_ui;
@@ -310,7 +312,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         let s = counters.snapshot();
         tracing::info!(
             sent = s.forward_spans_sent,
-            dropped_overflow = s.forward_spans_dropped_overflow,
+            refused_queue_full = s.rejected_queue_full,
             dropped_shutdown = s.forward_spans_dropped_shutdown,
             "stopped"
         );

@@ -1,8 +1,9 @@
 //! The parts of an OTLP span that the service graph and the prefix tree read, with the `dei.*` attributes
 //! parsed and type-checked.
 //!
-//! Attributes of the wrong type or with malformed values are dropped one by one and reported as
-//! [`AttributeIssue`]s; the span itself is kept (and forwarded unchanged).
+//! Attributes of the wrong type or with malformed values are reported as [`AttributeIssue`]s, and the span's
+//! DEI data as a whole is skipped (a half-read index, stack or fault would be recorded wrongly): the span
+//! still counts for the service graph, and it is forwarded unchanged.
 
 use crate::otlp::lite::{self, AnyValue, KeyValue, Span, Value};
 use dei_propagator::{Index, PayloadDigest, StackDigest};
@@ -209,6 +210,12 @@ pub fn extract(req: &ExportTraceServiceRequest, issues: &mut Vec<AttributeIssue>
 
 /// Extracts every span of a [`lite`] request (the receivers' hot path).
 pub fn extract_lite(req: &lite::Request, issues: &mut Vec<AttributeIssue>) -> Vec<SpanRecord> {
+    extract_lite_counted(req, issues).0
+}
+
+/// [`extract_lite`], also returning how many spans had their DEI data skipped for an issue.
+pub fn extract_lite_counted(req: &lite::Request, issues: &mut Vec<AttributeIssue>) -> (Vec<SpanRecord>, usize) {
+    let mut skipped = 0;
     let mut out = Vec::with_capacity(req.span_count());
     for rs in &req.resource_spans {
         let service: Arc<str> = rs
@@ -220,13 +227,17 @@ pub fn extract_lite(req: &lite::Request, issues: &mut Vec<AttributeIssue>) -> Ve
             .unwrap_or_else(|| Arc::from("unknown_service"));
         for ss in &rs.scope_spans {
             for span in &ss.spans {
+                let before = issues.len();
                 if let Some(rec) = extract_span(span, &service, issues) {
                     out.push(rec);
+                }
+                if issues.len() > before {
+                    skipped += 1;
                 }
             }
         }
     }
-    out
+    (out, skipped)
 }
 
 fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue>) -> Option<SpanRecord> {
@@ -246,6 +257,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
             break;
         }
     }
+    let issues_before = issues.len();
     let mut dei = DeiAttributes::default();
     let mut status = SpanStatus::default();
     for kv in &span.attributes {
@@ -294,6 +306,9 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
                 problem,
             }),
         }
+    }
+    if issues.len() > issues_before {
+        dei = DeiAttributes::default();
     }
     Some(SpanRecord {
         trace_id,
@@ -583,8 +598,9 @@ mod tests {
         );
         assert!(issues[0].problem.contains("expected a string, got int"));
         assert!(issues[5].problem.contains("preliminary element"));
-        assert_eq!(spans[0].dei.signature.as_deref(), Some("ok"));
-        assert!(spans[0].dei.index.is_none());
+        // the span's DEI data is skipped as a whole, even its well-formed attributes
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].dei, DeiAttributes::default());
     }
 
     #[test]

@@ -147,7 +147,9 @@ async fn http_rejections() {
     let c = r.collector.counters().snapshot();
     assert_eq!(c.rejected_bad_protobuf, 1);
     assert_eq!(c.rejected_bad_json, 2);
-    assert_eq!(c.rejected_content_type, 3);
+    assert_eq!(c.rejected_content_type, 1);
+    assert_eq!(c.rejected_bad_gzip, 1);
+    assert_eq!(c.rejected_unsupported_encoding, 1);
     assert_eq!(c.rejected_too_large, 2);
     assert_eq!(c.rejected_bad_ids, 2);
     // still serving
@@ -161,7 +163,7 @@ async fn http_rejections() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_attribute_types_are_ignored_one_by_one_or_rejected_in_strict_mode() {
+async fn wrong_attribute_types_skip_the_spans_dei_data_or_are_rejected_in_strict_mode() {
     let bad = GOOD.replace(
         r#"[{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}}]"#,
         r#"[{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}},
@@ -175,13 +177,18 @@ async fn wrong_attribute_types_are_ignored_one_by_one_or_rejected_in_strict_mode
     let (status, text) = post(&r, "application/json", None, bad.clone().into_bytes()).await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("5 dei attribute(s) ignored"), "{text}");
+    assert!(text.contains("the DEI data of 1 span(s) skipped"), "{text}");
     assert!(
         text.contains("dei.count") && text.contains("expected an int, got string"),
         "{text}"
     );
-    assert_eq!(r.collector.counters().snapshot().attributes_rejected, 5);
-    // the valid index was still used
-    assert_eq!(r.collector.analyzer().tree.len(), 2);
+    let c = r.collector.counters().snapshot();
+    assert_eq!(
+        (c.attributes_rejected, c.spans_dei_skipped, c.spans_received),
+        (5, 1, 1)
+    );
+    // the span's DEI data, its well-formed index included, was skipped: the tree has only its root
+    assert_eq!(r.collector.analyzer().tree.len(), 1);
     r.shutdown().await;
 
     let r = start(true).await;

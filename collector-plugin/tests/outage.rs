@@ -1,5 +1,6 @@
 //! The downstream is stopped and restarted during a steady load: nothing within the queue's capacity is
-//! lost. A load larger than the queue is dropped and counted; shutdown drains the queue.
+//! lost. A load larger than the queue is refused with a retryable `UNAVAILABLE` and counted (nothing is
+//! accepted and then dropped); shutdown drains the queue.
 
 mod common;
 
@@ -87,39 +88,59 @@ async fn downstream_outage_under_steady_load_loses_nothing_within_capacity() {
     assert_eq!(got, total, "every span within capacity arrives after the outage");
     let c = running.collector.counters().snapshot();
     assert!(c.forward_retries > 0, "the outage was noticed and retried: {c:?}");
-    assert_eq!(c.forward_spans_dropped_overflow, 0);
+    assert_eq!(c.rejected_queue_full, 0);
     assert_eq!(c.forward_spans_dropped_rejected, 0);
     assert_eq!(c.forward_spans_sent, total as u64);
     running.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn overflow_is_dropped_and_counted_and_shutdown_drains() {
+async fn a_full_queue_refuses_with_unavailable_and_shutdown_drains() {
     let mut downstream = Downstream::start().await;
     downstream.stop().await;
-    // capacity 100 spans; 4 workers each hold one in-flight batch of 10 while retrying
+    // capacity 100 spans, counting the batches the 4 workers hold while they retry
     let running = collector(&downstream, 100).await;
     let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
         .await
         .unwrap();
-    let mut rejected = 0;
+    let (mut accepted, mut refused) = (0u64, 0u64);
     for b in 0..30 {
-        let resp = client.export(batch(b, 10)).await.unwrap().into_inner();
-        if let Some(p) = resp.partial_success {
-            assert!(p.error_message.contains("forwarding queue full"), "{p:?}");
-            rejected += p.rejected_spans as u64;
+        match client.export(batch(b, 10)).await {
+            Ok(resp) => {
+                assert_eq!(resp.into_inner().partial_success, None, "accepted means accepted");
+                accepted += 10;
+            }
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(status.message().contains("forwarding queue is full"), "{status:?}");
+                refused += 10;
+            }
         }
     }
-    // wait until the workers have picked up their batches and the queue is full
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let c = running.collector.counters().snapshot();
-    assert!(c.forward_spans_dropped_overflow > 0, "{c:?}");
     assert_eq!(
-        rejected, c.forward_spans_dropped_overflow,
-        "the client is told what was not forwarded"
+        accepted, 100,
+        "exactly the capacity was accepted, held batches included"
     );
-    let accepted = 300 - c.forward_spans_dropped_overflow;
-    assert!(accepted >= 100, "at least the queue's capacity was kept: {c:?}");
+    assert_eq!(refused, 200);
+    assert_eq!(
+        running.collector.queued_spans(),
+        100,
+        "the gauge counts the batches workers hold"
+    );
+    let metrics = reqwest::get(format!("http://{}/metrics", running.api_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("\ndei_forward_queue_spans 100\n"), "{metrics}");
+    let c = running.collector.counters().snapshot();
+    assert_eq!((c.rejected_queue_full, c.spans_refused), (20, 200), "{c:?}");
+    assert_eq!(
+        (c.requests_accepted, c.spans_received),
+        (10, 100),
+        "only what was accepted is counted and analyzed"
+    );
     downstream.restart().await;
     // shutdown while batches are still queued: it drains them
     running.collector.shutdown().await;

@@ -1,9 +1,11 @@
 //! Forwarding: every accepted batch goes on, unchanged, to a downstream OTLP endpoint (Jaeger, an
 //! OpenTelemetry Collector, another dei-collector) over gRPC or HTTP.
 //!
-//! Batches wait in a bounded [queue](Forwarder::enqueue) measured in spans. Workers send them with retry and
-//! exponential backoff for as long as the downstream fails with a retryable error, so no span within the
-//! queue's capacity is lost during an outage; a batch that does not fit is dropped and counted. A permanent
+//! Batches wait in a bounded [queue](Forwarder::enqueue) measured in spans; its capacity covers the batches
+//! waiting and those the workers hold (being sent or retried). Workers send them with retry and exponential
+//! backoff for as long as the downstream fails with a retryable error, so no span within the queue's capacity
+//! is lost during an outage; a batch that does not fit is refused ([`QueueFull`]) so that the receiver can
+//! tell its client to retry, and nothing is dropped on arrival. A permanent
 //! rejection (e.g. `INVALID_ARGUMENT`, HTTP 400) drops the batch and counts it. [`Forwarder::shutdown`]
 //! stops accepting, drains the queue until a deadline, and counts what is left.
 
@@ -85,7 +87,7 @@ impl Downstream {
 pub struct ForwardConfig {
     /// The downstream.
     pub downstream: Downstream,
-    /// Most spans waiting in the queue.
+    /// Most spans in the queue, counting the batches the workers hold.
     pub capacity_spans: usize,
     /// Concurrent senders.
     pub workers: usize,
@@ -97,8 +99,8 @@ pub struct ForwardConfig {
     pub request_timeout: Duration,
     /// How long shutdown keeps draining.
     pub drain_timeout: Duration,
-    /// How long a receiver waits for room in a full queue before dropping the batch (backpressure under
-    /// saturation; during an outage the queue stays full and batches are dropped after this wait).
+    /// How long a receiver waits for room in a full queue before refusing the batch (backpressure under
+    /// saturation; during an outage the queue stays full and batches are refused after this wait).
     pub enqueue_wait: Duration,
 }
 
@@ -128,9 +130,19 @@ pub struct Batch {
     pub spans: usize,
 }
 
+/// A batch did not fit in the forwarding queue (or the forwarder is shutting down): nothing was queued, and
+/// the client should retry later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the forwarding queue is full ({capacity} spans, counting batches being sent); retry later")]
+pub struct QueueFull {
+    /// The queue's capacity in spans.
+    pub capacity: usize,
+}
+
 #[derive(Debug, Default)]
 struct QueueState {
     batches: VecDeque<Batch>,
+    /// Spans waiting plus spans held by workers.
     spans: usize,
     closed: bool,
     deadline: Option<Instant>,
@@ -155,9 +167,6 @@ impl Queue {
             {
                 let mut s = self.lock();
                 if let Some(b) = s.batches.pop_front() {
-                    s.spans -= b.spans;
-                    drop(s);
-                    self.space.notify_waiters();
                     return Some(b);
                 }
                 if s.closed {
@@ -166,6 +175,15 @@ impl Queue {
             }
             notified.await;
         }
+    }
+
+    /// A worker is done with a batch of `spans` (delivered or dropped): its room is free.
+    fn release(&self, spans: usize) {
+        {
+            let mut s = self.lock();
+            s.spans = s.spans.saturating_sub(spans);
+        }
+        self.space.notify_waiters();
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -325,7 +343,9 @@ impl Forwarder {
                 );
                 tokio::spawn(async move {
                     while let Some(batch) = queue.pop().await {
+                        let spans = batch.spans;
                         deliver(&queue, &mut client, &config, &counters, &warnings, batch).await;
+                        queue.release(spans);
                     }
                 })
             })
@@ -339,39 +359,49 @@ impl Forwarder {
         })
     }
 
-    /// Queues a batch, waiting up to `enqueue_wait` for room; returns false (and counts the spans as dropped)
-    /// when it does not fit in time. A batch larger than the whole queue is accepted into an empty queue.
-    pub async fn enqueue(&self, batch: Batch) -> bool {
+    /// Queues a batch, waiting up to `enqueue_wait` for room; refuses it ([`QueueFull`], nothing queued or
+    /// dropped: the caller tells its client to retry) when it does not fit in time or the forwarder is
+    /// shutting down. Room counts the batches the workers hold. A batch larger than the whole queue is
+    /// accepted into an empty queue.
+    pub async fn enqueue(&self, batch: Batch) -> Result<(), QueueFull> {
         let deadline = Instant::now() + self.enqueue_wait;
         loop {
             let space = self.queue.space.notified();
             {
                 let mut s = self.queue.lock();
-                let fits = s.spans + batch.spans <= self.queue.capacity || s.batches.is_empty();
+                let fits = s.spans + batch.spans <= self.queue.capacity || s.spans == 0;
                 if !s.closed && fits {
                     s.spans += batch.spans;
                     s.batches.push_back(batch);
                     drop(s);
                     Counters::add(&self.counters.forward_batches_queued, 1);
                     self.queue.notify.notify_one();
-                    return true;
+                    return Ok(());
                 }
                 if s.closed {
-                    drop(s);
-                    Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
-                    return false;
+                    return Err(self.full());
                 }
             }
             if tokio::time::timeout_at(deadline, space).await.is_err() {
-                Counters::add(&self.counters.forward_spans_dropped_overflow, batch.spans as u64);
-                return false;
+                return Err(self.full());
             }
         }
     }
 
-    /// Spans waiting in the queue (not counting batches being sent).
+    fn full(&self) -> QueueFull {
+        QueueFull {
+            capacity: self.queue.capacity,
+        }
+    }
+
+    /// Spans in the queue: waiting, or held by a worker (being sent or retried).
     pub fn queued_spans(&self) -> usize {
         self.queue.lock().spans
+    }
+
+    /// The queue's capacity in spans.
+    pub fn capacity_spans(&self) -> usize {
+        self.queue.capacity
     }
 
     /// Stops accepting, sends what is queued until the drain deadline, then counts the rest as dropped.
@@ -389,9 +419,9 @@ impl Forwarder {
             let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), w).await;
         }
         let mut s = self.queue.lock();
-        let left = s.spans;
+        let left: usize = s.batches.iter().map(|b| b.spans).sum();
         s.batches.clear();
-        s.spans = 0;
+        s.spans = s.spans.saturating_sub(left);
         Counters::add(&self.counters.forward_spans_dropped_shutdown, left as u64);
     }
 }

@@ -103,7 +103,7 @@ pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64) -> St
         ),
         (
             "dei_forward_queue_spans",
-            "spans waiting in the forwarding queue",
+            "spans in the forwarding queue, counting the batches workers are sending",
             queue_depth,
         ),
     ];

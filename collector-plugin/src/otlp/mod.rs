@@ -1,7 +1,9 @@
 //! Decoding OTLP export requests: protobuf and OTLP/JSON bodies, gzip, size limits and id validation.
 //!
 //! Everything here is a pure function from bytes to an [`ExportTraceServiceRequest`] or a [`Rejection`]
-//! that names what was wrong. Receivers map a rejection to HTTP `400` or gRPC `INVALID_ARGUMENT`.
+//! that names what was wrong. Receivers map a rejection to the status [`Rejection::http_status`] and
+//! [`Rejection::grpc_code`] give: `400` / `INVALID_ARGUMENT` for bad input, and a retryable `503` (with
+//! `Retry-After`) / `UNAVAILABLE` when the collector is full and the client should retry.
 
 pub mod lite;
 
@@ -35,7 +37,31 @@ pub enum Rejection {
     /// Strict mode: a `dei.*` attribute has the wrong type or a malformed value.
     #[error("invalid dei attribute: {0}")]
     BadAttributes(String),
+    /// The body is compressed with an encoding the collector does not read (`Content-Encoding` or
+    /// `grpc-encoding` other than gzip/identity).
+    #[error("{0}")]
+    UnsupportedEncoding(String),
+    /// The gzip data is corrupt.
+    #[error("invalid gzip body: {0}")]
+    BadGzip(String),
+    /// gRPC framing is wrong: a frame marked compressed without `grpc-encoding`, a truncated frame, more than
+    /// one message.
+    #[error("malformed gRPC message framing: {0}")]
+    BadFraming(String),
+    /// The client went away, or stopped sending, before the body was complete.
+    #[error("the request body was not received in full: {0}")]
+    Incomplete(String),
+    /// Retryable: the forwarding queue is full (counting batches being sent); nothing was accepted.
+    #[error("{0}")]
+    QueueFull(String),
+    /// Retryable: the request bytes buffered across all connections reached their cap; nothing was
+    /// accepted.
+    #[error("{0}")]
+    Overloaded(String),
 }
+
+/// Seconds a refused client is told to wait (`Retry-After`) before retrying.
+pub const RETRY_AFTER_SECS: u64 = 1;
 
 impl Rejection {
     /// The counter that this rejection increments.
@@ -47,6 +73,31 @@ impl Rejection {
             Rejection::TooLarge { .. } => &c.rejected_too_large,
             Rejection::BadIds(_) => &c.rejected_bad_ids,
             Rejection::BadAttributes(_) => &c.rejected_bad_attributes,
+            Rejection::UnsupportedEncoding(_) => &c.rejected_unsupported_encoding,
+            Rejection::BadGzip(_) => &c.rejected_bad_gzip,
+            Rejection::BadFraming(_) => &c.rejected_bad_framing,
+            Rejection::Incomplete(_) => &c.rejected_incomplete_body,
+            Rejection::QueueFull(_) => &c.rejected_queue_full,
+            Rejection::Overloaded(_) => &c.rejected_overloaded,
+        }
+    }
+
+    /// Whether the client should retry the same request later (the collector is full), rather than drop it.
+    pub fn retryable(&self) -> bool {
+        matches!(self, Rejection::QueueFull(_) | Rejection::Overloaded(_))
+    }
+
+    /// The OTLP/HTTP status: 503 for retryable rejections, 400 otherwise.
+    pub fn http_status(&self) -> u16 {
+        if self.retryable() { 503 } else { 400 }
+    }
+
+    /// The gRPC status code: `UNAVAILABLE` for retryable rejections, `INVALID_ARGUMENT` otherwise.
+    pub fn grpc_code(&self) -> tonic::Code {
+        if self.retryable() {
+            tonic::Code::Unavailable
+        } else {
+            tonic::Code::InvalidArgument
         }
     }
 }
@@ -85,7 +136,7 @@ pub fn gunzip_limited(body: &[u8], limit: usize) -> Result<Vec<u8>, Rejection> {
     let mut reader = flate2::read::GzDecoder::new(body).take(limit as u64 + 1);
     reader
         .read_to_end(&mut out)
-        .map_err(|e| Rejection::ContentType(format!("invalid gzip body: {e}")))?;
+        .map_err(|e| Rejection::BadGzip(e.to_string()))?;
     if out.len() > limit {
         return Err(Rejection::TooLarge { limit });
     }
@@ -191,10 +242,7 @@ mod tests {
         assert!(small.len() < 10_000);
         assert_eq!(gunzip_limited(&small, 1000), Err(Rejection::TooLarge { limit: 1000 }));
         assert_eq!(gunzip_limited(&small, 1 << 20).unwrap().len(), 1 << 20);
-        assert!(matches!(
-            gunzip_limited(b"not gzip", 1000),
-            Err(Rejection::ContentType(_))
-        ));
+        assert!(matches!(gunzip_limited(b"not gzip", 1000), Err(Rejection::BadGzip(_))));
     }
 
     #[test]

@@ -49,10 +49,15 @@ impl tonic::server::UnaryService<Bytes> for Export {
             let body = request.into_inner();
             match collector.accept_protobuf(body).await {
                 Ok(accepted) => Ok(Response::new(Bytes::from(accepted.response().encode_to_vec()))),
-                Err(r) => Err(Status::invalid_argument(r.to_string())),
+                Err(r) => Err(status(&r)),
             }
         })
     }
+}
+
+/// The gRPC status for a rejection: `INVALID_ARGUMENT`, or `UNAVAILABLE` when the client should retry.
+pub fn status(r: &Rejection) -> Status {
+    Status::new(r.grpc_code(), r.to_string())
 }
 
 impl<B> tower::Service<http::Request<B>> for TraceExportService
@@ -83,7 +88,7 @@ where
             // tonic answers an oversized message with OUT_OF_RANGE before our codec sees it.
             if resp.headers().get("grpc-status").is_some_and(|v| v == "11") {
                 let r = collector.reject(Rejection::TooLarge { limit });
-                resp = Status::invalid_argument(r.to_string()).into_http();
+                resp = status(&r).into_http();
             }
             Ok(resp)
         })

@@ -1,9 +1,11 @@
 //! The OTLP/HTTP receiver: `POST /v1/traces` with `application/x-protobuf` or `application/json`, optionally
 //! gzip-compressed (`Content-Encoding: gzip`).
 //!
-//! Every rejection is a `400 Bad Request` whose body is a `google.rpc.Status` (`code` 3,
-//! `INVALID_ARGUMENT`, and a message saying what was wrong), encoded like the request (JSON when the
-//! content type was not understood).
+//! Bad input gets `400 Bad Request` with a `google.rpc.Status` body (`code` 3, `INVALID_ARGUMENT`, and a
+//! message saying what was wrong), encoded like the request (JSON when the content type was not
+//! understood). When the collector is full (forwarding queue, buffered bytes) the answer is the retryable
+//! `503 Service Unavailable` with `Retry-After` and `code` 14 (`UNAVAILABLE`): nothing was accepted and the
+//! client's exporter sends the request again.
 
 use crate::collector::Collector;
 use crate::otlp::{self, BodyEncoding, Rejection};
@@ -21,7 +23,7 @@ use std::sync::Arc;
 /// `google.rpc.Status`, the OTLP/HTTP error body.
 #[derive(Clone, PartialEq, prost::Message, serde::Serialize)]
 pub struct RpcStatus {
-    /// The gRPC status code (3, `INVALID_ARGUMENT`).
+    /// The gRPC status code (3, `INVALID_ARGUMENT`; 14, `UNAVAILABLE`, when the client should retry).
     #[prost(int32, tag = "1")]
     pub code: i32,
     /// What was wrong.
@@ -34,25 +36,33 @@ pub fn router(collector: Arc<Collector>) -> Router {
     Router::new().route("/v1/traces", post(export)).with_state(collector)
 }
 
-fn error_response(encoding: Option<BodyEncoding>, r: &Rejection) -> Response {
+/// The response to a rejected request: 400, or 503 with `Retry-After` when the client should retry; the
+/// body a `google.rpc.Status` encoded like the request.
+pub fn error_response(encoding: Option<BodyEncoding>, r: &Rejection) -> Response {
     let status = RpcStatus {
-        code: 3,
+        code: r.grpc_code() as i32,
         message: r.to_string(),
     };
-    match encoding {
+    let code = StatusCode::from_u16(r.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut resp = match encoding {
         Some(BodyEncoding::Protobuf) => (
-            StatusCode::BAD_REQUEST,
+            code,
             [(header::CONTENT_TYPE, "application/x-protobuf")],
             status.encode_to_vec(),
         )
             .into_response(),
         _ => (
-            StatusCode::BAD_REQUEST,
+            code,
             [(header::CONTENT_TYPE, "application/json")],
             serde_json::to_vec(&status).unwrap_or_default(),
         )
             .into_response(),
+    };
+    if r.retryable() {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(otlp::RETRY_AFTER_SECS));
     }
+    resp
 }
 
 async fn export(State(collector): State<Arc<Collector>>, headers: HeaderMap, body: Body) -> Response {
@@ -68,7 +78,7 @@ async fn export(State(collector): State<Arc<Collector>>, headers: HeaderMap, bod
             let r = if e.is::<http_body_util::LengthLimitError>() {
                 Rejection::TooLarge { limit }
             } else {
-                Rejection::ContentType(format!("could not read the request body: {e}"))
+                Rejection::Incomplete(e.to_string())
             };
             return error_response(Some(encoding), &collector.reject(r));
         }
@@ -84,7 +94,7 @@ async fn export(State(collector): State<Arc<Collector>>, headers: HeaderMap, bod
             Err(r) => return error_response(Some(encoding), &collector.reject(r)),
         },
         Some(other) => {
-            let r = Rejection::ContentType(format!("unsupported Content-Encoding {other:?}: use gzip or none"));
+            let r = Rejection::UnsupportedEncoding(format!("unsupported Content-Encoding {other:?}: use gzip or none"));
             return error_response(Some(encoding), &collector.reject(r));
         }
     };

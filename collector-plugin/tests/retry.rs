@@ -1,0 +1,146 @@
+//! A full forwarding queue refuses with a retryable status, and a real OTLP exporter (the Python SDK's
+//! OTLP/HTTP exporter) retries the refused batch until it is accepted and delivered once the queue drains.
+//!
+//! Needs the Python SDK (`opentelemetry-sdk`, `opentelemetry-exporter-otlp-proto-http`); with
+//! `DEI_REQUIRE_INTEROP=1` (CI) a missing SDK fails the test, otherwise the test says loudly that it did not
+//! run.
+
+mod common;
+
+use collector_plugin::forward::{Downstream as Target, ForwardConfig};
+use collector_plugin::server::{self, ServerConfig};
+use common::Downstream;
+use common::chain::{python, unavailable};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Exports one span with the SDK's exporter (a 60 s retry deadline) and fails unless the export succeeded.
+const PY: &str = r#"
+import sys
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+results = []
+class Recording(OTLPSpanExporter):
+    def export(self, spans):
+        r = super().export(spans)
+        results.append(r)
+        return r
+
+p = TracerProvider(resource=Resource.create({"service.name": "py-retry"}))
+p.add_span_processor(SimpleSpanProcessor(Recording(endpoint=sys.argv[1], timeout=60)))
+with p.get_tracer("t").start_as_current_span("refused-then-retried"):
+    pass
+p.shutdown()
+print(results)
+sys.exit(0 if results == [SpanExportResult.SUCCESS] else 1)
+"#;
+
+fn filler() -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: (1..=10u8)
+                    .map(|i| Span {
+                        trace_id: vec![9; 16],
+                        span_id: vec![0, 0, 0, 0, 0, 0, 1, i],
+                        name: "fill".into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_exporter_retries_refused_batches_until_the_queue_drains() {
+    let has_sdk = Command::new(python())
+        .args(["-c", "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        return unavailable("the Python OpenTelemetry SDK with the OTLP/HTTP exporter");
+    }
+    let mut downstream = Downstream::start().await;
+    downstream.stop().await;
+    let mut config = ServerConfig::ephemeral();
+    let mut f = ForwardConfig::new(Target::Grpc(downstream.endpoint()));
+    f.capacity_spans = 10;
+    f.workers = 1;
+    f.initial_backoff = Duration::from_millis(20);
+    f.max_backoff = Duration::from_millis(100);
+    f.enqueue_wait = Duration::from_millis(20);
+    config.forward = Some(f);
+    let running = server::start(config).await.unwrap();
+
+    // 10 spans fill the queue: the worker holds them while the downstream is down
+    let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
+        .await
+        .unwrap();
+    client.export(filler()).await.expect("room for the first batch");
+    assert_eq!(running.collector.queued_spans(), 10);
+
+    let child = Command::new(python())
+        .args(["-c", PY, &format!("http://{}/v1/traces", running.http_addr)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python");
+    // the exporter is refused (HTTP 503 with Retry-After) at least once while the queue is full
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while running.collector.counters().snapshot().rejected_queue_full == 0 {
+        assert!(Instant::now() < deadline, "the Python exporter was never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = running.collector.counters().snapshot();
+    assert_eq!(
+        (c.requests_accepted, c.spans_received),
+        (1, 10),
+        "the refused batch was not analyzed"
+    );
+
+    downstream.restart().await;
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the exporter's retry succeeded: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(downstream.wait_for_spans(11, Duration::from_secs(20)).await, 11);
+    let names: Vec<String> = downstream
+        .received
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| *n == "refused-then-retried").count(),
+        1,
+        "the retried span was delivered once: {names:?}"
+    );
+    let c = running.collector.counters().snapshot();
+    assert!(
+        c.rejected_queue_full >= 1 && c.spans_refused == c.rejected_queue_full,
+        "{c:?}"
+    );
+    assert_eq!((c.requests_accepted, c.spans_received), (2, 11), "{c:?}");
+    assert_eq!(c.forward_spans_sent, 11, "{c:?}");
+    running.shutdown().await;
+}
