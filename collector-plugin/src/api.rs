@@ -21,6 +21,8 @@ use std::sync::Arc;
 pub fn router(collector: Arc<Collector>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/graph", get(graph))
         .route("/api/v1/tree", get(tree))
@@ -38,7 +40,65 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/v1/analyses/ambiguous", get(ambiguous_indexes))
         .route("/api/v1/analyses/projection", get(projection))
         .merge(crate::ui::router())
+        .layer(axum::middleware::from_fn_with_state(collector.clone(), check_host))
         .with_state(collector)
+}
+
+/// Whether a `Host` header value may reach the API: an IP literal (a rebound DNS name cannot be one),
+/// `localhost` or a `*.localhost` name (browsers resolve those to loopback themselves), or a name in
+/// `allowed` (compared without case, with or without the port).
+pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    let name = match host.strip_prefix('[') {
+        Some(rest) => {
+            return rest
+                .split(']')
+                .next()
+                .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
+        }
+        None => host.rsplit_once(':').map_or(host.as_str(), |(n, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                n
+            } else {
+                host.as_str()
+            }
+        }),
+    };
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+        || allowed.iter().any(|a| {
+            let a = a.trim().to_ascii_lowercase();
+            a == host || a == name
+        })
+}
+
+async fn check_host(
+    State(c): State<Arc<Collector>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("\u{fffd}").to_string())
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    match host {
+        Some(h) if !host_allowed(&h, &c.config().api_allowed_hosts) => {
+            crate::counters::Counters::add(&c.counters().api_host_refused, 1);
+            (
+                StatusCode::FORBIDDEN,
+                Json(json!({
+                    "error": format!(
+                        "Host {h:?} is not allowed: the API answers to IP addresses, localhost and the names \
+                         given with --api-allowed-host (a guard against DNS rebinding)"
+                    )
+                })),
+            )
+                .into_response()
+        }
+        _ => next.run(req).await,
+    }
 }
 
 /// A bad query: answered with 400 and a JSON `{"error": …}` body.
@@ -71,6 +131,41 @@ fn parse_trace_id(s: &str) -> Result<[u8; 16], BadRequest> {
     bytes
         .try_into()
         .map_err(|_| bad_request(format!("invalid trace id {s:?}: expected 32 hex characters")))
+}
+
+/// Liveness: the process serves HTTP.
+async fn healthz() -> Response {
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+/// Readiness: the receivers serve and, when forwarding, a TCP connection to the downstream opens; 200 when
+/// ready, 503 (with what is not) otherwise.
+async fn readyz(State(c): State<Arc<Collector>>) -> Response {
+    let receivers = c.receivers_serving();
+    let downstream = match c.forwarder() {
+        None => None,
+        Some(f) => Some((
+            f.endpoint().to_string(),
+            f.probe(std::time::Duration::from_secs(1)).await,
+        )),
+    };
+    let reachable = downstream.as_ref().is_none_or(|(_, r)| r.is_ok());
+    let ready = receivers && reachable;
+    let body = json!({
+        "ready": ready,
+        "receivers": if receivers { "serving" } else { "stopped" },
+        "downstream": downstream.map(|(endpoint, r)| json!({
+            "endpoint": endpoint,
+            "reachable": r.is_ok(),
+            "error": r.err(),
+        })),
+    });
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(body)).into_response()
 }
 
 async fn metrics(State(c): State<Arc<Collector>>) -> Response {

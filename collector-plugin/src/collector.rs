@@ -27,6 +27,10 @@ pub struct IngestConfig {
     /// The base URL of Jaeger's UI (`--jaeger-ui`, checked by [`crate::ui::parse_jaeger_ui`]): the web view
     /// links trace ids to Jaeger's trace page and tree nodes to a Jaeger search for their `dei.index` tag.
     pub jaeger_ui: Option<String>,
+    /// Host names (with or without a port) the API and web view answer to besides IP literals and
+    /// `localhost` (`--api-allowed-host`): a request naming another host is refused with 403, so that a page
+    /// on a foreign domain rebound to this address (DNS rebinding) cannot read the graph.
+    pub api_allowed_hosts: Vec<String>,
 }
 
 impl Default for IngestConfig {
@@ -37,6 +41,7 @@ impl Default for IngestConfig {
             analyze: true,
             search_report: None,
             jaeger_ui: None,
+            api_allowed_hosts: Vec::new(),
         }
     }
 }
@@ -81,6 +86,7 @@ pub struct Collector {
     analyzer: Mutex<Analyzer>,
     forwarder: Option<Forwarder>,
     log: RateLimitedLog,
+    receivers_stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Collector {
@@ -97,6 +103,7 @@ impl Collector {
             counters,
             forwarder,
             log: RateLimitedLog::new(Duration::from_secs(5)),
+            receivers_stopped: Default::default(),
         }
     }
 
@@ -118,6 +125,16 @@ impl Collector {
     /// Spans in the forwarding queue, counting the batches the workers hold.
     pub fn queued_spans(&self) -> usize {
         self.forwarder.as_ref().map_or(0, |f| f.queued_spans())
+    }
+
+    /// Marks that a receiver stopped serving (`/readyz` then answers 503).
+    pub fn receiver_stopped(&self) {
+        self.receivers_stopped.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether every receiver is still serving.
+    pub fn receivers_serving(&self) -> bool {
+        !self.receivers_stopped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The forwarder, if forwarding.

@@ -76,6 +76,8 @@ counters! {
     spans_dei_skipped,
     /// Connections closed because the limit of concurrent connections was reached.
     connections_refused,
+    /// API requests refused (403) because their `Host` named neither an IP, `localhost` nor an allowed host.
+    api_host_refused,
     /// Batches put on the forwarding queue.
     forward_batches_queued,
     /// Spans delivered downstream.

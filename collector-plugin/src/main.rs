@@ -32,7 +32,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Receive OTLP (gRPC and HTTP), analyze, forward, and serve the API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Analyze OTLP/JSON files offline (JSON lines as the Collector's file exporter writes, or one document),
     /// or Jaeger's JSON download.
     Analyze(AnalyzeArgs),
@@ -82,6 +82,10 @@ struct ServeArgs {
     /// partial success warning).
     #[arg(long)]
     strict_attributes: bool,
+    /// A host name the API and web view answer to (repeatable; `name` or `name:port`), besides IP addresses
+    /// and localhost. Other `Host` values get 403 (DNS-rebinding guard).
+    #[arg(long = "api-allowed-host")]
+    api_allowed_hosts: Vec<String>,
     /// Forward only: no graph, no tree.
     #[arg(long)]
     no_analysis: bool,
@@ -224,7 +228,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let result = match cli.command {
-        Command::Serve(a) => serve(a),
+        Command::Serve(a) => serve(*a),
         Command::Analyze(a) => analyze(a),
         Command::Loadgen(a) => run_loadgen(a),
         Command::Sink(a) => run_sink(a),
@@ -270,6 +274,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     config.ingest.analyze = !a.no_analysis;
     config.ingest.search_report = a.search_report;
     config.ingest.jaeger_ui = a.jaeger_ui;
+    config.ingest.api_allowed_hosts = a.api_allowed_hosts;
     config.analyzer.max_nodes = a.max_nodes;
     config.analyzer.graph.max_edges = a.max_edges;
     config.analyzer.graph.store_ttl = Duration::from_millis(a.pairing_ttl_ms);

@@ -122,6 +122,7 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
     let mut tasks = Vec::new();
     let svc = TraceExportService::new(collector.clone());
     let rx = stopped.clone();
+    let c = collector.clone();
     tasks.push(tokio::spawn(async move {
         let incoming = tonic::transport::server::TcpIncoming::from(grpc_l);
         if let Err(e) = tonic::transport::Server::builder()
@@ -131,13 +132,16 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
         {
             tracing::error!(error = %e, "gRPC receiver stopped");
         }
+        c.receiver_stopped();
     }));
     let app = http::router(collector.clone());
     let rx = stopped.clone();
+    let c = collector.clone();
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(http_l, app).with_graceful_shutdown(signal(rx)).await {
             tracing::error!(error = %e, "HTTP receiver stopped");
         }
+        c.receiver_stopped();
     }));
     let app = api::router(collector.clone());
     let rx = stopped.clone();

@@ -316,6 +316,7 @@ pub struct Forwarder {
     counters: Arc<Counters>,
     drain_timeout: Duration,
     enqueue_wait: Duration,
+    downstream: Downstream,
 }
 
 impl Forwarder {
@@ -356,6 +357,7 @@ impl Forwarder {
             counters,
             drain_timeout: config.drain_timeout,
             enqueue_wait: config.enqueue_wait,
+            downstream: config.downstream.clone(),
         })
     }
 
@@ -402,6 +404,31 @@ impl Forwarder {
     /// The queue's capacity in spans.
     pub fn capacity_spans(&self) -> usize {
         self.queue.capacity
+    }
+
+    /// The downstream endpoint.
+    pub fn endpoint(&self) -> &str {
+        self.downstream.endpoint()
+    }
+
+    /// Whether a TCP connection to the downstream's host and port opens within `timeout` (for `/readyz`).
+    pub async fn probe(&self, timeout: Duration) -> Result<(), String> {
+        let uri: http::Uri = self
+            .downstream
+            .endpoint()
+            .parse()
+            .map_err(|e| format!("bad endpoint: {e}"))?;
+        let host = uri
+            .host()
+            .ok_or("no host")?
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let port = uri.port_u16().unwrap_or(80);
+        match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("connect to {host}:{port}: {e}")),
+            Err(_) => Err(format!("connect to {host}:{port}: no answer within {timeout:?}")),
+        }
     }
 
     /// Stops accepting, sends what is queued until the drain deadline, then counts the rest as dropped.
