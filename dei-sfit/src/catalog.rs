@@ -4,6 +4,21 @@
 //! Rules are tried in order; the first whose pattern matches the RPC's signature gives its faults. Without a
 //! matching rule, the protocol's defaults apply, as in Filibuster: gRPC `UNAVAILABLE` and
 //! `DEADLINE_EXCEEDED`, HTTP 500, 502 and 503, and a connection error for both.
+//!
+//! **The test's own entry call is an RPC like any other**, and by default it is faulted too: the functional
+//! test's first request runs through a DEI client layer, gets an index and is tested for the catalog's faults,
+//! so the search includes executions where the test's own call fails before reaching the system. This is kept
+//! on purpose: a test whose entry call fails must say so (return `Err`, or accept the failure when
+//! [`TestRun::planned_on`](crate::TestRun::planned_on) says it was planned), and the entry call's fault sets
+//! are part of the fault space the [`Oracle`](crate::Oracle) enumerates. To leave it out, exempt its method with
+//! [`FaultCatalog::without`], which takes precedence over every other rule:
+//!
+//! ```
+//! use dei_sfit::FaultCatalog;
+//! let catalog = FaultCatalog::protocol_defaults().without("routeguide.RouteGuide/GetFeature");
+//! assert!(catalog.faults_for("routeguide.RouteGuide/GetFeature").is_empty());
+//! assert_eq!(catalog.faults_for("routeguide.RouteGuide/ListFeatures").len(), 3);
+//! ```
 
 use dei_propagator::Fault;
 use serde::{Deserialize, Serialize};
@@ -118,6 +133,22 @@ pub struct FaultCatalog {
 }
 
 impl FaultCatalog {
+    /// No faults for any RPC: the start for a catalog built only from rules.
+    ///
+    /// ```
+    /// use dei_propagator::Fault;
+    /// use dei_sfit::FaultCatalog;
+    /// let catalog = FaultCatalog::none().with_rule("cinema.Movies/*", vec![Fault::UNAVAILABLE]);
+    /// assert_eq!(catalog.faults_for("cinema.Movies/Get"), vec![Fault::UNAVAILABLE]);
+    /// assert!(catalog.faults_for("cinema.Users/Get").is_empty());
+    /// ```
+    pub fn none() -> Self {
+        FaultCatalog {
+            rules: Vec::new(),
+            protocol_defaults: false,
+        }
+    }
+
     /// The protocol defaults and no rules.
     pub fn protocol_defaults() -> Self {
         FaultCatalog {
@@ -143,6 +174,20 @@ impl FaultCatalog {
             pattern: Pattern::new(pattern),
             faults,
         });
+        self
+    }
+
+    /// This catalog, never failing RPCs whose signature matches `pattern` (for example the test's own entry
+    /// call, `pkg.Service/Method` or `GET */path`). The exemption goes before every existing rule, so it wins
+    /// over them and over the protocol defaults.
+    pub fn without(mut self, pattern: &str) -> Self {
+        self.rules.insert(
+            0,
+            Rule {
+                pattern: Pattern::new(pattern),
+                faults: Vec::new(),
+            },
+        );
         self
     }
 
@@ -192,5 +237,14 @@ mod tests {
             .with_rule("*", vec![Fault::INTERNAL]);
         assert!(c.faults_for("health.Check/Get").is_empty());
         assert_eq!(c.faults_for("x.Y/Z"), vec![Fault::INTERNAL]);
+    }
+
+    #[test]
+    fn without_wins_over_earlier_rules_and_none_has_no_faults() {
+        let c = FaultCatalog::single(Fault::Connection).without("a.B/*");
+        assert!(c.faults_for("a.B/C").is_empty());
+        assert_eq!(c.faults_for("a.D/C"), vec![Fault::Connection]);
+        assert!(FaultCatalog::none().faults_for("a.B/C").is_empty());
+        assert!(FaultCatalog::none().faults_for("GET /x").is_empty());
     }
 }

@@ -26,12 +26,9 @@ pub struct ModelProgram {
 impl ModelProgram {
     /// The paper's setting: one connection error per RPC, none on the test's own request to the entry service.
     pub fn catalog(&self) -> FaultCatalog {
-        FaultCatalog {
-            rules: Vec::new(),
-            protocol_defaults: false,
-        }
-        .with_rule(self.entry, vec![])
-        .with_rule("*", vec![Fault::Connection])
+        FaultCatalog::none()
+            .with_rule(self.entry, vec![])
+            .with_rule("*", vec![Fault::Connection])
     }
 
     /// The functional test, recording into `recorder`.
