@@ -107,10 +107,26 @@ pub struct Report {
     /// Executions whose spans did not settle in time ([`Report::unsettled`]).
     #[serde(default)]
     pub unsettled_executions: usize,
-    /// Why those counts matter, one sentence each (empty when both are zero).
+    /// True when no execution injected any fault: the search tested nothing beyond the fault-free run. Its
+    /// warning says why ([`NOTHING_INJECTED_WHY`] when faults were planned, [`NOTHING_PLANNED_WHY`] when none
+    /// was); [`Report::tested_faults`] is the check for a test to assert.
+    #[serde(default)]
+    pub nothing_injected: bool,
+    /// Why those counts matter, one sentence each (empty when both are zero and faults were injected).
     #[serde(default)]
     pub warnings: Vec<String>,
 }
+
+/// Why a search whose plans injected nothing at all matters.
+pub const NOTHING_INJECTED_WHY: &str = "no execution injected any of its planned faults, so the search tested \
+nothing beyond the fault-free run. Fault plans are off by default in dei-instrumentation: every service a plan \
+should act in needs DeiConfig::builder().faults(Faults::Accept) (or DEI_ACCEPT_FAULTS=1 in a test deployment); \
+a service that drops plans counts Event::FaultNotApplied";
+
+/// Why a search that planned no fault at all matters.
+pub const NOTHING_PLANNED_WHY: &str = "the search planned no fault, so it tested nothing beyond the fault-free run: \
+the span source observed no RPC with a DEI index (are the DEI client layers installed, and the span source \
+reading the tracer provider the services export to?), or the fault catalog gives none of them a fault";
 
 /// Why an execution with unreached faults matters.
 pub const UNREACHED_WHY: &str = "a planned fault that was not injected means the execution did not test its plan: \
@@ -136,6 +152,7 @@ impl Report {
         let unreached_executions = executions.iter().filter(|e| !e.unreached.is_empty()).count();
         let unsettled_executions = executions.iter().filter(|e| e.unsettled.is_some()).count();
         let mut warnings = Vec::new();
+        let nothing_injected = !executions.is_empty() && executions.iter().all(|e| e.effective.is_empty());
         if unreached_executions > 0 {
             warnings.push(format!(
                 "{unreached_executions} execution(s) with unreached faults: {UNREACHED_WHY}"
@@ -146,6 +163,15 @@ impl Report {
                 "{unsettled_executions} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
             ));
         }
+        if nothing_injected {
+            let why = if executions.iter().any(|e| !e.plan.is_empty()) {
+                NOTHING_INJECTED_WHY
+            } else {
+                NOTHING_PLANNED_WHY
+            };
+            tracing::warn!("dei-sfit: nothing injected: {why}");
+            warnings.push(format!("nothing injected: {why}"));
+        }
         Report {
             test: test.to_string(),
             options,
@@ -155,7 +181,35 @@ impl Report {
             pending,
             unreached_executions,
             unsettled_executions,
+            nothing_injected,
             warnings,
+        }
+    }
+
+    /// An error saying why, when no execution injected a fault (the search tested nothing beyond the fault-free
+    /// run: fault plans not accepted by the services, no RPC observed, or a catalog without faults).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() {
+    /// use dei_sfit::{model::programs, FaultCatalog, Recorder, Search, SearchOptions};
+    /// let recorder = Recorder::new();
+    /// // a catalog without faults: the search runs the fault-free execution only
+    /// let options = SearchOptions { catalog: FaultCatalog::none(), ..SearchOptions::default() };
+    /// let report = Search::new(options, recorder.clone()).run(&programs::FIG2.test(&recorder)).await.unwrap();
+    /// assert!(report.nothing_injected);
+    /// assert!(report.tested_faults().unwrap_err().contains("planned no fault"));
+    /// # }
+    /// ```
+    pub fn tested_faults(&self) -> Result<(), String> {
+        if self.nothing_injected {
+            Err(self
+                .warnings
+                .last()
+                .cloned()
+                .unwrap_or_else(|| format!("nothing injected: {NOTHING_INJECTED_WHY}")))
+        } else {
+            Ok(())
         }
     }
 
@@ -245,6 +299,13 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  WARNING: {unsettled} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            )?;
+        }
+        if self.nothing_injected {
+            writeln!(
+                f,
+                "  WARNING: {}",
+                self.warnings.last().map(String::as_str).unwrap_or("nothing injected")
             )?;
         }
         for e in &self.executions {
