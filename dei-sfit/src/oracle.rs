@@ -1,5 +1,37 @@
 //! The brute-force oracle: run every combination of faults on every observed index, until no new index
 //! appears, and collect the distinct effective fault sets. A correct search reaches each of them exactly once.
+//!
+//! Check a search against it on a small system: run both through one shared source
+//! ([`Search::with_shared_source`]; a source resets itself at each execution, so never run the two at once),
+//! with the same options, then compare the report's effective fault sets with the oracle's. Compare by
+//! *reference* index ([`Report::reference_sets`](crate::Report::reference_sets) and
+//! [`OracleResult::reference`]; both are recorded under [`SearchOptions::reference`], full DEI by default) so
+//! that the comparison holds under any instantiation, and check that no execution repeats a set
+//! ([`Report::redundant`](crate::Report::redundant)):
+//!
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use dei_sfit::{model::programs, Oracle, Recorder, Search, SearchOptions, SpanSource};
+//! use std::sync::Arc;
+//!
+//! let program = programs::FIG2; // any FunctionalTest: here a simulated program recording into `recorder`
+//! let recorder = Recorder::new();
+//! let test = program.test(&recorder);
+//! let source: Arc<dyn SpanSource> = Arc::new(recorder);
+//! let options = SearchOptions { catalog: program.catalog(), ..SearchOptions::default() };
+//!
+//! let report = Search::with_shared_source(options.clone(), source.clone()).run(&test).await?;
+//! // refuses (OracleError::TooLarge) beyond 12 observed indexes: brute force runs up to 2^12 executions here
+//! let oracle = Oracle::new(options, source, 12).run(&test).await?;
+//!
+//! assert_eq!(report.reference_sets(), oracle.reference);     // complete: every distinct fault set reached
+//! assert!(report.redundant().is_empty());                    // non-redundant: none of them twice
+//! assert_eq!(report.executions.len(), oracle.reference.len());
+//! assert!(oracle.executions >= report.executions.len());      // what brute force paid for the same answer
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::observation::FaultSet;
 use crate::search::{Search, SearchError, SearchOptions};
@@ -20,7 +52,8 @@ pub enum OracleError {
     Search(#[from] SearchError),
 }
 
-/// What brute force found.
+/// What brute force found: compare [`reference`](OracleResult::reference) with
+/// [`Report::reference_sets`](crate::Report::reference_sets) (see the [module](self) example).
 #[derive(Clone, Debug, Default)]
 pub struct OracleResult {
     /// How many executions it ran.
@@ -33,15 +66,17 @@ pub struct OracleResult {
     pub reference: BTreeSet<FaultSet>,
 }
 
-/// The brute-force oracle.
+/// The brute-force oracle (see the [module](self) example).
 pub struct Oracle {
     search: Search,
     max_indexes: usize,
 }
 
 impl Oracle {
-    /// An oracle running executions with these options (instantiation and catalog matter) through `source`.
-    /// It refuses examples with more than `max_indexes` observed indexes.
+    /// An oracle running executions with these options (instantiation and catalog matter) through `source`,
+    /// shared with the search it checks ([`Search::with_shared_source`]). It refuses examples with more than
+    /// `max_indexes` observed indexes ([`OracleError::TooLarge`]): with `f` faults per RPC it runs up to
+    /// `(f + 1)^n` executions for `n` indexes.
     pub fn new(options: SearchOptions, source: Arc<dyn SpanSource>, max_indexes: usize) -> Self {
         Oracle {
             search: Search::with_shared_source(options, source),
