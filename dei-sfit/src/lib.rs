@@ -14,7 +14,11 @@
 //!   faults not injected) or whose spans did not settle ([`Report`], JSON and terminal, replayable; a replay
 //!   that does not inject its whole plan is an error, [`SearchError::Unreached`]);
 //! - the brute-force [`Oracle`] runs every combination of observed indexes, to check that the search is
-//!   complete and non-redundant.
+//!   complete and non-redundant ([`oracle`] has the example that checks a search against it).
+//!
+//! With feature `testing`, [`testing::in_process_spans`] sets up the span source for services in the test's
+//! process in one call. A first search from start to finish, with HTTP services, the layers and the oracle's
+//! check, is in the workspace's `docs/sfit.md` (section 0), compiled and run as a doc test.
 //!
 //! # Example
 //! The paper's Fig. 2 as a simulated program: exactly the five executions of §3.2.
@@ -41,6 +45,18 @@ pub mod report;
 pub mod search;
 pub mod source;
 pub mod test;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+/// `docs/sfit.md`, compiled (and its complete example run) as doc tests: its snippets stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/sfit.md")]
+pub struct SfitGuide;
+
+/// `dei-sfit/README.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct Readme;
 
 pub use catalog::FaultCatalog;
 pub use observation::{FaultSet, Observation, ObservedRpc, Outcome};
