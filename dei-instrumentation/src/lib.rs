@@ -68,7 +68,10 @@
 //! }
 //! # Ok(()) }
 //! ```
-#![forbid(unsafe_code)]
+// `unsafe` is allowed in one audited module only, `stack::frame_pointer` (the frame-pointer walk of the
+// thread's own stack); everywhere else it is denied, and no public API is `unsafe`.
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 mod body;

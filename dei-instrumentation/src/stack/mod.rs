@@ -22,7 +22,8 @@ mod build_layout;
 mod cache;
 mod call_site;
 pub(crate) mod filter;
-#[cfg(target_os = "linux")]
+// The crate's one audited `unsafe` module (see its documentation); `unsafe_code` is denied everywhere else.
+#[allow(unsafe_code)]
 mod frame_pointer;
 mod mode;
 mod walker;
@@ -246,6 +247,12 @@ struct CapturerInner {
 impl StackCapturer {
     /// A capturer with its own cache; detects the mode unless the configuration forces one.
     pub fn new(config: StackConfig) -> Self {
+        Self::with_walk_choice(config, Walk::choose)
+    }
+
+    /// [`new`](Self::new), resolving the requested walker with `choose` (tests stand in a binary without
+    /// frame pointers this way).
+    fn with_walk_choice(config: StackConfig, choose: impl FnOnce(StackWalker) -> Walk) -> Self {
         let detected = mode::detect();
         let mode = match config.mode {
             None => detected,
@@ -269,7 +276,7 @@ impl StackCapturer {
                 cache: SymbolCache::new(),
                 stacks: RwLock::new(StackMap::default()),
                 walk: if mode.unwinds() {
-                    Walk::choose(config.walker)
+                    choose(config.walker)
                 } else {
                     Walk::Dwarf
                 },
@@ -284,8 +291,8 @@ impl StackCapturer {
         self.inner.mode
     }
 
-    /// The walker in use: [`StackWalker::Dwarf`] or [`StackWalker::FramePointers`] (with `Auto`, the one its
-    /// measurements currently favour).
+    /// The walker in use: [`StackWalker::Dwarf`] or [`StackWalker::FramePointers`] (with `Auto`, frame
+    /// pointers where the binary has them).
     pub fn walker(&self) -> StackWalker {
         self.inner.walk.kind()
     }
@@ -372,7 +379,7 @@ impl StackCapturer {
 impl CapturerInner {
     /// A stack not seen yet: symbolizes the misses in order (stopping at the boundary), digests, and remembers
     /// the stack under what was walked. Kept out of [`StackCapturer::capture_at`], so that the frame that every
-    /// capture walks through (and, with frame pointers, copies) stays small.
+    /// capture walks through stays small.
     ///
     /// A stack walked through frame pointers is checked against the DWARF unwinder here, once per distinct
     /// stack: code built without frame pointers on the way (a doctest, a C library calling back) breaks the
@@ -390,7 +397,7 @@ impl CapturerInner {
         if walker == StackWalker::FramePointers
             && let Some(unwound) = self.disagreeing_unwind(&key.1, call_site.is_some())
         {
-            self.walk.distrust_frame_pointers();
+            walker::distrust_frame_pointers();
             frames = self.app_frames(&unwound, call_site.is_some());
             walker = StackWalker::Dwarf;
         }

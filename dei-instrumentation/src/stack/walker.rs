@@ -1,19 +1,14 @@
-//! How a capture walks the stack: the DWARF unwinder, or saved frame pointers where the build has them.
+//! How a capture walks the stack: saved frame pointers where the build has them, the DWARF unwinder otherwise.
 //!
 //! | walker | needs | warm cost (BENCHMARKS.md) |
 //! |---|---|---|
+//! | [`FramePointers`](StackWalker::FramePointers) | `-C force-frame-pointers=yes`, x86_64 or aarch64 Linux | a few ns per frame: two loads from the thread's own stack (see `frame_pointer`, the crate's one audited `unsafe` module) |
 //! | [`Dwarf`](StackWalker::Dwarf) | unwind tables (every build has them) | 0.2–0.3 µs per frame: libgcc interprets each frame's unwind rules |
-//! | [`FramePointers`](StackWalker::FramePointers) | `-C force-frame-pointers=yes`, x86_64 Linux, `process_vm_readv(2)` allowed | one copy of the stack's top (1.6 µs for a page on our VM, ~0.45 µs per further page), then a few ns per frame |
 //!
-//! [`Auto`](StackWalker::Auto), the default, uses DWARF unless a calibration at start-up shows that the binary
-//! has frame pointers and that their walk finds exactly the frames the DWARF unwinder finds. Then it makes two
-//! captures in 32 with each walker, timing the second (two in 512 once 1,024 captures settled the averages),
-//! and switches to frame pointers where they take at most half of DWARF's time: a frame-pointer walk costs a
-//! system call (about 1.6 µs on our VM in a tight loop, far less on bare metal, but 5–9 µs per capture inside
-//! a tonic echo service, against 2–6 µs for DWARF there) plus a little per page of stack, DWARF about
-//! 0.2–0.3 µs per frame warm (about 1 µs cold),
-//! so deep stacks of small frames in a tight loop favour frame pointers and shallow ones in a busy service do
-//! not.
+//! [`Auto`](StackWalker::Auto), the default, walks frame pointers when the binary has them and DWARF when it
+//! does not. Which it is, is found once per process at start-up: a walk through frame pointers from a few
+//! nested calls of this crate must give exactly the return addresses the DWARF unwinder gives. A build
+//! without frame pointers fails that check, logs why once, and walks with DWARF.
 //!
 //! Both walkers find the same application frames, so stacks, digests and indexes do not depend on the walker.
 //! Each distinct stack a frame-pointer walk finds is checked against the DWARF unwinder once (the capture
@@ -21,18 +16,15 @@
 //! calling back into Rust) breaks the chain, and the first disagreement turns frame pointers off for the
 //! process. The walker used is recorded on every span as `dei.stack.walker`.
 
+use super::frame_pointer::{self, Unavailable};
 use std::fmt;
-#[cfg(target_os = "linux")]
-use std::sync::{Arc, OnceLock};
-
-#[cfg(target_os = "linux")]
-use super::frame_pointer::{FramePointerWalker, Unavailable};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How call stacks are walked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum StackWalker {
-    /// DWARF, switching to frame pointers where the binary has them and they are measured to take at most half
-    /// of DWARF's time in this process.
+    /// Frame pointers where the binary has them (detected once per process), DWARF otherwise.
     #[default]
     Auto,
     /// The DWARF unwinder (libgcc, through `backtrace`).
@@ -59,143 +51,77 @@ impl fmt::Display for StackWalker {
 }
 
 /// The walker a capturer uses, resolved from a [`StackWalker`] request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Walk {
     Dwarf,
-    #[cfg(target_os = "linux")]
-    FramePointers(Arc<FramePointerWalker>),
-    /// `Auto` where the binary has frame pointers: whichever walker costs less here, measured.
-    #[cfg(target_os = "linux")]
-    Measured(Arc<Measured>),
+    /// Frame pointers, until a walk disagrees with the DWARF unwinder ([`distrust_frame_pointers`]).
+    FramePointers,
 }
 
-/// Picks the cheaper walker from what captures in this process actually cost.
-///
-/// A frame-pointer walk costs one system call plus a little per page of stack, a DWARF walk a little per
-/// frame, so which is cheaper depends on the machine (what a system call costs there) and on the service's
-/// stacks (few large frames or many small ones). Two captures in [`SAMPLE_EVERY`] are made with each walker,
-/// the second of them timed (see [`sample`]; [`SETTLED_SAMPLE_EVERY`] after the first [`SETTLING_CAPTURES`],
-/// since the slower walker's captures cost: a frame-pointer walk inside a loaded service can take twice or
-/// three times a DWARF one); the others use the one
-/// [`prefer`] picks from the moving averages. Both walkers find the same frames, so the choice never changes
-/// a stack.
-#[cfg(target_os = "linux")]
-#[derive(Debug)]
-pub(crate) struct Measured {
-    frame_pointers: Arc<FramePointerWalker>,
-    captures: std::sync::atomic::AtomicU64,
-    /// Moving averages in nanoseconds, frame pointers then DWARF; 0 until first measured.
-    cost: [std::sync::atomic::AtomicU64; 2],
+/// Cleared for the process when a frame-pointer walk disagreed with the DWARF unwinder.
+static FRAME_POINTERS_TRUSTED: AtomicBool = AtomicBool::new(true);
+
+/// The nesting of the deeper start-up check.
+const CHECK_DEPTH: usize = 4;
+
+/// Whether this binary has frame pointers: checked once per process, logged once when it has not.
+pub(crate) fn detect() -> Result<(), Unavailable> {
+    static DETECTED: OnceLock<Result<(), Unavailable>> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        let detected = check_at_depth(1).and_then(|()| check_at_depth(CHECK_DEPTH));
+        if let Err(why) = detected {
+            tracing::info!(
+                reason = why.reason(),
+                "dei: call stacks are walked with DWARF, not frame pointers"
+            );
+        }
+        detected
+    })
 }
 
-/// One capture in this many is timed with each walker while the averages settle.
-#[cfg(target_os = "linux")]
-const SAMPLE_EVERY: u64 = 32;
-
-/// Captures after which sampling slows down to [`SETTLED_SAMPLE_EVERY`].
-#[cfg(target_os = "linux")]
-const SETTLING_CAPTURES: u64 = 32 * SAMPLE_EVERY;
-
-/// One capture in this many is timed with each walker once the averages settled.
-#[cfg(target_os = "linux")]
-const SETTLED_SAMPLE_EVERY: u64 = 16 * SAMPLE_EVERY;
-
-/// A capture that [`Measured`] makes with a given walker instead of the preferred one.
-#[cfg(target_os = "linux")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sample {
-    /// Untimed: warms the caches that this walker's next capture uses (its code, and for frame pointers the
-    /// kernel's copy path), so that the timed capture after it is not charged for the other walker having run
-    /// meanwhile.
-    Warm(StackWalker),
-    /// Timed, into this walker's moving average.
-    Timed(StackWalker),
+/// Walks both ways from `depth` nested calls and compares.
+#[inline(never)]
+fn check_at_depth(depth: usize) -> Result<(), Unavailable> {
+    let (walked, unwound) = nested_walks(depth)?;
+    agree(&walked, &unwound, depth)
 }
 
-/// What capture `n` (0-based, counted per capturer) is, when not an ordinary capture with the preferred
-/// walker: the first four of each period warm and then time frame pointers, then warm and time DWARF.
-///
-/// Timing each walker right after its warm-up keeps the comparison fair in a tight loop, where the preferred
-/// walker runs warm and a lone sample of the other ran cold (which kept `Auto` on DWARF at three times the cost
-/// of frame pointers). In a service the warm-up may run on another thread, and other work runs between
-/// captures, so both walkers are timed about equally cold there.
-#[cfg(target_os = "linux")]
-fn sample(n: u64) -> Option<Sample> {
-    let period = if n < SETTLING_CAPTURES {
-        SAMPLE_EVERY
-    } else {
-        SETTLED_SAMPLE_EVERY
+/// `depth` calls deep, then both walks: (frame pointers, DWARF).
+#[inline(never)]
+fn nested_walks(depth: usize) -> Result<(Vec<usize>, Vec<usize>), Unavailable> {
+    if depth > 1 {
+        let inner = nested_walks(depth - 1);
+        return std::hint::black_box(inner);
+    }
+    let mut walked = Vec::new();
+    frame_pointer::walk(&mut |ip| {
+        walked.push(ip);
+        walked.len() < frame_pointer::MAX_FRAMES
+    })?;
+    let mut unwound = Vec::new();
+    backtrace::trace(|f| {
+        unwound.push(f.ip() as usize);
+        unwound.len() < frame_pointer::MAX_FRAMES
+    });
+    Ok((walked, unwound))
+}
+
+/// Whether a frame-pointer walk from `depth` levels of [`nested_walks`] agrees with the unwinder: the first
+/// return address is into the innermost level (where the two walks are called from different places); from
+/// the next on, the returns through the other levels, into [`check_at_depth`] and into its caller are read
+/// from this crate's frames and must be the unwinder's, in order.
+fn agree(walked: &[usize], unwound: &[usize], depth: usize) -> Result<(), Unavailable> {
+    let n = depth + 1;
+    let Some(from) = walked.get(1..1 + n) else {
+        return Err(Unavailable::NoFramePointers);
     };
-    match n % period {
-        0 => Some(Sample::Warm(StackWalker::FramePointers)),
-        1 => Some(Sample::Timed(StackWalker::FramePointers)),
-        2 => Some(Sample::Warm(StackWalker::Dwarf)),
-        3 => Some(Sample::Timed(StackWalker::Dwarf)),
-        _ => None,
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Measured {
-    fn new(frame_pointers: Arc<FramePointerWalker>) -> Self {
-        Measured {
-            frame_pointers,
-            captures: Default::default(),
-            cost: Default::default(),
-        }
-    }
-
-    /// The walker the averages favour (DWARF until frame pointers are measured clearly cheaper, and for good
-    /// once frame pointers are distrusted).
-    fn preferred(&self) -> StackWalker {
-        use std::sync::atomic::Ordering::Relaxed;
-        if !self.frame_pointers.trusted() {
-            return StackWalker::Dwarf;
-        }
-        prefer(self.cost[0].load(Relaxed), self.cost[1].load(Relaxed))
-    }
-
-    #[inline(always)]
-    fn walk(&self, visit: &mut dyn FnMut(usize) -> bool) -> StackWalker {
-        use std::sync::atomic::Ordering::Relaxed;
-        let n = self.captures.fetch_add(1, Relaxed);
-        let (walker, timed) = match sample(n) {
-            Some(Sample::Warm(walker)) => (walker, false),
-            Some(Sample::Timed(walker)) => (walker, true),
-            None => (self.preferred(), false),
-        };
-        let started = timed.then(std::time::Instant::now);
-        let used = match walker {
-            StackWalker::FramePointers => walk_frame_pointers(&self.frame_pointers, visit),
-            _ => {
-                walk_dwarf(visit);
-                StackWalker::Dwarf
-            }
-        };
-        if let Some(started) = started {
-            let slot = &self.cost[usize::from(used == StackWalker::Dwarf)];
-            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            // An exponential moving average over about eight samples (the first sample sets it).
-            let _ = slot.fetch_update(Relaxed, Relaxed, |old| {
-                Some(if old == 0 { ns.max(1) } else { old - old / 8 + ns / 8 })
-            });
-        }
-        used
-    }
-}
-
-/// The walker to prefer given the two moving averages (0: not measured yet): frame pointers only once they are
-/// measured to take at most half of DWARF's time. A system call costs more than its own duration (caches and
-/// TLB entries it evicts, on kernels with speculative-execution mitigations): on our VM a tonic echo, whose
-/// captures walk a few large frames (7–10 KiB of stack), was 1–6% slower end to end with frame pointers, and
-/// inside it a frame-pointer capture took 5–9 µs against 2–6 µs with DWARF, while in a tight loop 30 small
-/// frames take a third to a half of DWARF's time (BENCHMARKS.md).
-#[cfg(target_os = "linux")]
-fn prefer(frame_pointers_ns: u64, dwarf_ns: u64) -> StackWalker {
-    if frame_pointers_ns != 0 && dwarf_ns != 0 && frame_pointers_ns.saturating_mul(2) <= dwarf_ns {
-        StackWalker::FramePointers
+    let Some(j) = unwound.iter().position(|&u| u == from[0]) else {
+        return Err(Unavailable::NoFramePointers);
+    };
+    if unwound.get(j..j + n) == Some(from) {
+        Ok(())
     } else {
-        StackWalker::Dwarf
+        Err(Unavailable::NoFramePointers)
     }
 }
 
@@ -206,89 +132,57 @@ fn walk_dwarf(visit: &mut dyn FnMut(usize) -> bool) {
     backtrace::trace(|frame| visit(frame.ip() as usize));
 }
 
-/// A frame-pointer walk; a refused read happens before any frame is visited, so unwinding instead visits
-/// each frame once.
-#[cfg(target_os = "linux")]
-fn walk_frame_pointers(walker: &FramePointerWalker, visit: &mut dyn FnMut(usize) -> bool) -> StackWalker {
-    match walker.walk(visit) {
-        Ok(()) => StackWalker::FramePointers,
-        Err(_) => {
-            walk_dwarf(visit);
-            StackWalker::Dwarf
-        }
-    }
-}
-
-/// The process's frame-pointer calibration: one per binary, done at most once.
-#[cfg(target_os = "linux")]
-fn frame_pointers() -> Result<Arc<FramePointerWalker>, Unavailable> {
-    static DETECTED: OnceLock<Result<Arc<FramePointerWalker>, Unavailable>> = OnceLock::new();
-    DETECTED
-        .get_or_init(|| FramePointerWalker::detect().map(Arc::new))
-        .clone()
-}
-
 impl Walk {
-    /// Resolves a request; asking for frame pointers where there are none logs why and walks with DWARF.
+    /// Resolves a request with what this binary offers.
     pub(crate) fn choose(requested: StackWalker) -> Walk {
-        match requested {
-            StackWalker::Dwarf => Walk::Dwarf,
-            #[cfg(target_os = "linux")]
-            StackWalker::Auto => frame_pointers().map_or(Walk::Dwarf, |fp| Walk::Measured(Arc::new(Measured::new(fp)))),
-            #[cfg(target_os = "linux")]
-            StackWalker::FramePointers => match frame_pointers() {
-                Ok(walker) => Walk::FramePointers(walker),
-                Err(why) => {
-                    tracing::warn!(
-                        reason = why.reason(),
-                        "dei: frame-pointer walking unavailable; using DWARF"
-                    );
-                    Walk::Dwarf
-                }
-            },
-            #[cfg(not(target_os = "linux"))]
-            StackWalker::Auto | StackWalker::FramePointers => Walk::Dwarf,
+        Walk::choose_given(requested, detect())
+    }
+
+    /// Resolves a request given the start-up check's outcome; asking for frame pointers explicitly where
+    /// there are none logs why.
+    pub(crate) fn choose_given(requested: StackWalker, detected: Result<(), Unavailable>) -> Walk {
+        match (requested, detected) {
+            (StackWalker::Dwarf, _) => Walk::Dwarf,
+            (StackWalker::Auto | StackWalker::FramePointers, Ok(())) => Walk::FramePointers,
+            (StackWalker::Auto, Err(_)) => Walk::Dwarf,
+            (StackWalker::FramePointers, Err(why)) => {
+                tracing::warn!(
+                    reason = why.reason(),
+                    "dei: frame-pointer walking unavailable; using DWARF"
+                );
+                Walk::Dwarf
+            }
         }
     }
 
-    /// The walker in use (for `Auto`, the one currently preferred).
-    pub(crate) fn kind(&self) -> StackWalker {
+    /// The walker in use.
+    pub(crate) fn kind(self) -> StackWalker {
         match self {
-            Walk::Dwarf => StackWalker::Dwarf,
-            #[cfg(target_os = "linux")]
-            Walk::FramePointers(w) if w.trusted() => StackWalker::FramePointers,
-            #[cfg(target_os = "linux")]
-            Walk::FramePointers(_) => StackWalker::Dwarf,
-            #[cfg(target_os = "linux")]
-            Walk::Measured(m) => m.preferred(),
-        }
-    }
-
-    /// Turns frame pointers off for the process: a walk through them disagreed with the DWARF unwinder.
-    pub(crate) fn distrust_frame_pointers(&self) {
-        match self {
-            Walk::Dwarf => {}
-            #[cfg(target_os = "linux")]
-            Walk::FramePointers(w) => w.distrust(),
-            #[cfg(target_os = "linux")]
-            Walk::Measured(m) => m.frame_pointers.distrust(),
+            Walk::FramePointers if FRAME_POINTERS_TRUSTED.load(Ordering::Relaxed) => StackWalker::FramePointers,
+            _ => StackWalker::Dwarf,
         }
     }
 
     /// Calls `visit` with each return address on the calling thread's stack, innermost first, until it
     /// returns false; returns the walker that did. Inlined into the capture (see [`walk_dwarf`]).
     #[inline(always)]
-    pub(crate) fn walk(&self, visit: &mut dyn FnMut(usize) -> bool) -> StackWalker {
-        match self {
-            Walk::Dwarf => {
-                walk_dwarf(visit);
-                StackWalker::Dwarf
-            }
-            #[cfg(target_os = "linux")]
-            Walk::FramePointers(walker) => walk_frame_pointers(walker, visit),
-            #[cfg(target_os = "linux")]
-            Walk::Measured(m) => m.walk(visit),
+    pub(crate) fn walk(self, visit: &mut dyn FnMut(usize) -> bool) -> StackWalker {
+        if self.kind() == StackWalker::FramePointers && frame_pointer::walk(visit).is_ok() {
+            return StackWalker::FramePointers;
         }
+        // (A refused frame-pointer walk refuses before visiting anything.)
+        walk_dwarf(visit);
+        StackWalker::Dwarf
+    }
+}
+
+/// Turns frame pointers off for the process: a walk through them disagreed with the DWARF unwinder. Logs once.
+pub(crate) fn distrust_frame_pointers() {
+    if FRAME_POINTERS_TRUSTED.swap(false, Ordering::Relaxed) {
+        tracing::warn!(
+            "dei: a frame-pointer walk disagreed with the DWARF unwinder (code without frame pointers on the \
+             stack, or a stack deeper than the walk's limits); walking with DWARF from now on"
+        );
     }
 }
 
@@ -298,14 +192,11 @@ mod tests {
     use crate::stack::{CapturedStack, StackCapturer, StackConfig};
 
     #[test]
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
     fn this_workspace_builds_with_frame_pointers() {
         // `.cargo/config.toml` sets `-C force-frame-pointers=yes`; a RUSTFLAGS variable would replace it.
-        assert!(
-            matches!(Walk::choose(StackWalker::Auto), Walk::Measured(_)),
-            "{:?}",
-            frame_pointers().err().map(|e| e.reason())
-        );
+        assert_eq!(detect(), Ok(()));
+        assert_eq!(Walk::choose(StackWalker::Auto), Walk::FramePointers);
         assert_eq!(
             Walk::choose(StackWalker::FramePointers).kind(),
             StackWalker::FramePointers
@@ -314,73 +205,171 @@ mod tests {
     }
 
     #[test]
-    #[cfg(target_os = "linux")]
-    fn the_cheaper_measured_walker_is_preferred() {
-        assert_eq!(prefer(0, 0), StackWalker::Dwarf);
-        assert_eq!(prefer(3_000, 0), StackWalker::Dwarf);
-        assert_eq!(prefer(0, 3_000), StackWalker::Dwarf);
-        assert_eq!(prefer(3_000, 2_000), StackWalker::Dwarf);
-        // Cheaper, but not by half: a system call costs more than it measures.
-        assert_eq!(prefer(2_000, 3_000), StackWalker::Dwarf);
-        assert_eq!(prefer(3_000, 6_000), StackWalker::FramePointers);
-        assert_eq!(prefer(2_500, 10_000), StackWalker::FramePointers);
+    fn the_start_up_check_needs_the_unwinders_addresses_in_order() {
+        let unwound = [9, 8, 1, 2, 3, 4, 5];
+        assert_eq!(agree(&[7, 2, 3, 4], &unwound, 2), Ok(()));
+        // A frame skipped, a frame too many, a walk that ended early, one sharing nothing.
+        for walked in [&[7, 2, 4, 5][..], &[7, 2, 2, 3], &[7, 2], &[7], &[], &[7, 20, 30, 40]] {
+            assert_eq!(
+                agree(walked, &unwound, 2),
+                Err(Unavailable::NoFramePointers),
+                "{walked:?}"
+            );
+        }
     }
 
     #[test]
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    fn auto_times_both_walkers_and_uses_the_preferred_one_between_samples() {
-        let Walk::Measured(measured) = Walk::choose(StackWalker::Auto) else {
-            panic!("the workspace builds with frame pointers");
-        };
-        use std::sync::atomic::Ordering::Relaxed;
-        let measured_yet = || measured.cost.each_ref().map(|c| c.load(Relaxed) > 0);
-        let mut used = Vec::new();
-        let mut first_costs = Vec::new();
-        for _ in 0..4 * SAMPLE_EVERY {
-            let mut frames = 0;
-            let preferred = measured.preferred();
-            let walker = measured.walk(&mut |_| {
-                frames += 1;
-                true
-            });
-            assert!(frames > 3);
-            used.push((walker, preferred));
-            if first_costs.len() < 4 {
-                first_costs.push(measured_yet());
-            }
+    fn without_frame_pointers_auto_walks_with_dwarf() {
+        for why in [
+            Unavailable::NoFramePointers,
+            Unavailable::Architecture,
+            Unavailable::NoStackBounds,
+        ] {
+            assert_eq!(Walk::choose_given(StackWalker::Auto, Err(why)), Walk::Dwarf);
+            assert_eq!(Walk::choose_given(StackWalker::FramePointers, Err(why)), Walk::Dwarf);
         }
-        // The warm-up captures are not timed: frame pointers' average is set by capture 1, DWARF's by capture 3.
+        assert_eq!(Walk::choose_given(StackWalker::Dwarf, Ok(())), Walk::Dwarf);
+    }
+
+    #[test]
+    fn a_build_without_frame_pointers_says_dwarf_on_the_span() {
+        use crate::testing::{attribute, telemetry};
+        let telemetry = telemetry();
+        // The start-up check's outcome in a build without frame pointers.
+        let c = StackCapturer::with_walk_choice(StackConfig::default(), |w| {
+            Walk::choose_given(w, Err(Unavailable::NoFramePointers))
+        });
+        assert_eq!(c.walker(), StackWalker::Dwarf);
+        let stack = nested(&c, 2);
+        assert_eq!(stack.walker(), StackWalker::Dwarf);
+        let span = tracing::info_span!("walker_test_without_frame_pointers");
+        let mut attributes = crate::span::Attributes::new();
+        attributes.stack(&stack, false);
+        drop(attributes.set_on(&span));
+        drop(span);
+        let spans: Vec<_> = telemetry
+            .spans()
+            .into_iter()
+            .filter(|s| s.name == "walker_test_without_frame_pointers")
+            .collect();
+        assert_eq!(spans.len(), 1);
         assert_eq!(
-            first_costs,
-            [[false, false], [true, false], [true, false], [true, true]]
+            attribute(&spans[0], crate::span::STACK_WALKER).as_deref(),
+            Some("dwarf")
         );
-        // Captures 0 to 3 of every SAMPLE_EVERY warm and time each walker in turn; the rest follow the
-        // preference.
-        for (n, (walker, preferred)) in used.iter().enumerate() {
-            match n as u64 % SAMPLE_EVERY {
-                0 | 1 => assert_eq!(*walker, StackWalker::FramePointers),
-                2 | 3 => assert_eq!(*walker, StackWalker::Dwarf),
-                _ => assert_eq!(walker, preferred),
-            }
+    }
+
+    /// Return addresses from a frame-pointer walk and a DWARF unwind made at the same place.
+    type Walks = (Vec<usize>, Vec<usize>);
+
+    #[inline(never)]
+    fn both_walks() -> Walks {
+        let mut walked = Vec::new();
+        frame_pointer::walk(&mut |ip| {
+            walked.push(ip);
+            walked.len() < frame_pointer::MAX_FRAMES
+        })
+        .expect("walk");
+        let mut unwound = Vec::new();
+        backtrace::trace(|f| {
+            unwound.push(f.ip() as usize);
+            unwound.len() < frame_pointer::MAX_FRAMES
+        });
+        (walked, unwound)
+    }
+
+    /// One level of a recursion `depth` deep, each level a small or a large frame as `shape`'s bits say.
+    #[inline(never)]
+    fn small_frame(level: u32, depth: u32, shape: u64) -> Walks {
+        let walks = descend(level, depth, shape);
+        std::hint::black_box(walks)
+    }
+
+    #[inline(never)]
+    fn large_frame(level: u32, depth: u32, shape: u64) -> Walks {
+        let pad = std::hint::black_box([level as u8; 384]);
+        let walks = descend(level, depth, shape);
+        std::hint::black_box(pad);
+        std::hint::black_box(walks)
+    }
+
+    fn descend(level: u32, depth: u32, shape: u64) -> Walks {
+        if level == depth {
+            both_walks()
+        } else if (shape >> (level % 64)) & 1 == 0 {
+            small_frame(level + 1, depth, shape)
+        } else {
+            large_frame(level + 1, depth, shape)
         }
     }
 
-    #[cfg(target_os = "linux")]
+    /// The application frames' return addresses among `ips`, up to the runtime's task boundary.
+    fn application_addresses(c: &StackCapturer, ips: &[usize]) -> Vec<usize> {
+        let inner = &*c.inner;
+        let mut kept = Vec::new();
+        for &ip in ips {
+            match inner.cache.resolve(ip, &inner.filter, inner.mode) {
+                crate::stack::Resolved::Boundary => break,
+                crate::stack::Resolved::Skip => {}
+                crate::stack::Resolved::App(_) => kept.push(ip),
+            }
+        }
+        kept
+    }
+
     #[test]
-    fn sampling_slows_down_once_the_averages_settled() {
-        let timed =
-            |range: std::ops::Range<u64>| range.filter(|&n| matches!(sample(n), Some(Sample::Timed(_)))).count() as u64;
-        assert_eq!(timed(0..SETTLING_CAPTURES), 2 * SETTLING_CAPTURES / SAMPLE_EVERY);
-        let later = SETTLING_CAPTURES..SETTLING_CAPTURES + 4 * SETTLED_SAMPLE_EVERY;
-        assert_eq!(timed(later), 8);
-        // Both walkers are still warmed and then timed, frame pointers first.
-        let n = 5 * SETTLED_SAMPLE_EVERY;
-        assert_eq!(sample(n), Some(Sample::Warm(StackWalker::FramePointers)));
-        assert_eq!(sample(n + 1), Some(Sample::Timed(StackWalker::FramePointers)));
-        assert_eq!(sample(n + 2), Some(Sample::Warm(StackWalker::Dwarf)));
-        assert_eq!(sample(n + 3), Some(Sample::Timed(StackWalker::Dwarf)));
-        assert_eq!(sample(n + 4), None);
-        assert_eq!(sample(n + SAMPLE_EVERY), None);
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    fn frame_pointers_match_dwarf_on_100_000_random_deep_recursions() {
+        const TASKS: u64 = 8;
+        const PER_TASK: u64 = 12_500;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .build()
+            .expect("runtime");
+        // Its cache symbolizes each address once; the allow list keeps this module's frames.
+        let c = StackCapturer::new(StackConfig::default().allow("walker::tests"));
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let c = c.clone();
+                rt.spawn(async move {
+                    // xorshift64, seeded per task: reproducible.
+                    let mut state = 0x9E37_79B9_7F4A_7C15 ^ (t + 1);
+                    let mut next = move || {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        state
+                    };
+                    let mut deepest = 0;
+                    for i in 0..PER_TASK {
+                        if i % 64 == 0 {
+                            // Moves the task between the runtime's worker threads.
+                            tokio::task::yield_now().await;
+                        }
+                        let depth = (next() % 100) as u32;
+                        let shape = next();
+                        let (walked, unwound) = descend(0, depth, shape);
+                        // The first return address is into `both_walks`, at a call of its own; from the next
+                        // one on, the walks must give the same application frames.
+                        let j = unwound
+                            .iter()
+                            .position(|&u| u == walked[1])
+                            .unwrap_or_else(|| panic!("task {t}, walk {i}: nothing shared"));
+                        let a = application_addresses(&c, &walked[1..]);
+                        let b = application_addresses(&c, &unwound[j..]);
+                        assert_eq!(a, b, "task {t}, walk {i}: depth {depth}, shape {shape:#x}");
+                        // Every level of the recursion, the `descend` at its bottom and this task's frame.
+                        assert!(a.len() > depth as usize, "task {t}, walk {i}: {} frames", a.len());
+                        deepest = deepest.max(a.len());
+                    }
+                    deepest
+                })
+            })
+            .collect();
+        for task in tasks {
+            let deepest = rt.block_on(task).expect("task");
+            assert!(deepest > 90, "{deepest}");
+        }
     }
 
     #[inline(never)]
@@ -423,9 +412,8 @@ mod tests {
                 rt.spawn(async move {
                     tokio::task::yield_now().await;
                     let depth = 3 + i % 4;
-                    // Enough captures that `Auto` runs both of its walkers.
-                    let stacks: Vec<(String, StackWalker)> = std::iter::once(&dwarf)
-                        .chain(std::iter::repeat_n(&auto, 8))
+                    let stacks: Vec<(String, StackWalker)> = [&dwarf, &auto, &auto]
+                        .into_iter()
                         .map(|c| nested(c, depth))
                         .map(|s| (s.readable(), s.walker()))
                         .collect();
@@ -437,10 +425,18 @@ mod tests {
                 })
             })
             .collect();
-        let mut walkers = std::collections::HashSet::new();
         for task in tasks {
             let (a, used, depth) = rt.block_on(task).expect("task");
-            walkers.extend(used);
+            #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+            assert_eq!(
+                used,
+                [
+                    StackWalker::Dwarf,
+                    StackWalker::FramePointers,
+                    StackWalker::FramePointers
+                ]
+            );
+            let _ = used;
             // Every nested frame, and nothing past the runtime's task boundary.
             assert_eq!(
                 a.lines()
@@ -451,7 +447,5 @@ mod tests {
             );
             assert!(!a.contains("tokio"), "{a}");
         }
-        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-        assert_eq!(walkers.len(), 2, "both walkers ran: {walkers:?}");
     }
 }
