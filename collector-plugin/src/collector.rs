@@ -16,6 +16,12 @@ use std::time::{Duration, Instant};
 pub struct IngestConfig {
     /// Largest request body, compressed or not, in bytes.
     pub max_body_bytes: usize,
+    /// Most OTLP/HTTP request-body bytes buffered across all connections at once; a request that would pass
+    /// it is refused with the retryable 503 (`--max-buffered-bytes`).
+    pub max_buffered_bytes: usize,
+    /// How long an OTLP/HTTP request body may take to arrive in full (`--body-timeout-secs`); a slower or
+    /// stalled one is answered 408 and counted as incomplete.
+    pub body_timeout: Duration,
     /// Reject a whole request (400 / `INVALID_ARGUMENT`) when a `dei.*` attribute has the wrong type
     /// (`--strict-attributes`); when false (the default), skip that span's DEI data, forward everything
     /// unchanged, count it and report it in `partial_success.error_message`.
@@ -37,6 +43,8 @@ impl Default for IngestConfig {
     fn default() -> Self {
         IngestConfig {
             max_body_bytes: 8 * 1024 * 1024,
+            max_buffered_bytes: 128 * 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
             strict_attributes: false,
             analyze: true,
             search_report: None,
@@ -87,6 +95,7 @@ pub struct Collector {
     forwarder: Option<Forwarder>,
     log: RateLimitedLog,
     receivers_stopped: std::sync::atomic::AtomicBool,
+    buffered: tokio::sync::Semaphore,
 }
 
 impl Collector {
@@ -98,12 +107,13 @@ impl Collector {
         counters: Arc<Counters>,
     ) -> Self {
         Collector {
-            config,
             analyzer: Mutex::new(Analyzer::new(analyzer, counters.clone())),
             counters,
             forwarder,
             log: RateLimitedLog::new(Duration::from_secs(5)),
             receivers_stopped: Default::default(),
+            buffered: tokio::sync::Semaphore::new(config.max_buffered_bytes.min(tokio::sync::Semaphore::MAX_PERMITS)),
+            config,
         }
     }
 
@@ -135,6 +145,20 @@ impl Collector {
     /// Whether every receiver is still serving.
     pub fn receivers_serving(&self) -> bool {
         !self.receivers_stopped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Reserves `n` more bytes of the cap on buffered request bytes, or `None` when the cap is reached.
+    pub fn reserve_buffer(&self, n: usize) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let n = u32::try_from(n).ok()?;
+        self.buffered.try_acquire_many(n).ok()
+    }
+
+    /// Request bytes buffered right now across all connections.
+    pub fn buffered_bytes(&self) -> usize {
+        self.config
+            .max_buffered_bytes
+            .min(tokio::sync::Semaphore::MAX_PERMITS)
+            .saturating_sub(self.buffered.available_permits())
     }
 
     /// The forwarder, if forwarding.

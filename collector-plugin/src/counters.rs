@@ -76,6 +76,8 @@ counters! {
     spans_dei_skipped,
     /// Connections closed because the limit of concurrent connections was reached.
     connections_refused,
+    /// Connections closed because they sent nothing for the read timeout while the server was reading.
+    connections_timed_out,
     /// API requests refused (403) because their `Host` named neither an IP, `localhost` nor an allowed host.
     api_host_refused,
     /// Batches put on the forwarding queue.
@@ -122,6 +124,7 @@ fn counter_help(name: &str) -> &'static str {
         "spans_dei_skipped" => "spans whose DEI data was skipped for a malformed dei.* attribute",
         "spans_refused" => "spans in requests refused as retryable (queue or buffer full)",
         "connections_refused" => "connections closed at the concurrent-connection limit",
+        "connections_timed_out" => "connections closed after the read timeout",
         n if n.starts_with("rejected_") => "OTLP export requests rejected, by reason",
         n if n.starts_with("forward_") => "forwarding to the downstream OTLP endpoint",
         n if n.starts_with("graph_") => "service-graph pairing store and edges",

@@ -42,6 +42,7 @@ pub mod collector;
 pub mod counters;
 pub mod forward;
 pub mod graph;
+pub mod limits;
 pub mod offline;
 pub mod otlp;
 pub mod receiver;

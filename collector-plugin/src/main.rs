@@ -74,6 +74,23 @@ struct ServeArgs {
     /// Seconds to keep draining the queue on shutdown.
     #[arg(long, default_value_t = 30)]
     drain_timeout_secs: u64,
+    /// Most OTLP/HTTP request-body bytes buffered across all connections; beyond it requests get 503 with
+    /// Retry-After.
+    #[arg(long, default_value_t = 128 * 1024 * 1024)]
+    max_buffered_bytes: usize,
+    /// Most connections open at once on each listener; connections over it are closed at once (counted).
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds an OTLP/HTTP or API connection may send nothing while the server waits for bytes (headers,
+    /// body, or the next request) before it is closed; 0 disables.
+    #[arg(long, default_value_t = 30)]
+    read_timeout_secs: u64,
+    /// Most concurrent gRPC streams (requests) per connection.
+    #[arg(long, default_value_t = 100)]
+    max_grpc_streams: u32,
+    /// Seconds an OTLP/HTTP request body may take to arrive in full (408 after).
+    #[arg(long, default_value_t = 30)]
+    body_timeout_secs: u64,
     /// Largest request body in bytes (compressed or decompressed).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -270,6 +287,11 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         ..Default::default()
     };
     config.ingest.max_body_bytes = a.max_body_bytes;
+    config.ingest.max_buffered_bytes = a.max_buffered_bytes;
+    config.limits.max_connections = a.max_connections;
+    config.limits.read_timeout = (a.read_timeout_secs > 0).then(|| Duration::from_secs(a.read_timeout_secs));
+    config.max_grpc_streams = a.max_grpc_streams;
+    config.ingest.body_timeout = Duration::from_secs(a.body_timeout_secs);
     config.ingest.strict_attributes = a.strict_attributes;
     config.ingest.analyze = !a.no_analysis;
     config.ingest.search_report = a.search_report;

@@ -6,6 +6,7 @@ use crate::api;
 use crate::collector::{Collector, IngestConfig};
 use crate::counters::Counters;
 use crate::forward::{ForwardConfig, Forwarder};
+use crate::limits::{ConnectionLimits, LimitedListener};
 use crate::receiver::{grpc::TraceExportService, http};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +30,11 @@ pub struct ServerConfig {
     pub analyzer: AnalyzerConfig,
     /// Where to forward, if anywhere.
     pub forward: Option<ForwardConfig>,
+    /// Connection limits of every listener (the read timeout applies to the HTTP/1 listeners, OTLP/HTTP and
+    /// the API; gRPC requests are bounded by the body timeout and the stream limit instead).
+    pub limits: ConnectionLimits,
+    /// Most concurrent gRPC streams (requests) per connection.
+    pub max_grpc_streams: u32,
 }
 
 impl Default for ServerConfig {
@@ -40,6 +46,8 @@ impl Default for ServerConfig {
             ingest: IngestConfig::default(),
             analyzer: AnalyzerConfig::default(),
             forward: None,
+            limits: ConnectionLimits::default(),
+            max_grpc_streams: 100,
         }
     }
 }
@@ -97,6 +105,11 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
 /// Binds every listener and starts serving.
 pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
     let counters = Arc::new(Counters::default());
+    let http1_limits = config.limits;
+    let grpc_limits = ConnectionLimits {
+        read_timeout: None,
+        ..config.limits
+    };
     let forwarder = match config.forward.clone() {
         Some(f) => Some(Forwarder::start(f, counters.clone()).map_err(StartError::Forward)?),
         None => None,
@@ -105,7 +118,7 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
         config.ingest.clone(),
         config.analyzer.clone(),
         forwarder,
-        counters,
+        counters.clone(),
     ));
     let grpc_l = bind(config.grpc_listen).await?;
     let http_l = bind(config.http_listen).await?;
@@ -123,9 +136,17 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
     let svc = TraceExportService::new(collector.clone());
     let rx = stopped.clone();
     let c = collector.clone();
+    let grpc_l = LimitedListener::new(grpc_l, grpc_limits, counters.clone());
+    let max_streams = config.max_grpc_streams;
     tasks.push(tokio::spawn(async move {
-        let incoming = tonic::transport::server::TcpIncoming::from(grpc_l);
+        let incoming = futures::stream::unfold(grpc_l, |mut l| async move {
+            let (io, _) = l.next().await;
+            Some((Ok::<_, std::io::Error>(io), l))
+        });
         if let Err(e) = tonic::transport::Server::builder()
+            .max_concurrent_streams(max_streams)
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, signal(rx))
             .await
@@ -137,6 +158,7 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
     let app = http::router(collector.clone());
     let rx = stopped.clone();
     let c = collector.clone();
+    let http_l = LimitedListener::new(http_l, http1_limits, counters.clone());
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(http_l, app).with_graceful_shutdown(signal(rx)).await {
             tracing::error!(error = %e, "HTTP receiver stopped");
@@ -145,6 +167,7 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
     }));
     let app = api::router(collector.clone());
     let rx = stopped.clone();
+    let api_l = LimitedListener::new(api_l, http1_limits, counters.clone());
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(api_l, app).with_graceful_shutdown(signal(rx)).await {
             tracing::error!(error = %e, "API stopped");

@@ -92,12 +92,13 @@ impl Rejection {
         if self.retryable() { 503 } else { 400 }
     }
 
-    /// The gRPC status code: `UNAVAILABLE` for retryable rejections, `INVALID_ARGUMENT` otherwise.
+    /// The gRPC status code: `UNAVAILABLE` for retryable rejections, `UNIMPLEMENTED` for an unsupported
+    /// compression (the gRPC convention), `INVALID_ARGUMENT` otherwise.
     pub fn grpc_code(&self) -> tonic::Code {
-        if self.retryable() {
-            tonic::Code::Unavailable
-        } else {
-            tonic::Code::InvalidArgument
+        match self {
+            r if r.retryable() => tonic::Code::Unavailable,
+            Rejection::UnsupportedEncoding(_) => tonic::Code::Unimplemented,
+            _ => tonic::Code::InvalidArgument,
         }
     }
 }

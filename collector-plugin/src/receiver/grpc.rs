@@ -37,7 +37,9 @@ impl tonic::server::NamedService for TraceExportService {
     const NAME: &'static str = SERVICE_NAME;
 }
 
-struct Export(Arc<Collector>);
+/// The unary handler; `called` says that tonic decoded a message and handed it over (so that an error
+/// status without it comes from tonic's framing and decompression, and is counted here).
+struct Export(Arc<Collector>, Arc<std::sync::atomic::AtomicBool>);
 
 impl tonic::server::UnaryService<Bytes> for Export {
     type Response = Bytes;
@@ -45,6 +47,7 @@ impl tonic::server::UnaryService<Bytes> for Export {
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
         let collector = self.0.clone();
+        self.1.store(true, std::sync::atomic::Ordering::Relaxed);
         Box::pin(async move {
             let body = request.into_inner();
             match collector.accept_protobuf(body).await {
@@ -53,6 +56,25 @@ impl tonic::server::UnaryService<Bytes> for Export {
             }
         })
     }
+}
+
+/// Decodes the percent-encoding of a `grpc-message` header.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Ok(v) = u8::from_str_radix(s.get(i + 1..i + 3).unwrap_or(""), 16)
+        {
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The gRPC status for a rejection: `INVALID_ARGUMENT`, or `UNAVAILABLE` when the client should retry.
@@ -84,13 +106,42 @@ where
                 .accept_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX);
-            let mut resp = grpc.unary(Export(collector.clone()), req).await;
-            // tonic answers an oversized message with OUT_OF_RANGE before our codec sees it.
-            if resp.headers().get("grpc-status").is_some_and(|v| v == "11") {
-                let r = collector.reject(Rejection::TooLarge { limit });
-                resp = status(&r).into_http();
+            let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let timeout = collector.config().body_timeout;
+            let export = Export(collector.clone(), called.clone());
+            let resp = match tokio::time::timeout(timeout, grpc.unary(export, req)).await {
+                Ok(resp) => resp,
+                Err(_) => {
+                    let r = Rejection::Incomplete(format!("timed out after {timeout:?}"));
+                    return Ok(status(&collector.reject(r)).into_http());
+                }
+            };
+            if called.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(resp);
             }
-            Ok(resp)
+            // tonic refused the message before our handler saw it: count it under its reason
+            let code = resp
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<i32>().ok())
+                .map(tonic::Code::from_i32);
+            let message = resp
+                .headers()
+                .get("grpc-message")
+                .and_then(|v| v.to_str().ok())
+                .map(percent_decode)
+                .unwrap_or_default();
+            let r = match code {
+                None | Some(tonic::Code::Ok) => return Ok(resp),
+                // an oversized message, or a gzip bomb past the limit once decompressed
+                Some(tonic::Code::OutOfRange | tonic::Code::ResourceExhausted) => Rejection::TooLarge { limit },
+                Some(tonic::Code::Unimplemented) => Rejection::UnsupportedEncoding(message),
+                Some(tonic::Code::Cancelled) => Rejection::Incomplete(message),
+                Some(_) if message.contains("gzip") || message.contains("decompress") => Rejection::BadGzip(message),
+                Some(_) => Rejection::BadFraming(message),
+            };
+            Ok(status(&collector.reject(r)).into_http())
         })
     }
 }

@@ -40,7 +40,7 @@ pub fn router(collector: Arc<Collector>) -> Router {
 /// body a `google.rpc.Status` encoded like the request.
 pub fn error_response(encoding: Option<BodyEncoding>, r: &Rejection) -> Response {
     let status = RpcStatus {
-        code: r.grpc_code() as i32,
+        code: if r.retryable() { 14 } else { 3 },
         message: r.to_string(),
     };
     let code = StatusCode::from_u16(r.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
@@ -65,6 +65,65 @@ pub fn error_response(encoding: Option<BodyEncoding>, r: &Rejection) -> Response
     resp
 }
 
+/// Reads a body of at most `limit` bytes within the body timeout, reserving its bytes in the global cap on
+/// buffered bytes (kept in `held`): a declared `Content-Length` all at once before reading (so that a
+/// request that cannot fit is refused before its body is read), otherwise chunk by chunk.
+async fn read_body<'c>(
+    collector: &'c Collector,
+    body: Body,
+    limit: usize,
+    declared: Option<usize>,
+    held: &mut Option<tokio::sync::SemaphorePermit<'c>>,
+) -> Result<Bytes, Rejection> {
+    let overloaded = || {
+        Rejection::Overloaded(format!(
+            "the collector is buffering its limit of {} request bytes; retry later",
+            collector.config().max_buffered_bytes
+        ))
+    };
+    let deadline = tokio::time::Instant::now() + collector.config().body_timeout;
+    let mut reserved = 0usize;
+    let mut buf = match declared {
+        Some(n) if n > limit => return Err(Rejection::TooLarge { limit }),
+        Some(n) => {
+            *held = Some(collector.reserve_buffer(n).ok_or_else(overloaded)?);
+            reserved = n;
+            bytes::BytesMut::with_capacity(n)
+        }
+        None => bytes::BytesMut::new(),
+    };
+    let mut body = Limited::new(body, limit);
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                return Err(Rejection::Incomplete(format!(
+                    "timed out after {:?} with {} bytes received",
+                    collector.config().body_timeout,
+                    buf.len()
+                )));
+            }
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(e))) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(Rejection::TooLarge { limit });
+            }
+            Ok(Some(Err(e))) => return Err(Rejection::Incomplete(e.to_string())),
+            Ok(Some(Ok(f))) => f,
+        };
+        if let Ok(data) = frame.into_data() {
+            let more = (buf.len() + data.len()).saturating_sub(reserved);
+            if more > 0 {
+                let permit = collector.reserve_buffer(more).ok_or_else(overloaded)?;
+                reserved += more;
+                match held {
+                    Some(h) => h.merge(permit),
+                    None => *held = Some(permit),
+                }
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+}
+
 async fn export(State(collector): State<Arc<Collector>>, headers: HeaderMap, body: Body) -> Response {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let encoding = match BodyEncoding::from_content_type(content_type) {
@@ -72,15 +131,21 @@ async fn export(State(collector): State<Arc<Collector>>, headers: HeaderMap, bod
         Err(r) => return error_response(None, &collector.reject(r)),
     };
     let limit = collector.config().max_body_bytes;
-    let raw: Bytes = match Limited::new(body, limit).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) => {
-            let r = if e.is::<http_body_util::LengthLimitError>() {
-                Rejection::TooLarge { limit }
-            } else {
-                Rejection::Incomplete(e.to_string())
-            };
-            return error_response(Some(encoding), &collector.reject(r));
+    // every byte buffered holds a share of the global cap until the request is answered
+    let mut held: Option<tokio::sync::SemaphorePermit<'_>> = None;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let raw = match read_body(&collector, body, limit, declared, &mut held).await {
+        Ok(b) => b,
+        Err(r) => {
+            let timed_out = matches!(&r, Rejection::Incomplete(m) if m.starts_with("timed out"));
+            let mut resp = error_response(Some(encoding), &collector.reject(r));
+            if timed_out {
+                *resp.status_mut() = StatusCode::REQUEST_TIMEOUT;
+            }
+            return resp;
         }
     };
     let content_encoding = headers
