@@ -171,7 +171,7 @@ async fn readyz(State(c): State<Arc<Collector>>) -> Response {
 async fn metrics(State(c): State<Arc<Collector>>) -> Response {
     let queued = c.queued_spans() as u64;
     let counters = c.counters().snapshot();
-    let body = prometheus::render(&c.analyzer(), &counters, queued);
+    let body = prometheus::render(&c.analyzer(), &counters, queued, c.config().metrics_max_histogram_edges);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,

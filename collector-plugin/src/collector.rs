@@ -37,6 +37,9 @@ pub struct IngestConfig {
     /// `localhost` (`--api-allowed-host`): a request naming another host is refused with 403, so that a page
     /// on a foreign domain rebound to this address (DNS rebinding) cannot read the graph.
     pub api_allowed_hosts: Vec<String>,
+    /// Most edges whose latency histograms `/metrics` shows (the busiest); the others get only their
+    /// request counters (`--metrics-max-histogram-edges`).
+    pub metrics_max_histogram_edges: usize,
 }
 
 impl Default for IngestConfig {
@@ -50,6 +53,7 @@ impl Default for IngestConfig {
             search_report: None,
             jaeger_ui: None,
             api_allowed_hosts: Vec::new(),
+            metrics_max_histogram_edges: crate::graph::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES,
         }
     }
 }

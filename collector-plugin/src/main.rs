@@ -103,6 +103,10 @@ struct ServeArgs {
     /// and localhost. Other `Host` values get 403 (DNS-rebinding guard).
     #[arg(long = "api-allowed-host")]
     api_allowed_hosts: Vec<String>,
+    /// Most service-graph edges whose latency histograms /metrics shows (the busiest); the others get only
+    /// their request counters, and dei_metrics_histogram_edges_omitted says how many.
+    #[arg(long, default_value_t = collector_plugin::graph::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES)]
+    metrics_max_histogram_edges: usize,
     /// Forward only: no graph, no tree.
     #[arg(long)]
     no_analysis: bool,
@@ -297,6 +301,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     config.ingest.search_report = a.search_report;
     config.ingest.jaeger_ui = a.jaeger_ui;
     config.ingest.api_allowed_hosts = a.api_allowed_hosts;
+    config.ingest.metrics_max_histogram_edges = a.metrics_max_histogram_edges;
     config.analyzer.max_nodes = a.max_nodes;
     config.analyzer.graph.max_edges = a.max_edges;
     config.analyzer.graph.store_ttl = Duration::from_millis(a.pairing_ttl_ms);

@@ -20,10 +20,23 @@ fn hist(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
 }
 
-/// Renders the graph metrics, tree gauges and counters.
-pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64) -> String {
+/// Default of [`render`]'s `max_histogram_edges` (`--metrics-max-histogram-edges`).
+pub const DEFAULT_MAX_HISTOGRAM_EDGES: usize = 500;
+
+/// Renders the graph metrics, tree gauges and counters. Every edge gets its request and failure counters;
+/// the latency histograms (34 series per edge) go only to the `max_histogram_edges` edges with the most
+/// requests, so that a scrape stays bounded, and the gauge `dei_metrics_histogram_edges_omitted` says how
+/// many edges were left out.
+pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64, max_histogram_edges: usize) -> String {
     let mut out = String::new();
     let edges = a.graph.edges();
+    let with_histograms: std::collections::HashSet<usize> = {
+        let mut by_requests: Vec<usize> = (0..edges.len()).collect();
+        by_requests.sort_by(|&x, &y| edges[y].1.requests.cmp(&edges[x].1.requests).then(x.cmp(&y)));
+        by_requests.truncate(max_histogram_edges);
+        by_requests.into_iter().collect()
+    };
+    let omitted = (edges.len() - with_histograms.len()) as u64;
     let labels: Vec<String> = edges
         .iter()
         .map(|(k, _)| {
@@ -47,7 +60,15 @@ pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64) -> St
     }
     out.push_str("# HELP traces_service_graph_request_server_seconds Time for a request between two nodes as seen from the server\n");
     out.push_str("# TYPE traces_service_graph_request_server_seconds histogram\n");
-    for ((_, e), l) in edges.iter().zip(&labels) {
+    let kept = || {
+        edges
+            .iter()
+            .zip(&labels)
+            .enumerate()
+            .filter(|(i, _)| with_histograms.contains(i))
+            .map(|(_, x)| x)
+    };
+    for ((_, e), l) in kept() {
         hist(
             &mut out,
             "traces_service_graph_request_server_seconds",
@@ -57,7 +78,7 @@ pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64) -> St
     }
     out.push_str("# HELP traces_service_graph_request_client_seconds Time for a request between two nodes as seen from the client\n");
     out.push_str("# TYPE traces_service_graph_request_client_seconds histogram\n");
-    for ((_, e), l) in edges.iter().zip(&labels) {
+    for ((_, e), l) in kept() {
         hist(
             &mut out,
             "traces_service_graph_request_client_seconds",
@@ -105,6 +126,11 @@ pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64) -> St
             "dei_forward_queue_spans",
             "spans in the forwarding queue, counting the batches workers are sending",
             queue_depth,
+        ),
+        (
+            "dei_metrics_histogram_edges_omitted",
+            "edges whose latency histograms this scrape left out (--metrics-max-histogram-edges)",
+            omitted,
         ),
     ];
     for (name, help, v) in gauges {
