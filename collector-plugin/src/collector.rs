@@ -157,6 +157,23 @@ impl Collector {
         self.buffered.try_acquire_many(n).ok()
     }
 
+    /// Reserves `n` bytes of the same cap without a guard (`false` when the cap is reached); give them back
+    /// with [`Collector::release_buffer`].
+    pub fn reserve_buffer_unguarded(&self, n: usize) -> bool {
+        match self.reserve_buffer(n) {
+            Some(p) => {
+                p.forget();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Gives back bytes reserved with [`Collector::reserve_buffer_unguarded`].
+    pub fn release_buffer(&self, n: usize) {
+        self.buffered.add_permits(n);
+    }
+
     /// Request bytes buffered right now across all connections.
     pub fn buffered_bytes(&self) -> usize {
         self.config

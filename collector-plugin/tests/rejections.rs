@@ -212,3 +212,26 @@ async fn connections_over_the_cap_are_closed_and_counted() {
     }
     r.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_bodies_over_the_buffer_cap_are_refused_as_retryable() {
+    let mut config = ServerConfig::ephemeral();
+    config.ingest.max_body_bytes = 8192;
+    config.ingest.max_buffered_bytes = 1000;
+    let r = server::start(config).await.unwrap();
+    let (code, msg) = raw_grpc(&r, None, frame(false, 3000, &[0x0a; 3000])).await;
+    assert_eq!(code, "14", "UNAVAILABLE: {msg}");
+    assert!(msg.contains("buffering its limit of 1000 request bytes"), "{msg}");
+    let c = counters(&r);
+    assert_eq!((c.rejected_overloaded, c.rejected_bad_framing), (1, 0), "{c:?}");
+    assert_eq!(
+        r.collector.buffered_bytes(),
+        0,
+        "the refused body's bytes were given back"
+    );
+    // a request within the cap is accepted
+    let (code, msg) = raw_grpc(&r, None, frame(false, 0, b"")).await;
+    assert_eq!(code, "0", "{msg}");
+    assert_eq!(r.collector.buffered_bytes(), 0);
+    r.shutdown().await;
+}

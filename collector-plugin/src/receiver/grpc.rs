@@ -58,6 +58,61 @@ impl tonic::server::UnaryService<Bytes> for Export {
     }
 }
 
+/// A gRPC request body whose bytes, while they are received, hold their share of the collector's cap on
+/// buffered request bytes; past the cap it fails and sets `overloaded`.
+struct CappedBody<B> {
+    inner: B,
+    collector: Arc<Collector>,
+    reserved: usize,
+    overloaded: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<B> Drop for CappedBody<B> {
+    fn drop(&mut self) {
+        self.collector.release_buffer(self.reserved);
+    }
+}
+
+impl<B> http_body::Body for CappedBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let n = data.len();
+                    if !this.collector.reserve_buffer_unguarded(n) {
+                        this.overloaded.store(true, std::sync::atomic::Ordering::Relaxed);
+                        return Poll::Ready(Some(Err("the cap on buffered request bytes is reached".into())));
+                    }
+                    this.reserved += n;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Decodes the percent-encoding of a `grpc-message` header.
 fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
@@ -107,6 +162,13 @@ where
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX);
             let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let overloaded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let req = req.map(|inner| CappedBody {
+                inner: Box::pin(inner),
+                collector: collector.clone(),
+                reserved: 0,
+                overloaded: overloaded.clone(),
+            });
             let timeout = collector.config().body_timeout;
             let export = Export(collector.clone(), called.clone());
             let resp = match tokio::time::timeout(timeout, grpc.unary(export, req)).await {
@@ -134,6 +196,10 @@ where
                 .unwrap_or_default();
             let r = match code {
                 None | Some(tonic::Code::Ok) => return Ok(resp),
+                Some(_) if overloaded.load(std::sync::atomic::Ordering::Relaxed) => Rejection::Overloaded(format!(
+                    "the collector is buffering its limit of {} request bytes; retry later",
+                    collector.config().max_buffered_bytes
+                )),
                 // an oversized message, or a gzip bomb past the limit once decompressed
                 Some(tonic::Code::OutOfRange | tonic::Code::ResourceExhausted) => Rejection::TooLarge { limit },
                 Some(tonic::Code::Unimplemented) => Rejection::UnsupportedEncoding(message),
