@@ -1,5 +1,6 @@
-//! A full forwarding queue refuses with a retryable status, and a real OTLP exporter (the Python SDK's
-//! OTLP/HTTP exporter) retries the refused batch until it is accepted and delivered once the queue drains.
+//! A full forwarding queue refuses with a retryable status, and real OTLP exporters (the Python SDK's
+//! OTLP/HTTP exporter, the Rust opentelemetry-otlp gRPC exporter) retry the refused batch until it is
+//! accepted and delivered once the queue drains.
 //!
 //! Needs the Python SDK (`opentelemetry-sdk`, `opentelemetry-exporter-otlp-proto-http`); with
 //! `DEI_REQUIRE_INTEROP=1` (CI) a missing SDK fails the test, otherwise the test says loudly that it did not
@@ -11,9 +12,13 @@ use collector_plugin::forward::{Downstream as Target, ForwardConfig};
 use collector_plugin::server::{self, ServerConfig};
 use common::Downstream;
 use common::chain::{python, unavailable};
+use opentelemetry::trace::{Tracer, TracerProvider as _};
+use opentelemetry_otlp::{RetryPolicy, SpanExporter, WithExportConfig, WithTonicConfig};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -60,15 +65,9 @@ fn filler() -> ExportTraceServiceRequest {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_exporter_retries_refused_batches_until_the_queue_drains() {
-    let has_sdk = Command::new(python())
-        .args(["-c", "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_sdk {
-        return unavailable("the Python OpenTelemetry SDK with the OTLP/HTTP exporter");
-    }
+/// A collector whose forwarding queue (10 spans) is full: its one worker holds a batch of 10 while the
+/// downstream is down.
+async fn full_collector() -> (Downstream, server::Running) {
     let mut downstream = Downstream::start().await;
     downstream.stop().await;
     let mut config = ServerConfig::ephemeral();
@@ -80,13 +79,96 @@ async fn python_exporter_retries_refused_batches_until_the_queue_drains() {
     f.enqueue_wait = Duration::from_millis(20);
     config.forward = Some(f);
     let running = server::start(config).await.unwrap();
-
-    // 10 spans fill the queue: the worker holds them while the downstream is down
     let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
         .await
         .unwrap();
     client.export(filler()).await.expect("room for the first batch");
     assert_eq!(running.collector.queued_spans(), 10);
+    (downstream, running)
+}
+
+/// Waits until the collector has refused at least one request for a full queue.
+async fn wait_for_refusal(running: &server::Running) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while running.collector.counters().snapshot().rejected_queue_full == 0 {
+        assert!(Instant::now() < deadline, "the exporter was never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Names of the spans the downstream received, with duplicates.
+fn delivered_names(downstream: &Downstream) -> Vec<String> {
+    downstream
+        .received
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|s| s.name.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_grpc_exporter_retries_refused_batches_until_the_queue_drains() {
+    let (mut downstream, running) = full_collector().await;
+    let endpoint = format!("http://{}", running.grpc_addr);
+    let handle = tokio::runtime::Handle::current();
+    let export = tokio::task::spawn_blocking(move || {
+        let _g = handle.enter();
+        let exporter = SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .with_timeout(Duration::from_secs(60))
+            .with_retry_policy(
+                RetryPolicy::default()
+                    .with_max_retries(100)
+                    .with_max_delay(Duration::from_millis(500)),
+            )
+            .build()
+            .unwrap();
+        let provider = SdkTracerProvider::builder()
+            .with_resource(Resource::builder().with_service_name("rust-retry").build())
+            .with_simple_exporter(exporter)
+            .build();
+        // the span's end exports it, retrying while refused
+        provider.tracer("t").in_span("rust-refused-then-retried", |_| {});
+        provider.shutdown()
+    });
+    wait_for_refusal(&running).await;
+    let c = running.collector.counters().snapshot();
+    assert_eq!(
+        (c.requests_accepted, c.spans_received),
+        (1, 10),
+        "the refused batch was not analyzed"
+    );
+    downstream.restart().await;
+    assert_eq!(downstream.wait_for_spans(11, Duration::from_secs(60)).await, 11);
+    assert_eq!(
+        delivered_names(&downstream)
+            .iter()
+            .filter(|n| *n == "rust-refused-then-retried")
+            .count(),
+        1
+    );
+    export.await.unwrap().expect("the provider shut down cleanly");
+    let c = running.collector.counters().snapshot();
+    assert_eq!((c.requests_accepted, c.spans_received), (2, 11), "{c:?}");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_exporter_retries_refused_batches_until_the_queue_drains() {
+    let has_sdk = Command::new(python())
+        .args(["-c", "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        return unavailable("the Python OpenTelemetry SDK with the OTLP/HTTP exporter");
+    }
+    let (mut downstream, running) = full_collector().await;
 
     let child = Command::new(python())
         .args(["-c", PY, &format!("http://{}/v1/traces", running.http_addr)])
@@ -95,11 +177,7 @@ async fn python_exporter_retries_refused_batches_until_the_queue_drains() {
         .spawn()
         .expect("start python");
     // the exporter is refused (HTTP 503 with Retry-After) at least once while the queue is full
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while running.collector.counters().snapshot().rejected_queue_full == 0 {
-        assert!(Instant::now() < deadline, "the Python exporter was never refused");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_refusal(&running).await;
     let c = running.collector.counters().snapshot();
     assert_eq!(
         (c.requests_accepted, c.spans_received),
@@ -119,17 +197,7 @@ async fn python_exporter_retries_refused_batches_until_the_queue_drains() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(downstream.wait_for_spans(11, Duration::from_secs(20)).await, 11);
-    let names: Vec<String> = downstream
-        .received
-        .lock()
-        .unwrap()
-        .requests
-        .iter()
-        .flat_map(|r| &r.resource_spans)
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-        .map(|s| s.name.clone())
-        .collect();
+    let names = delivered_names(&downstream);
     assert_eq!(
         names.iter().filter(|n| *n == "refused-then-retried").count(),
         1,
