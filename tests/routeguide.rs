@@ -1,4 +1,4 @@
-//! A routeguide-style system on real tonic services (proto/routeguide.proto, compiled with protox): a backend
+//! A routeguide-style system on real tonic services (examples/proto/routeguide.proto, compiled with protox by build.rs): a backend
 //! with the four RPC kinds (unary, server-streaming, client-streaming, bidi) and a frontend that calls each
 //! of them with a fallback. Set up as docs/sfit.md says (the layers with `Faults::Accept` and the descriptor
 //! set, `dei_sfit::testing::in_process_spans()`, the entry call exempt), the search must reach exactly the
