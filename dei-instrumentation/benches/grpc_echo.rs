@@ -365,7 +365,7 @@ fn bench(c: &mut Criterion) {
     // The noise floor's baseline client: the same layers as `otel_only`, on a server and a connection of its own
     // (the same start's OpenTelemetry-only server).
     let control = no_unwind.baseline;
-    // The default walker (`Auto`) picks frame pointers or DWARF by measuring both; each of them alone.
+    // The default walker (`Auto`) walks frame pointers where a start-up check finds them, else DWARF; each alone.
     let walker = |w| {
         DeiConfig::builder()
             .stack(dei_instrumentation::StackConfig::default().walker(w))
