@@ -1,4 +1,5 @@
 //! `dei-collector`: serve (receive, analyze, forward), analyze files offline, generate load, sink, bench.
+#![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
 use collector_plugin::bench::{compare, loadgen, sink};
