@@ -11,3 +11,8 @@ pub use collector_plugin as collector;
 pub use dei_instrumentation as instrumentation;
 pub use dei_propagator as propagator;
 pub use dei_sfit as sfit;
+
+/// README.md's snippets, compiled as doc tests; those that cannot stand alone are marked `ignore` and say why.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

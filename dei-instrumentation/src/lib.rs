@@ -108,3 +108,9 @@ use opentelemetry::Context;
 pub fn root_context(config: &DeiConfig) -> Context {
     Context::current().with_dei_scope(RequestScope::root(config.instantiation().clone()))
 }
+
+/// The guide's snippets (GUIDE.md), compiled as doc tests; those that cannot stand alone are marked `ignore`
+/// and say why.
+#[cfg(doctest)]
+#[doc = include_str!("../GUIDE.md")]
+struct GuideDoctests;
