@@ -18,7 +18,7 @@ const SEARCHING: [&str; 8] = [
 ];
 
 /// The other examples, each with its own options.
-const OTHERS: [&str; 4] = ["demo", "nondeterminism", "sfit_overhead", "table1"];
+const OTHERS: [&str; 5] = ["demo", "nondeterminism", "routeguide_sfit", "sfit_overhead", "table1"];
 
 /// The path of example `name`, built next to this test (`cargo test` builds the examples).
 fn example(name: &str) -> PathBuf {

@@ -1,255 +1,48 @@
-//! A routeguide-style system on real tonic services (examples/proto/routeguide.proto, compiled with protox by build.rs): a backend
-//! with the four RPC kinds (unary, server-streaming, client-streaming, bidi) and a frontend that calls each
-//! of them with a fallback. Set up as docs/sfit.md says (the layers with `Faults::Accept` and the descriptor
-//! set, `dei_sfit::testing::in_process_spans()`, the entry call exempt), the search must reach exactly the
-//! brute-force oracle's fault sets, once each, and target the request message of the server-streaming call.
+//! `examples/routeguide_sfit.rs`, the first search written from the docs alone, run as a user runs it: its
+//! search covers the four RPC kinds and agrees with the brute-force Oracle (72 distinct fault sets on this
+//! system), and it exits 0. The example is built by `cargo test` next to this test.
 
-use dei_instrumentation::grpc::stream::channel;
-use dei_instrumentation::{DeiClientLayer, DeiClientService, DeiConfig, DeiServerLayer, DeiStreaming, Faults};
-use dei_propagator::Fault;
-use dei_sfit::{FaultCatalog, Oracle, Search, SearchOptions, SpanSource, TestRun, test_fn};
-use futures::Stream;
-use opentelemetry::context::FutureExt as _;
-use std::pin::Pin;
-use std::sync::Arc;
-use tonic::{Request, Response, Status};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-mod pb {
-    tonic::include_proto!("routeguide");
-}
-use pb::frontend_client::FrontendClient;
-use pb::frontend_server::{Frontend, FrontendServer};
-use pb::route_guide_client::RouteGuideClient;
-use pb::route_guide_server::{RouteGuide, RouteGuideServer};
-use pb::{Feature, Point, RouteNote, RouteSummary, Trip, TripPlan};
-
-const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/routeguide_descriptor.bin"));
-
-type Channel = DeiClientService<tonic::transport::Channel>;
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
-struct Backend;
-
-#[tonic::async_trait]
-impl RouteGuide for Backend {
-    async fn get_feature(&self, request: Request<Point>) -> Result<Response<Feature>, Status> {
-        let p = request.into_inner();
-        Ok(Response::new(Feature {
-            name: format!("feature at {},{}", p.latitude, p.longitude),
-        }))
-    }
-
-    type ListFeaturesStream = BoxStream<Feature>;
-
-    async fn list_features(&self, _: Request<Point>) -> Result<Response<Self::ListFeaturesStream>, Status> {
-        let features = ["north", "south"].map(|name| Ok(Feature { name: name.to_string() }));
-        Ok(Response::new(Box::pin(futures::stream::iter(features))))
-    }
-
-    async fn record_route(&self, request: Request<tonic::Streaming<Point>>) -> Result<Response<RouteSummary>, Status> {
-        let mut points = DeiStreaming::new(request);
-        let mut point_count = 0;
-        while points.message().await?.is_some() {
-            point_count += 1;
-        }
-        Ok(Response::new(RouteSummary { point_count }))
-    }
-
-    type RouteChatStream = BoxStream<RouteNote>;
-
-    async fn route_chat(
-        &self,
-        request: Request<tonic::Streaming<RouteNote>>,
-    ) -> Result<Response<Self::RouteChatStream>, Status> {
-        let mut notes = DeiStreaming::new(request);
-        let mut echoes = Vec::new();
-        while let Some(note) = notes.message().await? {
-            echoes.push(Ok(note.message));
-        }
-        Ok(Response::new(Box::pin(futures::stream::iter(echoes))))
-    }
-}
-
-struct FrontendSvc {
-    config: DeiConfig,
-    guide: RouteGuideClient<Channel>,
-}
-
-/// How many messages a response stream delivered before it ended or failed.
-async fn count<T>(stream: &mut tonic::Streaming<T>) -> usize {
-    let mut n = 0;
-    while let Ok(Some(_)) = stream.message().await {
-        n += 1;
-    }
-    n
-}
-
-#[tonic::async_trait]
-impl Frontend for FrontendSvc {
-    /// Calls the four RPCs, each with a fallback: never fails.
-    async fn plan(&self, _: Request<Trip>) -> Result<Response<TripPlan>, Status> {
-        let mut guide = self.guide.clone();
-        let feature = match guide
-            .get_feature(Point {
-                latitude: 1,
-                longitude: 2,
-            })
-            .await
-        {
-            Ok(r) => r.into_inner().name,
-            Err(_) => "?".to_string(),
-        };
-        let listed = match guide
-            .list_features(Point {
-                latitude: 0,
-                longitude: 0,
-            })
-            .await
-        {
-            Ok(r) => count(&mut r.into_inner()).await,
-            Err(_) => 0,
-        };
-        // client streaming: the call runs in its own task, spawned with the request's context
-        let (points, request) = channel::<Point>(&self.config, 4);
-        let mut g = guide.clone();
-        let call = dei_propagator::spawn(async move { g.record_route(request).await });
-        for i in 0..2 {
-            if points
-                .send(Point {
-                    latitude: i,
-                    longitude: i,
-                })
-                .await
-                .is_err()
-            {
-                break; // a planned fault ended the stream
-            }
-        }
-        drop(points);
-        let recorded = match call.await {
-            Ok(Ok(r)) => r.into_inner().point_count,
-            _ => 0,
-        };
-        // bidi
-        let (notes, request) = channel::<RouteNote>(&self.config, 4);
-        let mut g = guide.clone();
-        let call = dei_propagator::spawn(async move { g.route_chat(request).await });
-        let _ = notes
-            .send(RouteNote {
-                message: "hi".to_string(),
-            })
-            .await;
-        drop(notes);
-        let chatted = match call.await {
-            Ok(Ok(r)) => count(&mut r.into_inner()).await,
-            _ => 0,
-        };
-        Ok(Response::new(TripPlan {
-            summary: format!("{feature}|{listed}|{recorded}|{chatted}"),
-        }))
-    }
-}
-
-async fn serve<S>(config: &DeiConfig, service: S) -> std::net::SocketAddr
-where
-    S: tower::Service<
-            tonic::codegen::http::Request<tonic::body::Body>,
-            Response = tonic::codegen::http::Response<tonic::body::Body>,
-            Error = std::convert::Infallible,
-        > + tonic::server::NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let router = tonic::transport::Server::builder()
-        .layer(DeiServerLayer::new(config.clone()))
-        .add_service(service);
-    tokio::spawn(router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)));
-    addr
-}
-
-fn connect(addr: std::net::SocketAddr, config: &DeiConfig) -> Channel {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("loopback URI");
-    tower::ServiceBuilder::new()
-        .layer(DeiClientLayer::new(config.clone()))
-        .service(endpoint.connect_lazy())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn routeguide_search_matches_the_oracle_on_all_four_rpc_kinds() {
-    let spans: Arc<dyn SpanSource> = Arc::new(dei_sfit::testing::in_process_spans());
-    let config = DeiConfig::builder()
-        .faults(Faults::Accept)
-        .methods_from_descriptor_set(DESCRIPTOR_SET)
-        .expect("descriptor set")
-        .build();
-    let backend = serve(&config, RouteGuideServer::new(Backend)).await;
-    let frontend = FrontendSvc {
-        config: config.clone(),
-        guide: RouteGuideClient::new(connect(backend, &config)),
-    };
-    let frontend = serve(&config, FrontendServer::new(frontend)).await;
-    let client = FrontendClient::new(connect(frontend, &config));
-
-    let test = test_fn("routeguide plan degrades, never fails", move |run: TestRun| {
-        let mut client = client.clone();
-        async move {
-            let reply = client
-                .plan(Trip {
-                    name: "trip".to_string(),
-                })
-                .with_context(run.context())
-                .await
-                .map_err(|s| format!("the frontend failed: {s}"))?;
-            let summary = reply.into_inner().summary;
-            if summary == "feature at 1,2|2|2|1" || run.planned_on("routeguide.RouteGuide/*") {
-                Ok(())
-            } else {
-                Err(format!("a wrong plan without any fault: {summary:?}"))
-            }
-        }
-    });
-    let options = SearchOptions {
-        // one fault per RPC and per stream message; the entry call (Frontend/Plan) has none
-        catalog: FaultCatalog::none().with_rule("routeguide.RouteGuide/*", vec![Fault::UNAVAILABLE]),
-        ..SearchOptions::default()
-    };
-    let report = Search::with_shared_source(options.clone(), spans.clone())
-        .run(&test)
-        .await
-        .expect("search");
-    report.tested_faults().expect("faults injected");
-    assert!(report.failing().is_empty(), "{report}");
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/..")
+        .join("examples")
+        .join(name);
     assert!(
-        report.unreached().is_empty() && report.unsettled().is_empty(),
-        "{report}"
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples",
+        path.display()
     );
-    assert!(report.redundant().is_empty(), "{report}");
+    path
+}
 
-    // every kind was targeted; the server-streaming call both as a stream and by its request message
-    let targeted = |method: &str, stream: bool| {
-        report.executions.iter().any(|e| {
-            e.effective
-                .iter()
-                .any(|p| p.signature == format!("routeguide.RouteGuide/{method}") && p.index.opens_stream() == stream)
-        })
-    };
-    assert!(targeted("GetFeature", false), "{report}");
-    for method in ["ListFeatures", "RecordRoute", "RouteChat"] {
-        assert!(targeted(method, true), "{method} as a stream\n{report}");
-        assert!(targeted(method, false), "{method} by a request message\n{report}");
-    }
-
-    let oracle = Oracle::new(options, spans, 10).run(&test).await.expect("oracle");
-    println!(
-        "{report}\noracle: {} executions, {} distinct fault sets",
-        oracle.executions,
-        oracle.reference.len()
-    );
-    assert_eq!(report.reference_sets(), oracle.reference, "{report}");
-    assert_eq!(report.executions.len(), oracle.reference.len());
+#[test]
+fn the_routeguide_search_agrees_with_the_oracle() {
+    let out = Command::new(example("routeguide_sfit"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let verdict = stdout
+        .lines()
+        .find(|l| l.starts_with("oracle agrees: "))
+        .unwrap_or_else(|| panic!("no verdict line:\n{stdout}"));
+    // "oracle agrees: E executions, S distinct fault sets, the same as the search's N executions"
+    let numbers: Vec<usize> = verdict
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty())
+        .map(|n| n.parse().expect("a number"))
+        .collect();
+    assert_eq!(numbers.len(), 3, "{verdict}");
+    let (oracle_executions, sets, searched) = (numbers[0], numbers[1], numbers[2]);
+    assert_eq!(sets, 72, "{verdict}");
+    assert_eq!(searched, sets, "one execution per distinct fault set: {verdict}");
+    assert!(oracle_executions >= sets, "{verdict}");
 }
