@@ -2,7 +2,9 @@
 //! unknown argument, or a missing or malformed value, is refused with the usage and exit code 2, before
 //! anything runs.
 
-use std::path::{Path, PathBuf};
+mod built_examples;
+use built_examples::example;
+
 use std::process::{Command, Output};
 
 /// The examples that search (or replay) one functional test, with the shared options.
@@ -19,23 +21,6 @@ const SEARCHING: [&str; 8] = [
 
 /// The other examples, each with its own options.
 const OTHERS: [&str; 5] = ["demo", "nondeterminism", "routeguide_sfit", "sfit_overhead", "table1"];
-
-/// The path of example `name`, built next to this test (`cargo test` builds the examples).
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/..")
-        .join("examples");
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
-        path.display()
-    );
-    path
-}
 
 fn run(name: &str, args: &[&str]) -> Output {
     Command::new(example(name))

@@ -6,27 +6,13 @@
 //! The examples are built by `cargo test` (and `cargo build --examples`) next to the test executable's
 //! folder: `target/<profile>/examples/NAME`.
 
+mod built_examples;
+use built_examples::example;
+
 use dei_propagator::{Element, ElementDigest, FaultPlan};
 use dei_sfit::Report;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// The path of example `name`, built next to this test.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/..")
-        .join("examples");
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --examples`)",
-        path.display()
-    );
-    path
-}
 
 /// A fresh directory for one test's files.
 fn dir(name: &str) -> PathBuf {

@@ -2,24 +2,10 @@
 //! search covers the four RPC kinds and agrees with the brute-force Oracle (72 distinct fault sets on this
 //! system), and it exits 0. The example is built by `cargo test` next to this test.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod built_examples;
+use built_examples::example;
 
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/..")
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples",
-        path.display()
-    );
-    path
-}
+use std::process::Command;
 
 #[test]
 fn the_routeguide_search_agrees_with_the_oracle() {

@@ -13,6 +13,9 @@
 //! indexes with every dependency bump. The builds go to `target/stable-index/` (incremental across runs); the
 //! vendored build runs `cargo vendor`, which needs the registry.
 
+mod built_examples;
+use built_examples::example;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
@@ -259,23 +262,6 @@ fn a_vendored_build_gives_the_same_indexes() {
     let binary = build(&checkout, &work_dir().join("vendored-target"), &[], true);
     let text = run(&binary, &fixture);
     assert_eq!(&text, expected, "built from vendored sources in {}", fixture.display());
-}
-
-/// An example built next to this test (`cargo test` builds them): `target/<profile>/examples/NAME`.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let path = exe
-        .ancestors()
-        .nth(2)
-        .expect("target/<profile>")
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples",
-        path.display()
-    );
-    path
 }
 
 /// Runs `binary args…` from `cwd`; returns the exit code and what it printed.
