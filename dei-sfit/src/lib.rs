@@ -38,6 +38,7 @@
 #![warn(missing_docs)]
 
 pub mod catalog;
+pub mod junit;
 pub mod model;
 pub mod observation;
 pub mod oracle;
@@ -59,6 +60,7 @@ pub struct SfitGuide;
 pub struct Readme;
 
 pub use catalog::FaultCatalog;
+pub use junit::ReplayCommand;
 pub use observation::{FaultSet, Observation, ObservedRpc, Outcome};
 pub use oracle::{Oracle, OracleError, OracleResult};
 pub use report::{ExecutionRecord, Report, TestOutcome};

@@ -59,6 +59,11 @@ pub struct ExecutionRecord {
     pub redundant_with: Option<usize>,
     /// The execution whose observations scheduled this one.
     pub scheduled_by: Option<usize>,
+    /// Set in a parallel search when this execution's plan became redundant (service-encapsulation
+    /// reduction would have skipped it) only after it had been started: why. Such executions are the only
+    /// ones a parallel search runs beyond the sequential search's ([`Report::in_flight_redundant`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_redundant: Option<String>,
     /// The RPCs observed.
     pub rpcs: Vec<ObservedRpc>,
     /// Time spent in the test itself, microseconds.
@@ -231,6 +236,15 @@ impl Report {
     /// The executions whose effective fault set repeats an earlier one.
     pub fn redundant(&self) -> Vec<&ExecutionRecord> {
         self.executions.iter().filter(|e| e.redundant_with.is_some()).collect()
+    }
+
+    /// The executions a parallel search started before their plan became redundant (see
+    /// [`ExecutionRecord::in_flight_redundant`]).
+    pub fn in_flight_redundant(&self) -> Vec<&ExecutionRecord> {
+        self.executions
+            .iter()
+            .filter(|e| e.in_flight_redundant.is_some())
+            .collect()
     }
 
     /// The distinct effective fault sets by reference index (what was really failed, judged at full

@@ -84,6 +84,16 @@ pub struct SearchOptions {
     pub timeout: Option<Duration>,
     /// Progress display.
     pub progress: Progress,
+    /// Run up to this many executions at once (0 and 1: one at a time). Each execution is its own root with
+    /// its own fault plan and trace; the span source must tell executions apart
+    /// ([`SpanSource::execution`]), and the functional test must allow it ([`FunctionalTest::serial_only`]).
+    /// Otherwise the search runs one at a time and says so in the report's warnings.
+    #[serde(default = "one")]
+    pub parallelism: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Default for SearchOptions {
@@ -99,6 +109,7 @@ impl Default for SearchOptions {
             prune_ancestors: true,
             timeout: Some(Duration::from_secs(60)),
             progress: Progress::Silent,
+            parallelism: 1,
         }
     }
 }
@@ -354,6 +365,7 @@ impl Search {
             unsettled,
             redundant_with: None,
             scheduled_by: None,
+            in_flight_redundant: None,
             rpcs: obs.rpcs,
             test_us: test_time.as_micros() as u64,
             collect_us: total.saturating_sub(test_time).as_micros() as u64,

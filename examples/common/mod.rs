@@ -150,7 +150,7 @@ pub fn numbers(args: impl IntoIterator<Item = String>) -> Result<Vec<usize>, Cli
 /// The usage of a corpus example that searches (or replays) one functional test.
 pub fn search_usage(name: &str) -> String {
     format!(
-        "usage: {name} [--bfs] [--max N] [--single] [--encapsulation] [--json PATH] [--quiet]
+        "usage: {name} [--bfs] [--max N] [--single] [--encapsulation] [--parallel N] [--json PATH] [--junit PATH] [--quiet]
        {name} --replay FILE N [--allow-unreached]
 
 Searches the example's functional test exhaustively, prints the report and writes it as JSON
@@ -160,7 +160,9 @@ Searches the example's functional test exhaustively, prints the report and write
   --max N            stop after N executions
   --single           single-fault plans only
   --encapsulation    service-encapsulation dynamic reduction
+  --parallel N       run up to N executions at once (default 1)
   --json PATH        where to write the report
+  --junit PATH       also write the report as JUnit XML (one test case per execution)
   --quiet            no per-execution progress on stderr
   --replay FILE N    rerun execution N of report FILE; exits 1 when the test fails, and 3 when a planned
                      fault was not injected (the plan was not carried out, whatever the verdict)
@@ -186,6 +188,10 @@ pub struct Args {
     pub encapsulation: bool,
     /// `--json PATH`: where to write the report (default target/sfit/NAME.json).
     pub json: Option<String>,
+    /// `--junit PATH`: also write the report as JUnit XML.
+    pub junit: Option<String>,
+    /// `--parallel N`: run up to N executions at once.
+    pub parallel: Option<usize>,
     /// `--quiet`: no per-execution progress.
     pub quiet: bool,
 }
@@ -209,6 +215,14 @@ impl Args {
                 "--single" => parsed.single = true,
                 "--encapsulation" => parsed.encapsulation = true,
                 "--json" => parsed.json = Some(value(&mut it, "--json", "a path")?),
+                "--junit" => parsed.junit = Some(value(&mut it, "--junit", "a path")?),
+                "--parallel" => {
+                    let n: usize = value(&mut it, "--parallel", "a number of executions at once")?;
+                    if n == 0 {
+                        return Err(CliStop::Bad("--parallel: at least 1".into()));
+                    }
+                    parsed.parallel = Some(n);
+                }
                 "--quiet" => parsed.quiet = true,
                 "-h" | "--help" => return Err(CliStop::Help),
                 other => return Err(CliStop::Bad(format!("unknown argument {other:?}"))),
@@ -243,6 +257,7 @@ impl Args {
                 base.reduction
             },
             progress: if self.quiet { Progress::Silent } else { Progress::Stderr },
+            parallelism: self.parallel.unwrap_or(base.parallelism),
             ..base
         }
     }
@@ -329,6 +344,16 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
         Err(e) => {
             eprintln!("cannot write {path}: {e}");
             std::process::exit(2);
+        }
+    }
+    if let Some(junit) = &args.junit {
+        let replay = dei_sfit::ReplayCommand::Template(format!("cargo run --example {name} -- --replay {path} {{n}}"));
+        match report.write_junit(junit, &replay) {
+            Ok(()) => println!("JUnit report: {junit}"),
+            Err(e) => {
+                eprintln!("cannot write {junit}: {e}");
+                std::process::exit(2);
+            }
         }
     }
 }

@@ -1,0 +1,249 @@
+//! JUnit XML reports ([`Report::to_junit`], [`Report::write_junit`]), the format GitHub, GitLab and Jenkins
+//! render as test results.
+//!
+//! One `<testsuite>` per search (the functional test) and one `<testcase>` per execution, named by the faults
+//! it injected (`no faults` for the fault-free run; by its plan when some planned fault was not injected):
+//! - a failing execution carries a `<failure>` with the assertion's message, the injected faults and the
+//!   command that replays it;
+//! - an execution with unreached faults (planned, never injected) is `<skipped>` with the reason: its verdict
+//!   does not test its plan, so it is neither a pass nor a failure (a failing verdict is quoted in the text);
+//! - redundant executions, unsettled spans and the search's warnings go to `<system-out>` / `<system-err>`.
+//!
+//! The output is valid against the Jenkins xUnit plugin's `junit-10.xsd` (tested in
+//! `dei-sfit/tests/junit.rs`). Text is escaped, and characters XML 1.0 cannot carry are replaced by U+FFFD.
+
+use crate::report::{ExecutionRecord, Report, TestOutcome, UNREACHED_WHY};
+use crate::test::PlannedFault;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// How a JUnit report tells a reader to replay one execution.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ReplayCommand {
+    /// A shell command in which `{n}` stands for the execution's number, e.g.
+    /// `cargo run --example cinema10 -- --replay target/sfit/cinema10.json {n}`.
+    Template(String),
+    /// No command line: the text names the API call on the saved JSON report
+    /// (`Search::replay(test, &Report::load(path)?, N, source)`).
+    #[default]
+    Api,
+}
+
+impl ReplayCommand {
+    /// The command (or API call) that replays execution `n`.
+    pub fn for_execution(&self, n: usize) -> String {
+        match self {
+            ReplayCommand::Template(t) => t.replace("{n}", &n.to_string()),
+            ReplayCommand::Api => {
+                format!("Search::replay(&test, &Report::load(\"<the saved JSON report>\")?, {n}, source) (dei_sfit)")
+            }
+        }
+    }
+}
+
+/// `signature@index:fault`, the form the terminal report uses.
+pub(crate) fn fault_label(p: &PlannedFault) -> String {
+    let sig = if p.signature.is_empty() {
+        "?"
+    } else {
+        p.signature.as_str()
+    };
+    format!("{sig}@{}:{}", p.index, p.fault)
+}
+
+/// A list of faults as `a + b + c`, or `no faults`.
+pub(crate) fn faults_label(faults: &[PlannedFault]) -> String {
+    if faults.is_empty() {
+        "no faults".to_string()
+    } else {
+        faults.iter().map(fault_label).collect::<Vec<_>>().join(" + ")
+    }
+}
+
+/// The test case's name: the injected faults, or the plan when some of it was not injected.
+pub(crate) fn case_name(e: &ExecutionRecord) -> String {
+    if e.unreached.is_empty() {
+        faults_label(&e.effective)
+    } else {
+        format!("planned {}", faults_label(&e.plan))
+    }
+}
+
+/// Text XML 1.0 can carry, escaped for an attribute value or element content.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // attribute values normalise raw newlines and tabs; keep them as character references
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
+            '\t' => out.push_str("&#9;"),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Seconds with millisecond precision (the schema's `SUREFIRE_TIME`: digits, a dot, digits).
+fn seconds(us: u64) -> String {
+    format!("{}.{:03}", us / 1_000_000, (us % 1_000_000) / 1000)
+}
+
+/// The failure text: the assertion, the injected faults, the replay command.
+pub(crate) fn failure_block(e: &ExecutionRecord, message: &str, replay: &str) -> String {
+    let mut text = String::new();
+    let _ = writeln!(text, "assertion: {message}");
+    if e.effective.is_empty() {
+        let _ = writeln!(text, "injected faults: none (the fault-free run)");
+    } else {
+        let _ = writeln!(text, "injected faults:");
+        for p in &e.effective {
+            let _ = writeln!(text, "  {}", fault_label(p));
+        }
+    }
+    let _ = writeln!(text, "plan (dei-faults wire form): {}", e.plan_wire);
+    let _ = write!(text, "replay: {replay}");
+    text
+}
+
+impl Report {
+    /// The report as JUnit XML: one test suite (this search), one test case per execution named by its
+    /// faults; failures carry the assertion, the injected faults and `replay`'s command; executions with
+    /// unreached faults are skipped with the reason.
+    pub fn to_junit(&self, replay: &ReplayCommand) -> String {
+        let tests = self.executions.len();
+        let skipped = self.executions.iter().filter(|e| !e.unreached.is_empty()).count();
+        let failures = self
+            .executions
+            .iter()
+            .filter(|e| e.unreached.is_empty() && !e.outcome.passed())
+            .count();
+        let total_us: u64 = self.executions.iter().map(|e| e.test_us + e.overhead_us).sum();
+        let suite = escape(&format!("sfit: {}", self.test));
+        let classname = escape(&format!("sfit.{}", self.test));
+        let mut x = String::new();
+        let _ = writeln!(x, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
+        let _ = writeln!(
+            x,
+            r#"<testsuites name="{suite}" tests="{tests}" failures="{failures}" errors="0" time="{}">"#,
+            seconds(total_us)
+        );
+        let _ = writeln!(
+            x,
+            r#"  <testsuite name="{suite}" tests="{tests}" failures="{failures}" errors="0" skipped="{skipped}" time="{}">"#,
+            seconds(total_us)
+        );
+        let _ = writeln!(x, "    <properties>");
+        let props = [
+            ("dei.instantiation", self.options.instantiation.name.to_string()),
+            ("dei.strategy", format!("{:?}", self.options.strategy)),
+            ("dei.parallelism", self.options.parallelism.max(1).to_string()),
+            ("dei.redundant", self.redundant().len().to_string()),
+            ("dei.skipped_by_reduction", self.skipped.len().to_string()),
+            ("dei.truncated", self.truncated.to_string()),
+            ("dei.pending", self.pending.to_string()),
+        ];
+        for (name, value) in props {
+            let _ = writeln!(
+                x,
+                r#"      <property name="{}" value="{}"/>"#,
+                escape(name),
+                escape(&value)
+            );
+        }
+        let _ = writeln!(x, "    </properties>");
+        for e in &self.executions {
+            let name = escape(&format!("#{} {}", e.number, case_name(e)));
+            let _ = write!(
+                x,
+                r#"    <testcase name="{name}" classname="{classname}" time="{}">"#,
+                seconds(e.test_us)
+            );
+            let replay_cmd = replay.for_execution(e.number);
+            if !e.unreached.is_empty() {
+                let mut reason = format!(
+                    "{} of {} planned fault(s) not injected: {}",
+                    e.unreached.len(),
+                    e.plan.len(),
+                    faults_label(&e.unreached)
+                );
+                if let TestOutcome::Fail { message } = &e.outcome {
+                    let _ = write!(reason, "; the test failed ({message}), which does not test the plan");
+                }
+                let text = format!("{reason}\n{UNREACHED_WHY}\nreplay: {replay_cmd}");
+                let _ = write!(
+                    x,
+                    "\n      <skipped message=\"{}\">{}</skipped>",
+                    escape(&reason),
+                    escape(&text)
+                );
+            } else if let TestOutcome::Fail { message } = &e.outcome {
+                let text = failure_block(e, message, &replay_cmd);
+                let _ = write!(
+                    x,
+                    "\n      <failure type=\"assertion\" message=\"{}\">{}</failure>",
+                    escape(message),
+                    escape(&text)
+                );
+            }
+            let mut out = format!(
+                "execution #{}: {} RPC(s) observed; plan {}",
+                e.number,
+                e.rpcs.len(),
+                faults_label(&e.plan)
+            );
+            if let Some(r) = e.redundant_with {
+                let _ = write!(out, "; REDUNDANT: the same effective fault set as #{r}");
+            }
+            if let Some(why) = &e.in_flight_redundant {
+                let _ = write!(out, "; ran while already redundant (in flight): {why}");
+            }
+            let _ = write!(x, "\n      <system-out>{}</system-out>", escape(&out));
+            if let Some(what) = &e.unsettled {
+                let _ = write!(
+                    x,
+                    "\n      <system-err>{}</system-err>",
+                    escape(&format!("spans did not settle: {what}"))
+                );
+            }
+            let _ = writeln!(x, "\n    </testcase>");
+        }
+        if !self.warnings.is_empty() {
+            let _ = writeln!(x, "    <system-err>{}</system-err>", escape(&self.warnings.join("\n")));
+        }
+        let _ = writeln!(x, "  </testsuite>");
+        let _ = writeln!(x, "</testsuites>");
+        x
+    }
+
+    /// Writes [`to_junit`](Report::to_junit) to `path`.
+    pub fn write_junit(&self, path: impl AsRef<Path>, replay: &ReplayCommand) -> std::io::Result<()> {
+        std::fs::write(path, self.to_junit(replay))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_keeps_text_and_drops_what_xml_cannot_carry() {
+        assert_eq!(escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&apos;");
+        assert_eq!(escape("x\u{1}y\nz"), "x\u{FFFD}y&#10;z");
+        assert_eq!(seconds(1_234_567), "1.234");
+        assert_eq!(seconds(999), "0.000");
+    }
+
+    #[test]
+    fn replay_commands_name_the_execution() {
+        let t = ReplayCommand::Template("run --replay r.json {n}".into());
+        assert_eq!(t.for_execution(7), "run --replay r.json 7");
+        assert!(ReplayCommand::Api.for_execution(3).contains(", 3, source)"));
+    }
+}
