@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod assert;
 pub mod catalog;
 pub mod junit;
 pub mod model;
@@ -59,6 +60,9 @@ pub struct SfitGuide;
 #[doc = include_str!("../README.md")]
 pub struct Readme;
 
+#[cfg(feature = "testing")]
+pub use assert::assert_exhaustive;
+pub use assert::check_exhaustive;
 pub use catalog::FaultCatalog;
 pub use junit::ReplayCommand;
 pub use observation::{FaultSet, Observation, ObservedRpc, Outcome};

@@ -32,8 +32,9 @@ pub struct Caller {
 
 impl Caller {
     /// The functional test's own caller for one execution: a root scope under the run's instantiation.
+    /// In a parallel search it records into the execution's own recorder ([`Recorder::for_run`]).
     pub fn root(run: &TestRun, recorder: &Recorder) -> Caller {
-        Caller::with_plan(run.plan().clone(), run.instantiation().clone(), recorder)
+        Caller::with_plan(run.plan().clone(), run.instantiation().clone(), &recorder.for_run(run))
     }
 
     /// A root caller with an explicit plan and instantiation.

@@ -120,6 +120,16 @@ pub struct Report {
     /// Why those counts matter, one sentence each (empty when both are zero and faults were injected).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// How the search ran, when it did not run as asked (a parallelism it could not use, and why).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// How many executions could run at once (1: one at a time).
+    #[serde(default = "one")]
+    pub parallelism_used: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Why a search whose plans injected nothing at all matters.
@@ -188,6 +198,41 @@ impl Report {
             unsettled_executions,
             nothing_injected,
             warnings,
+            notes: Vec::new(),
+            parallelism_used: 1,
+        }
+    }
+
+    /// Sorts the executions in canonical order and renumbers them 1, 2, …: by number of planned faults, then
+    /// by the planned (index, fault) pairs. The fault-free run stays #1. `scheduled_by` follows the new
+    /// numbers, and `redundant_with` names the first execution in this order with the same effective fault
+    /// set. A parallel search's report comes in this order (its executions finish in any order), so two
+    /// reports of the same search can be diffed; apply it to a sequential report to compare the two.
+    pub fn canonical_order(&mut self) {
+        let key = |e: &ExecutionRecord| -> (usize, Vec<(Index, Fault)>) {
+            let mut plan: Vec<(Index, Fault)> = e.plan.iter().map(|p| (p.index.clone(), p.fault)).collect();
+            plan.sort();
+            (plan.len(), plan)
+        };
+        self.executions.sort_by_cached_key(key);
+        let renumber: std::collections::HashMap<usize, usize> = self
+            .executions
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.number, i + 1))
+            .collect();
+        let mut first: std::collections::HashMap<BTreeSet<(Index, Fault)>, usize> = Default::default();
+        for (i, e) in self.executions.iter_mut().enumerate() {
+            e.number = i + 1;
+            e.scheduled_by = e.scheduled_by.and_then(|n| renumber.get(&n).copied());
+            let effective: BTreeSet<(Index, Fault)> = e.effective.iter().map(|p| (p.index.clone(), p.fault)).collect();
+            e.redundant_with = match first.get(&effective) {
+                Some(&n) => Some(n),
+                None => {
+                    first.insert(effective, e.number);
+                    None
+                }
+            };
         }
     }
 
@@ -313,6 +358,18 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  WARNING: {unsettled} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            )?;
+        }
+        for note in &self.notes {
+            writeln!(f, "  NOTE: {note}")?;
+        }
+        let late = self.in_flight_redundant().len();
+        if late > 0 {
+            writeln!(
+                f,
+                "  {late} execution(s) became redundant only while they ran (parallelism {}): beyond what a \
+                 sequential search runs",
+                self.parallelism_used
             )?;
         }
         if self.nothing_injected {

@@ -18,7 +18,7 @@
 use crate::catalog::FaultCatalog;
 use crate::observation::{FaultSet, Observation, ObservedRpc, Outcome, describe_set};
 use crate::report::{ExecutionRecord, Report, SkippedPlan, TestOutcome};
-use crate::source::{Settled, SourceError, SpanSource};
+use crate::source::{ExecutionKey, Settled, SourceError, SpanSource};
 use crate::test::{FunctionalTest, PlannedFault, TestRun};
 use dei_propagator::{FaultPlan, Index, Instantiation, PathMode};
 use serde::{Deserialize, Serialize};
@@ -235,6 +235,17 @@ pub struct Search {
     source: Arc<dyn SpanSource>,
 }
 
+/// The search's progress: the plans queued and seen, the executions done, what they taught.
+#[derive(Default)]
+struct State {
+    queue: VecDeque<(FaultSet, Option<usize>)>,
+    scheduled: HashSet<FaultSet>,
+    executions: Vec<ExecutionRecord>,
+    skipped: Vec<SkippedPlan>,
+    know: Knowledge,
+    truncated: bool,
+}
+
 /// What the search learned about one RPC across executions.
 #[derive(Default)]
 struct Knowledge {
@@ -262,6 +273,11 @@ impl Search {
         Search { options, source }
     }
 
+    /// The span source.
+    pub fn source(&self) -> Arc<dyn SpanSource> {
+        self.source.clone()
+    }
+
     /// The options.
     pub fn options(&self) -> &SearchOptions {
         &self.options
@@ -274,14 +290,32 @@ impl Search {
         number: usize,
         planned: Vec<PlannedFault>,
     ) -> Result<ExecutionRecord, SearchError> {
+        self.execute_in(self.source.clone(), None, test, number, planned).await
+    }
+
+    /// [`execute`](Search::execute) reading spans from `source`: one execution's own in a parallel search
+    /// (named by `key`), the search's otherwise.
+    async fn execute_in(
+        &self,
+        source: Arc<dyn SpanSource>,
+        key: Option<ExecutionKey>,
+        test: &dyn FunctionalTest,
+        number: usize,
+        planned: Vec<PlannedFault>,
+    ) -> Result<ExecutionRecord, SearchError> {
         let started = Instant::now();
-        self.source.begin().await?;
-        let run = TestRun::new(
-            number,
-            planned.clone(),
-            self.options.instantiation.clone(),
-            self.source.clone(),
-        );
+        source.begin().await?;
+        let run = match key {
+            Some(key) => {
+                TestRun::for_execution(key, planned.clone(), self.options.instantiation.clone(), source.clone())
+            }
+            None => TestRun::new(
+                number,
+                planned.clone(),
+                self.options.instantiation.clone(),
+                source.clone(),
+            ),
+        };
         let test_started = Instant::now();
         let fut = test.run(run);
         let handle = tokio::spawn(fut);
@@ -300,11 +334,11 @@ impl Search {
             },
         };
         let test_time = test_started.elapsed();
-        let unsettled = match self.source.settle().await? {
+        let unsettled = match source.settle().await? {
             Settled::Complete => None,
             Settled::TimedOut(what) => Some(what),
         };
-        let mut obs = self.source.collect().await?;
+        let mut obs = source.collect().await?;
         // preliminary indexes become final before anything is scheduled from this execution (§4.2)
         obs.finalize();
         match &self.options.reference {
@@ -374,96 +408,215 @@ impl Search {
     }
 
     /// Runs the search for `test` until the fault space is exhausted or the execution limit is reached.
+    ///
+    /// With [`SearchOptions::parallelism`] above 1 (and a span source that tells executions apart and a test
+    /// that is not [serial-only](FunctionalTest::serial_only)), up to that many executions run at once; the
+    /// report then lists them in canonical order (see [`Report::canonical_order`]).
     pub async fn run(&self, test: &dyn FunctionalTest) -> Result<Report, SearchError> {
         let opts = &self.options;
-        let mut queue: VecDeque<(FaultSet, Option<usize>)> = VecDeque::new();
-        let mut scheduled: HashSet<FaultSet> = HashSet::new();
-        let mut executions: Vec<ExecutionRecord> = Vec::new();
-        let mut skipped: Vec<SkippedPlan> = Vec::new();
-        let mut know = Knowledge::default();
-        queue.push_back((FaultSet::new(), None));
-        scheduled.insert(FaultSet::new());
-        let mut truncated = false;
-        while let Some((plan, from)) = match opts.strategy {
-            Strategy::DepthFirst => queue.pop_back(),
-            Strategy::BreadthFirst => queue.pop_front(),
-        } {
-            if opts.max_executions.is_some_and(|m| executions.len() >= m) {
-                truncated = true;
-                queue.push_back((plan, from));
-                break;
-            }
-            let planned: Vec<PlannedFault> = plan
-                .iter()
-                .map(|(i, f)| PlannedFault {
-                    index: i.clone(),
-                    fault: *f,
-                    signature: know.signatures.get(i).cloned().unwrap_or_default(),
-                })
-                .collect();
-            let number = executions.len() + 1;
-            let mut record = self.execute(test, number, planned).await?;
-            let sched_started = Instant::now();
-            record.scheduled_by = from;
-            let effective: FaultSet = record.effective.iter().map(|p| (p.index.clone(), p.fault)).collect();
-            if let Some(&first) = know.by_effective.get(&effective) {
-                record.redundant_with = Some(executions[first].number);
-            }
-            let obs = Observation {
-                rpcs: record.rpcs.clone(),
-                streams: Vec::new(),
-            };
-            self.learn(&mut know, &obs, &effective, executions.len());
-            for new_plan in self.extensions(&obs, &know) {
-                if !scheduled.insert(new_plan.clone()) {
-                    continue;
-                }
-                let witness = match opts.reduction {
-                    Reduction::ServiceEncapsulation { compare_responses } => {
-                        self.encapsulated(&new_plan, &know, &executions, &record, compare_responses)
-                    }
-                    Reduction::None => None,
+        let mut state = State::default();
+        state.queue.push_back((FaultSet::new(), None));
+        state.scheduled.insert(FaultSet::new());
+        let mut notes = Vec::new();
+        let mut parallelism = opts.parallelism.max(1);
+        if parallelism > 1 && test.serial_only() {
+            notes.push(format!(
+                "parallelism {parallelism} requested, executions ran one at a time: the functional test is \
+                 declared serial-only"
+            ));
+            parallelism = 1;
+        }
+        if parallelism > 1 && self.source.execution(&ExecutionKey::new(0)).is_none() {
+            let why = format!(
+                "parallelism {parallelism} requested, executions ran one at a time: the span source cannot \
+                 attribute spans to concurrent executions (SpanSource::execution)"
+            );
+            tracing::warn!("dei-sfit: {why}");
+            notes.push(why);
+            parallelism = 1;
+        }
+        if parallelism == 1 {
+            self.run_sequential(test, &mut state).await?;
+        } else {
+            self.run_parallel(test, &mut state, parallelism).await?;
+        }
+        let State {
+            queue,
+            executions,
+            skipped,
+            truncated,
+            ..
+        } = state;
+        let mut report = Report::new(test.name(), opts.clone(), executions, skipped, truncated, queue.len());
+        report.notes = notes;
+        report.parallelism_used = parallelism;
+        if parallelism > 1 {
+            report.canonical_order();
+        }
+        Ok(report)
+    }
+
+    /// The next plan to run, in the strategy's order; `None` when the queue is empty or the limit is reached
+    /// (then `truncated` is set and the plan stays queued).
+    fn next_plan(&self, state: &mut State, started: usize) -> Option<(FaultSet, Option<usize>)> {
+        let opts = &self.options;
+        if state.queue.is_empty() {
+            return None;
+        }
+        if opts.max_executions.is_some_and(|m| started >= m) {
+            state.truncated = true;
+            return None;
+        }
+        match opts.strategy {
+            Strategy::DepthFirst => state.queue.pop_back(),
+            Strategy::BreadthFirst => state.queue.pop_front(),
+        }
+    }
+
+    fn planned_faults(&self, plan: &FaultSet, know: &Knowledge) -> Vec<PlannedFault> {
+        plan.iter()
+            .map(|(i, f)| PlannedFault {
+                index: i.clone(),
+                fault: *f,
+                signature: know.signatures.get(i).cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    async fn run_sequential(&self, test: &dyn FunctionalTest, state: &mut State) -> Result<(), SearchError> {
+        while let Some((plan, from)) = self.next_plan(state, state.executions.len()) {
+            let planned = self.planned_faults(&plan, &state.know);
+            let number = state.executions.len() + 1;
+            let record = self.execute(test, number, planned).await?;
+            self.absorb(test, state, record, &plan, from, None);
+        }
+        Ok(())
+    }
+
+    /// Up to `n` executions at once: whenever one finishes, its extensions are queued and the next plans
+    /// start, in the strategy's order, until `n` run again.
+    async fn run_parallel(&self, test: &dyn FunctionalTest, state: &mut State, n: usize) -> Result<(), SearchError> {
+        use futures::stream::{FuturesUnordered, StreamExt as _};
+        let mut running = FuturesUnordered::new();
+        let mut started = 0usize;
+        loop {
+            while running.len() < n {
+                let Some((plan, from)) = self.next_plan(state, started) else {
+                    break;
                 };
-                if let Some(witness) = witness {
-                    skipped.push(SkippedPlan {
-                        plan: describe_set(&new_plan),
+                // a plan that became redundant while queued (service encapsulation) is skipped, as it would
+                // have been had the knowledge been there when it was scheduled
+                if let Some(witness) = self.witness(&plan, &state.know, &state.executions, None) {
+                    state.skipped.push(SkippedPlan {
+                        plan: describe_set(&plan),
                         witness,
                     });
                     continue;
                 }
-                queue.push_back((new_plan, Some(number)));
+                started += 1;
+                let key = ExecutionKey::new(started);
+                let Some(source) = self.source.execution(&key) else {
+                    return Err(SearchError::Source(SourceError::Backend(
+                        "the span source stopped attributing spans to executions".into(),
+                    )));
+                };
+                let planned = self.planned_faults(&plan, &state.know);
+                running.push(async move {
+                    let record = self.execute_in(source, Some(key), test, started, planned).await;
+                    (record, plan, from)
+                });
             }
-            record.overhead_us += sched_started.elapsed().as_micros() as u64;
-            if opts.progress == Progress::Stderr {
-                eprintln!(
-                    "sfit [{}] #{:<4} {:<5} plan {} -> {}{}{} (queued {})",
-                    test.name(),
-                    number,
-                    if record.outcome.passed() { "pass" } else { "FAIL" },
-                    describe_set(&plan),
-                    describe_set(&effective),
-                    if record.unreached.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" UNREACHED {}", record.unreached.len())
-                    },
-                    record
-                        .redundant_with
-                        .map(|r| format!(" REDUNDANT with #{r}"))
-                        .unwrap_or_default(),
-                    queue.len()
-                );
-            }
-            executions.push(record);
+            let Some((record, plan, from)) = running.next().await else {
+                break;
+            };
+            let record = record?;
+            // was the plan made redundant by an execution that finished while this one ran?
+            let late = self.witness(&plan, &state.know, &state.executions, None);
+            self.absorb(test, state, record, &plan, from, late);
         }
-        Ok(Report::new(
-            test.name(),
-            opts.clone(),
-            executions,
-            skipped,
-            truncated,
-            queue.len(),
-        ))
+        Ok(())
+    }
+
+    /// Service encapsulation's witness that `plan` is redundant, when that reduction is on.
+    fn witness(
+        &self,
+        plan: &FaultSet,
+        know: &Knowledge,
+        executions: &[ExecutionRecord],
+        current: Option<&ExecutionRecord>,
+    ) -> Option<String> {
+        match self.options.reduction {
+            Reduction::ServiceEncapsulation { compare_responses } => {
+                self.encapsulated(plan, know, executions, current, compare_responses)
+            }
+            Reduction::None => None,
+        }
+    }
+
+    /// Records a finished execution: its redundancy, what it teaches, the plans it schedules.
+    fn absorb(
+        &self,
+        test: &dyn FunctionalTest,
+        state: &mut State,
+        mut record: ExecutionRecord,
+        plan: &FaultSet,
+        from: Option<usize>,
+        in_flight_redundant: Option<String>,
+    ) {
+        let opts = &self.options;
+        let sched_started = Instant::now();
+        record.scheduled_by = from;
+        record.in_flight_redundant = in_flight_redundant;
+        let number = record.number;
+        let effective: FaultSet = record.effective.iter().map(|p| (p.index.clone(), p.fault)).collect();
+        if let Some(&first) = state.know.by_effective.get(&effective) {
+            record.redundant_with = Some(state.executions[first].number);
+        }
+        let obs = Observation {
+            rpcs: record.rpcs.clone(),
+            streams: Vec::new(),
+        };
+        self.learn(&mut state.know, &obs, &effective, state.executions.len());
+        for new_plan in self.extensions(&obs, &state.know) {
+            if !state.scheduled.insert(new_plan.clone()) {
+                continue;
+            }
+            if let Some(witness) = self.witness(&new_plan, &state.know, &state.executions, Some(&record)) {
+                state.skipped.push(SkippedPlan {
+                    plan: describe_set(&new_plan),
+                    witness,
+                });
+                continue;
+            }
+            state.queue.push_back((new_plan, Some(number)));
+        }
+        record.overhead_us += sched_started.elapsed().as_micros() as u64;
+        if opts.progress == Progress::Stderr {
+            eprintln!(
+                "sfit [{}] #{:<4} {:<5} plan {} -> {}{}{}{} (queued {})",
+                test.name(),
+                number,
+                if record.outcome.passed() { "pass" } else { "FAIL" },
+                describe_set(plan),
+                describe_set(&effective),
+                if record.unreached.is_empty() {
+                    String::new()
+                } else {
+                    format!(" UNREACHED {}", record.unreached.len())
+                },
+                record
+                    .redundant_with
+                    .map(|r| format!(" REDUNDANT with #{r}"))
+                    .unwrap_or_default(),
+                if record.in_flight_redundant.is_some() {
+                    " (redundant once in flight)"
+                } else {
+                    ""
+                },
+                state.queue.len()
+            );
+        }
+        state.executions.push(record);
     }
 
     fn learn(&self, know: &mut Knowledge, obs: &Observation, effective: &FaultSet, position: usize) {
@@ -567,14 +720,14 @@ impl Search {
         plan: &FaultSet,
         know: &Knowledge,
         executions: &[ExecutionRecord],
-        current: &ExecutionRecord,
+        current: Option<&ExecutionRecord>,
         compare_responses: bool,
     ) -> Option<String> {
         let same = |a: &Outcome, b: &Outcome| match (a, b) {
             (Outcome::Ok { response: x }, Outcome::Ok { response: y }) => !compare_responses || x == y,
             _ => a == b,
         };
-        let record_at = |pos: usize| -> &ExecutionRecord { executions.get(pos).unwrap_or(current) };
+        let record_at = |pos: usize| -> Option<&ExecutionRecord> { executions.get(pos).or(current) };
         let mut candidates: Vec<Index> = plan.iter().flat_map(|(i, _)| self.ancestors(i, know)).collect();
         candidates.sort();
         candidates.dedup();
@@ -608,7 +761,9 @@ impl Search {
                 let Some(&pos) = know.by_effective.get(&alt) else {
                     continue;
                 };
-                let rec = record_at(pos);
+                let Some(rec) = record_at(pos) else {
+                    continue;
+                };
                 if rec.rpcs.iter().any(|r| r.index == p && same(&r.outcome, o)) {
                     return Some(format!(
                         "{} returns {o} under {}; execution #{} ran {} with it returning that",

@@ -10,9 +10,14 @@
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
 use dei_propagator::{Fault, Index, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use futures::future::BoxFuture;
-use opentelemetry::trace::{SpanId, SpanKind, Status};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+};
 use opentelemetry::{Key, KeyValue, Value};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{
+    IdGenerator as _, InMemorySpanExporter, RandomIdGenerator, SdkTracerProvider, SpanData, SpanProcessor,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -74,6 +79,55 @@ pub trait SpanSource: Send + Sync {
     fn execution_context(&self, cx: opentelemetry::Context) -> opentelemetry::Context {
         cx
     }
+    /// A source for one of several executions that run at once (a parallel search,
+    /// [`SearchOptions::parallelism`](crate::SearchOptions::parallelism)): it sees only the spans of the
+    /// execution `key` names, which runs under `key`'s trace ([`execution_context`](SpanSource::execution_context)
+    /// of the returned source adds it). Dropping it forgets the execution. `None` (the default): this source
+    /// cannot tell concurrent executions apart, and the search runs one execution at a time.
+    fn execution(&self, key: &ExecutionKey) -> Option<Arc<dyn SpanSource>> {
+        let _ = key;
+        None
+    }
+}
+
+/// One execution of a parallel search: its number (in the order executions were started) and the trace its
+/// requests run under, by which span sources attribute spans to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExecutionKey {
+    /// The execution's number when it was started.
+    pub number: usize,
+    /// Its trace.
+    pub trace_id: TraceId,
+    /// The (remote, never exported) span its requests run under.
+    pub span_id: SpanId,
+}
+
+impl ExecutionKey {
+    /// A key with a fresh random trace for execution `number`.
+    pub fn new(number: usize) -> Self {
+        let ids = RandomIdGenerator::default();
+        ExecutionKey {
+            number,
+            trace_id: ids.new_trace_id(),
+            span_id: ids.new_span_id(),
+        }
+    }
+
+    /// The remote parent span context the execution's requests run under.
+    pub fn span_context(&self) -> SpanContext {
+        SpanContext::new(
+            self.trace_id,
+            self.span_id,
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        )
+    }
+
+    /// `cx` with the execution's trace as the remote parent.
+    pub fn context(&self, cx: opentelemetry::Context) -> opentelemetry::Context {
+        cx.with_remote_span_context(self.span_context())
+    }
 }
 
 /// How a source's [`settle`](SpanSource::settle) step ended.
@@ -93,15 +147,33 @@ fn next_tick() -> u64 {
 
 /// A source filled directly by simulated programs: each RPC is recorded when it starts and finished when it
 /// ends. Cloning shares it.
+///
+/// In a parallel search each execution records into its own recorder ([`SpanSource::execution`]), which
+/// [`Recorder::for_run`] finds from the execution's [`TestRun`](crate::TestRun) (the simulated programs'
+/// [`Caller::root`](crate::model::Caller::root) does).
 #[derive(Clone, Default)]
 pub struct Recorder {
     inner: Arc<Mutex<Observation>>,
+    executions: Arc<Mutex<HashMap<TraceId, Recorder>>>,
 }
 
 impl Recorder {
     /// An empty recorder.
     pub fn new() -> Self {
         Recorder::default()
+    }
+
+    /// The recorder execution `run` records into: its own in a parallel search, this one otherwise.
+    pub fn for_run(&self, run: &crate::TestRun) -> Recorder {
+        run.execution_key()
+            .and_then(|k| {
+                self.executions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&k.trace_id)
+                    .cloned()
+            })
+            .unwrap_or_else(|| self.clone())
     }
 
     fn lock(&self) -> MutexGuard<'_, Observation> {
@@ -156,6 +228,46 @@ impl SpanSource for Recorder {
         let obs = self.lock().clone();
         Box::pin(async move { Ok(obs) })
     }
+
+    /// A recorder of its own for the execution, registered until the returned source is dropped.
+    fn execution(&self, key: &ExecutionKey) -> Option<Arc<dyn SpanSource>> {
+        let own = Recorder::new();
+        self.executions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.trace_id, own.clone());
+        Some(Arc::new(RecorderExecution {
+            registry: self.executions.clone(),
+            key: *key,
+            own,
+        }))
+    }
+}
+
+/// One execution's recorder in a parallel search; unregistered when dropped.
+struct RecorderExecution {
+    registry: Arc<Mutex<HashMap<TraceId, Recorder>>>,
+    key: ExecutionKey,
+    own: Recorder,
+}
+
+impl SpanSource for RecorderExecution {
+    fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+        self.own.begin()
+    }
+
+    fn collect(&self) -> BoxFuture<'_, Result<Observation, SourceError>> {
+        self.own.collect()
+    }
+}
+
+impl Drop for RecorderExecution {
+    fn drop(&mut self) {
+        self.registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key.trace_id);
+    }
 }
 
 /// How long [`InMemorySpans`] waits for an execution's open spans to end.
@@ -165,11 +277,19 @@ const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
 ///
 /// Use it with a simple (synchronous) span processor so that a span is exported when it ends; then an
 /// execution's spans are complete when the functional test returns.
+///
+/// In a parallel search each execution reads the spans of its own trace ([`SpanSource::execution`]): from a
+/// [`SpanRouter`] when the tracer provider has one ([`with_router`](InMemorySpans::with_router); the cost of a
+/// read is then the execution's own spans), otherwise by filtering the exporter's spans by trace (every read
+/// copies every span exported since no execution was running: fine for small searches).
 #[derive(Clone, Debug)]
 pub struct InMemorySpans {
     exporter: InMemorySpanExporter,
     provider: Option<SdkTracerProvider>,
     messages: MessageTargeting,
+    router: Option<SpanRouter>,
+    /// Executions running on the exporter without a router; the exporter is cleared when it drops to 0.
+    running: Arc<Mutex<usize>>,
 }
 
 impl InMemorySpans {
@@ -179,7 +299,21 @@ impl InMemorySpans {
             exporter,
             provider: None,
             messages: MessageTargeting::default(),
+            router: None,
+            running: Arc::default(),
         }
+    }
+
+    /// Parallel executions read their spans from `router`, which must be a span processor of the tracer
+    /// provider the services' spans go to (`SdkTracerProvider::builder().with_span_processor(router.clone())`).
+    pub fn with_router(mut self, router: SpanRouter) -> Self {
+        self.router = Some(router);
+        self
+    }
+
+    /// The router parallel executions read from, if any.
+    pub fn router(&self) -> Option<&SpanRouter> {
+        self.router.as_ref()
     }
 
     /// Whether the search fails single stream messages by their final indexes ([`MessageTargeting::Targeted`],
@@ -203,14 +337,176 @@ impl InMemorySpans {
     }
 }
 
-/// The spans whose parent is not (yet) among the exported ones: while there are any, a span of the tree is
-/// still open.
-fn orphans(spans: &[SpanData]) -> usize {
+/// The spans whose parent is not (yet) among the exported ones (nor `root`, an execution's remote parent):
+/// while there are any, a span of the tree is still open.
+fn orphans(spans: &[SpanData], root: SpanId) -> usize {
     let ids: std::collections::HashSet<SpanId> = spans.iter().map(|s| s.span_context.span_id()).collect();
     spans
         .iter()
-        .filter(|s| s.parent_span_id != SpanId::INVALID && !ids.contains(&s.parent_span_id))
+        .filter(|s| s.parent_span_id != SpanId::INVALID && s.parent_span_id != root && !ids.contains(&s.parent_span_id))
         .count()
+}
+
+/// Polls `spans` (every millisecond, for at most `SETTLE_LIMIT`) until no span misses its parent and every
+/// RPC served under a stream message has its final index.
+async fn settle_spans<F>(spans: F, messages: MessageTargeting, root: SpanId) -> Result<Settled, SourceError>
+where
+    F: Fn() -> Result<Vec<SpanData>, SourceError>,
+{
+    let deadline = std::time::Instant::now() + SETTLE_LIMIT;
+    loop {
+        let spans = spans()?;
+        let unresolved = || {
+            let mut obs = observation_from_spans_with(&spans, messages);
+            obs.finalize();
+            obs.unresolved()
+        };
+        if orphans(&spans, root) == 0 && unresolved() == 0 {
+            return Ok(Settled::Complete);
+        }
+        if std::time::Instant::now() >= deadline {
+            let orphans = orphans(&spans, root);
+            let unresolved = unresolved();
+            let what = format!(
+                "the in-memory spans did not settle in {SETTLE_LIMIT:?}: {orphans} span(s) still wait for \
+                 their parent span to end, {unresolved} RPC(s) still have a preliminary (unresolved) index"
+            );
+            tracing::warn!("dei-sfit: {what}; using what arrived");
+            return Ok(Settled::TimedOut(what));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+/// A span processor that hands each span, as it ends, to the parallel execution whose trace it belongs to
+/// ([`InMemorySpans::with_router`]). Spans of no running execution are counted and dropped. Cloning shares it.
+#[derive(Clone, Debug, Default)]
+pub struct SpanRouter {
+    inner: Arc<RouterInner>,
+}
+
+#[derive(Debug, Default)]
+struct RouterInner {
+    traces: Mutex<HashMap<TraceId, Vec<SpanData>>>,
+    ended: AtomicU64,
+    unattributed: AtomicU64,
+}
+
+impl SpanRouter {
+    /// A router with no execution registered.
+    pub fn new() -> Self {
+        SpanRouter::default()
+    }
+
+    fn traces(&self) -> MutexGuard<'_, HashMap<TraceId, Vec<SpanData>>> {
+        self.inner.traces.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Spans that ended since the router was made (whether an execution took them or not).
+    pub fn ended(&self) -> u64 {
+        self.inner.ended.load(Ordering::Relaxed)
+    }
+
+    /// Spans that ended in no registered trace (outside any parallel execution) and were dropped.
+    pub fn unattributed(&self) -> u64 {
+        self.inner.unattributed.load(Ordering::Relaxed)
+    }
+
+    fn register(&self, trace: TraceId) {
+        self.traces().entry(trace).or_default();
+    }
+
+    fn unregister(&self, trace: TraceId) {
+        self.traces().remove(&trace);
+    }
+
+    fn spans_of(&self, trace: TraceId) -> Vec<SpanData> {
+        self.traces().get(&trace).cloned().unwrap_or_default()
+    }
+}
+
+impl SpanProcessor for SpanRouter {
+    fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        self.inner.ended.fetch_add(1, Ordering::Relaxed);
+        match self.traces().get_mut(&span.span_context.trace_id()) {
+            Some(spans) => spans.push(span),
+            None => {
+                self.inner.unattributed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: std::time::Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// One execution of a parallel search over [`InMemorySpans`]: the spans of its trace.
+struct InMemoryExecution {
+    source: InMemorySpans,
+    key: ExecutionKey,
+}
+
+impl InMemoryExecution {
+    fn spans(&self) -> Result<Vec<SpanData>, SourceError> {
+        if let Some(router) = &self.source.router {
+            return Ok(router.spans_of(self.key.trace_id));
+        }
+        if let Some(p) = &self.source.provider {
+            let _ = p.force_flush();
+        }
+        let all = self
+            .source
+            .exporter
+            .get_finished_spans()
+            .map_err(|e| SourceError::Backend(e.to_string()))?;
+        Ok(all
+            .into_iter()
+            .filter(|s| s.span_context.trace_id() == self.key.trace_id)
+            .collect())
+    }
+}
+
+impl SpanSource for InMemoryExecution {
+    fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn collect(&self) -> BoxFuture<'_, Result<Observation, SourceError>> {
+        let spans = self.spans();
+        let messages = self.source.messages;
+        Box::pin(async move { Ok(observation_from_spans_with(&spans?, messages)) })
+    }
+
+    fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
+        Box::pin(settle_spans(|| self.spans(), self.source.messages, self.key.span_id))
+    }
+
+    fn execution_context(&self, cx: opentelemetry::Context) -> opentelemetry::Context {
+        self.key.context(cx)
+    }
+}
+
+impl Drop for InMemoryExecution {
+    fn drop(&mut self) {
+        match &self.source.router {
+            Some(router) => router.unregister(self.key.trace_id),
+            None => {
+                let mut running = self.source.running.lock().unwrap_or_else(|p| p.into_inner());
+                *running = running.saturating_sub(1);
+                if *running == 0 {
+                    // no execution runs: what the exporter holds belongs to none, and later reads stay small
+                    self.source.exporter.reset();
+                }
+            }
+        }
+    }
 }
 
 impl SpanSource for InMemorySpans {
@@ -220,37 +516,28 @@ impl SpanSource for InMemorySpans {
     /// scheduled only once preliminary indexes are rewritten). At the limit it warns and returns
     /// [`Settled::TimedOut`] with the number of spans still missing their parent and of unresolved indexes.
     fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
-        Box::pin(async move {
-            let deadline = std::time::Instant::now() + SETTLE_LIMIT;
-            loop {
-                if let Some(p) = &self.provider {
-                    let _ = p.force_flush();
-                }
-                let spans = self
-                    .exporter
-                    .get_finished_spans()
-                    .map_err(|e| SourceError::Backend(e.to_string()))?;
-                let unresolved = || {
-                    let mut obs = observation_from_spans_with(&spans, self.messages);
-                    obs.finalize();
-                    obs.unresolved()
-                };
-                if orphans(&spans) == 0 && unresolved() == 0 {
-                    return Ok(Settled::Complete);
-                }
-                if std::time::Instant::now() >= deadline {
-                    let orphans = orphans(&spans);
-                    let unresolved = unresolved();
-                    let what = format!(
-                        "the in-memory spans did not settle in {SETTLE_LIMIT:?}: {orphans} span(s) still wait for \
-                         their parent span to end, {unresolved} RPC(s) still have a preliminary (unresolved) index"
-                    );
-                    tracing::warn!("dei-sfit: {what}; using what arrived");
-                    return Ok(Settled::TimedOut(what));
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        let spans = move || {
+            if let Some(p) = &self.provider {
+                let _ = p.force_flush();
             }
-        })
+            self.exporter
+                .get_finished_spans()
+                .map_err(|e| SourceError::Backend(e.to_string()))
+        };
+        Box::pin(settle_spans(spans, self.messages, SpanId::INVALID))
+    }
+
+    /// The execution's spans: those of its trace, from the router when there is one, otherwise filtered
+    /// from the exporter (which is then cleared only when no execution runs).
+    fn execution(&self, key: &ExecutionKey) -> Option<Arc<dyn SpanSource>> {
+        match &self.router {
+            Some(router) => router.register(key.trace_id),
+            None => *self.running.lock().unwrap_or_else(|p| p.into_inner()) += 1,
+        }
+        Some(Arc::new(InMemoryExecution {
+            source: self.clone(),
+            key: *key,
+        }))
     }
 
     fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {

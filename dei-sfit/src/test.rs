@@ -2,7 +2,7 @@
 
 use crate::catalog::Pattern;
 use crate::observation::ObservedRpc;
-use crate::source::{SourceError, SpanSource};
+use crate::source::{ExecutionKey, SourceError, SpanSource};
 use dei_propagator::{DeiContextExt, Fault, FaultPlan, Index, Instantiation, RequestScope};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -37,6 +37,7 @@ struct RunInner {
     plan: FaultPlan,
     instantiation: Instantiation,
     source: Arc<dyn SpanSource>,
+    key: Option<ExecutionKey>,
 }
 
 impl TestRun {
@@ -55,11 +56,41 @@ impl TestRun {
                 plan,
                 instantiation,
                 source,
+                key: None,
             }),
         }
     }
 
-    /// The execution's number in its search (1 is the fault-free run).
+    /// [`new`](TestRun::new) for one execution of a parallel search: `source` is the execution's own
+    /// ([`SpanSource::execution`]) and `key` names it.
+    pub fn for_execution(
+        key: ExecutionKey,
+        planned: Vec<PlannedFault>,
+        instantiation: Instantiation,
+        source: Arc<dyn SpanSource>,
+    ) -> Self {
+        let plan = FaultPlan::new(planned.iter().map(|p| (p.index.clone(), p.fault)).collect());
+        TestRun {
+            inner: Arc::new(RunInner {
+                number: key.number,
+                planned,
+                plan,
+                instantiation,
+                source,
+                key: Some(key),
+            }),
+        }
+    }
+
+    /// The execution's key in a parallel search (its trace); `None` when executions run one at a time. A
+    /// functional test that keeps state of its own across executions can key it by this (see
+    /// [`FunctionalTest::serial_only`]).
+    pub fn execution_key(&self) -> Option<ExecutionKey> {
+        self.inner.key
+    }
+
+    /// The execution's number in its search (1 is the fault-free run). In a parallel search it is the order in
+    /// which executions were started; the report renumbers them in canonical order.
     pub fn number(&self) -> usize {
         self.inner.number
     }
@@ -124,17 +155,39 @@ impl TestRun {
 }
 
 /// A functional test: drives the system under one execution's plan and passes or fails.
+///
+/// # Running in parallel
+/// With [`SearchOptions::parallelism`](crate::SearchOptions::parallelism) above 1, several executions of the
+/// test run at once against the same services. The test must then keep no mutable state shared between
+/// executions (counters, a fixture row every execution writes, a mock's expectations), or key such state by
+/// the execution ([`TestRun::execution_key`], or [`TestRun::plan`]); and it must issue its requests under
+/// [`TestRun::context`], whose trace tells the span source which execution a span belongs to. A test that
+/// cannot is declared serial-only ([`serial_only`](FunctionalTest::serial_only), or [`FnTest::serial`]):
+/// the search then runs it one execution at a time and says so in the report.
 pub trait FunctionalTest: Send + Sync {
     /// The test's name, used in reports.
     fn name(&self) -> &str;
     /// Runs the test once.
     fn run(&self, run: TestRun) -> BoxFuture<'static, Verdict>;
+    /// True when executions of this test must not overlap (the search ignores its parallelism for it).
+    fn serial_only(&self) -> bool {
+        false
+    }
 }
 
 /// A functional test made from an async closure.
 pub struct FnTest<F> {
     name: String,
     f: F,
+    serial: bool,
+}
+
+impl<F> FnTest<F> {
+    /// Declares the test serial-only: its executions never overlap, whatever the search's parallelism.
+    pub fn serial(mut self) -> Self {
+        self.serial = true;
+        self
+    }
 }
 
 /// Makes a functional test from a name and an async closure taking the [`TestRun`].
@@ -149,7 +202,11 @@ where
     F: Fn(TestRun) -> Fut + Send + Sync,
     Fut: Future<Output = Verdict> + Send + 'static,
 {
-    FnTest { name: name.into(), f }
+    FnTest {
+        name: name.into(),
+        f,
+        serial: false,
+    }
 }
 
 impl<F, Fut> FunctionalTest for FnTest<F>
@@ -163,5 +220,9 @@ where
 
     fn run(&self, run: TestRun) -> BoxFuture<'static, Verdict> {
         Box::pin((self.f)(run))
+    }
+
+    fn serial_only(&self) -> bool {
+        self.serial
     }
 }

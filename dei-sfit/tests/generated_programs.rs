@@ -1,5 +1,6 @@
 //! Completeness and non-redundancy against the brute-force oracle on randomly generated programs: trees of
-//! services whose calls fall back, propagate failures or retry, in loops, sequentially or concurrently.
+//! services whose calls fall back, propagate failures or retry, in loops, sequentially or concurrently; searched one
+//! execution at a time and four at once (issue #22).
 
 use dei_propagator::{Fault, Instantiation};
 use dei_sfit::model::Caller;
@@ -123,7 +124,7 @@ fn serve(h: Arc<Handler>, me: Caller) -> BoxFuture<'static, Result<String, Fault
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn search_matches_oracle_on_generated_programs() {
     let mut checked = 0;
     let mut nontrivial = 0;
@@ -183,6 +184,30 @@ async fn search_matches_oracle_on_generated_programs() {
                 "seed {seed} {strategy:?}: incomplete\n{root:#?}\n{report}"
             );
             assert_eq!(report.executions.len(), truth.reference.len());
+            // the same with 4 executions at once (issue #22): the same sets, no execution more
+            let parallel = Search::new(
+                SearchOptions {
+                    strategy,
+                    parallelism: 4,
+                    ..options.clone()
+                },
+                rec.clone(),
+            )
+            .run(&test)
+            .await
+            .expect("parallel search");
+            assert_eq!(parallel.parallelism_used, 4);
+            assert_eq!(
+                parallel.reference_sets(),
+                truth.reference,
+                "seed {seed} {strategy:?} N=4: incomplete\n{root:#?}\n{parallel}"
+            );
+            assert_eq!(
+                parallel.executions.len(),
+                truth.reference.len(),
+                "seed {seed} {strategy:?} N=4"
+            );
+            assert!(parallel.redundant().is_empty() && parallel.unreached().is_empty());
         }
         checked += 1;
         if truth.reference.len() > 4 {

@@ -25,7 +25,7 @@
 //!   message are already rewritten to final form by the collector and marked `rewritten`.
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
-use crate::source::{MessageTargeting, Settled, SourceError, SpanSource};
+use crate::source::{ExecutionKey, MessageTargeting, Settled, SourceError, SpanSource};
 use dei_propagator::{Fault, Index, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use futures::future::BoxFuture;
 use opentelemetry::Context;
@@ -83,6 +83,8 @@ pub struct CollectorSpans {
     trace: Arc<Mutex<Option<SpanContext>>>,
     flush: Option<FlushHook>,
     messages: MessageTargeting,
+    /// Set on one execution's source in a parallel search: its trace, which `begin` keeps.
+    execution: Option<ExecutionKey>,
 }
 
 impl std::fmt::Debug for CollectorSpans {
@@ -105,6 +107,7 @@ impl CollectorSpans {
             trace: Arc::default(),
             flush: None,
             messages: MessageTargeting::default(),
+            execution: None,
         }
     }
 
@@ -173,18 +176,31 @@ impl CollectorSpans {
 }
 
 impl SpanSource for CollectorSpans {
-    /// Starts a new trace for the execution.
+    /// Starts a new trace for the execution (a parallel execution's source keeps its key's trace).
     fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {
         let ids = RandomIdGenerator::default();
-        let cx = SpanContext::new(
-            ids.new_trace_id(),
-            ids.new_span_id(),
-            TraceFlags::SAMPLED,
-            true,
-            TraceState::default(),
-        );
+        let cx = match &self.execution {
+            Some(key) => key.span_context(),
+            None => SpanContext::new(
+                ids.new_trace_id(),
+                ids.new_span_id(),
+                TraceFlags::SAMPLED,
+                true,
+                TraceState::default(),
+            ),
+        };
         *self.trace.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx);
         Box::pin(async { Ok(()) })
+    }
+
+    /// A source of its own for the execution, reading the execution's trace (the collector keeps traces
+    /// apart: nothing is shared between executions but the HTTP client).
+    fn execution(&self, key: &ExecutionKey) -> Option<Arc<dyn SpanSource>> {
+        Some(Arc::new(CollectorSpans {
+            trace: Arc::new(Mutex::new(Some(key.span_context()))),
+            execution: Some(*key),
+            ..self.clone()
+        }))
     }
 
     fn execution_context(&self, cx: Context) -> Context {

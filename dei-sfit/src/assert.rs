@@ -1,0 +1,207 @@
+//! A search as one assertion inside `cargo test`: [`assert_exhaustive`] (in-process services, feature
+//! `testing`) and [`Search::assert_exhaustive`] (any span source) run the search, save its JSON report, and
+//! fail the test with one readable block per failing execution (its faults, the assertion's message, the
+//! command that replays it), as `proptest` prints its minimal case.
+//!
+//! The test fails when an execution failed, when an execution did not carry out its plan (unreached faults),
+//! when an execution's spans did not settle, when nothing was injected at all, or when the execution limit
+//! stopped the search before the fault space was exhausted.
+//!
+//! The report is saved as `<dir>/<test name>.json`, where `<dir>` is `DEI_SFIT_REPORT_DIR` or
+//! `<temp dir>/dei-sfit`. Run the test again with `DEI_SFIT_REPLAY=N` and the helper replays execution `N` of
+//! that report instead of searching: the replay command in each block does exactly that.
+
+use crate::junit::{ReplayCommand, case_name, failure_block, faults_label};
+use crate::report::{Report, TestOutcome};
+use crate::search::{Search, SearchError};
+use crate::test::FunctionalTest;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// The environment variable that makes [`Search::assert_exhaustive`] replay one execution of the saved report.
+pub const REPLAY_ENV: &str = "DEI_SFIT_REPLAY";
+/// The environment variable naming the directory the reports are saved in.
+pub const REPORT_DIR_ENV: &str = "DEI_SFIT_REPORT_DIR";
+
+/// Where the report of functional test `test` is saved.
+pub fn report_path(test: &str) -> PathBuf {
+    let dir = std::env::var_os(REPORT_DIR_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("dei-sfit"));
+    let file: String = test
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    dir.join(format!("{file}.json"))
+}
+
+/// The command that reruns the current `cargo test` test with [`REPLAY_ENV`] set to `{n}`: the package, the
+/// test target and the test's name come from cargo's environment, the test binary's name and the test
+/// thread's name.
+fn replay_command() -> ReplayCommand {
+    let thread = std::thread::current();
+    let name = thread.name().filter(|n| *n != "main").map(str::to_string);
+    let Some(name) = name else {
+        return ReplayCommand::Template(format!("rerun this test with {REPLAY_ENV}={{n}}"));
+    };
+    let mut cmd = format!("{REPLAY_ENV}={{n}} cargo test");
+    if let Ok(pkg) = std::env::var("CARGO_PKG_NAME") {
+        let _ = write!(cmd, " -p {pkg}");
+        // integration tests run from `<target>-<hash>`; unit tests from `<crate>-<hash>`
+        let target = std::env::current_exe().ok().and_then(|p| {
+            let stem = p.file_stem()?.to_string_lossy().into_owned();
+            Some(stem.rsplit_once('-').map_or(stem.clone(), |(t, _)| t.to_string()))
+        });
+        match target {
+            Some(t) if t != pkg.replace('-', "_") => {
+                let _ = write!(cmd, " --test {t}");
+            }
+            _ => cmd.push_str(" --lib"),
+        }
+    }
+    let _ = write!(cmd, " -- --exact {name}");
+    ReplayCommand::Template(cmd)
+}
+
+/// Everything that makes `report` not a clean exhaustive pass, one block each; `Ok` when there is none.
+pub fn check_exhaustive(report: &Report, replay: &ReplayCommand) -> Result<(), String> {
+    let mut blocks = Vec::new();
+    for e in &report.executions {
+        let replay_cmd = replay.for_execution(e.number);
+        if !e.unreached.is_empty() {
+            let mut b = format!(
+                "execution #{} DID NOT CARRY OUT ITS PLAN: {} of {} planned fault(s) not injected\n",
+                e.number,
+                e.unreached.len(),
+                e.plan.len()
+            );
+            let _ = writeln!(b, "  planned:      {}", faults_label(&e.plan));
+            let _ = writeln!(b, "  not injected: {}", faults_label(&e.unreached));
+            if let TestOutcome::Fail { message } = &e.outcome {
+                let _ = writeln!(b, "  assertion:    {message} (which does not test the plan)");
+            }
+            let _ = write!(b, "  replay:       {replay_cmd}");
+            blocks.push(b);
+        } else if let TestOutcome::Fail { message } = &e.outcome {
+            let mut b = format!("execution #{} FAILED: {}\n", e.number, case_name(e));
+            for line in failure_block(e, message, &replay_cmd).lines() {
+                let _ = writeln!(b, "  {line}");
+            }
+            blocks.push(b.trim_end().to_string());
+        }
+        if let Some(what) = &e.unsettled {
+            blocks.push(format!(
+                "execution #{}: its spans did not settle, so its observation may be incomplete: {what}",
+                e.number
+            ));
+        }
+    }
+    if report.nothing_injected {
+        blocks.push(report.tested_faults().err().unwrap_or_default());
+    }
+    if report.truncated {
+        blocks.push(format!(
+            "the search stopped at its limit of {} execution(s) with {} plan(s) pending: the fault space was \
+             not exhausted",
+            report.executions.len(),
+            report.pending
+        ));
+    }
+    if blocks.is_empty() {
+        return Ok(());
+    }
+    let failing = report.failing().len();
+    Err(format!(
+        "sfit: {}: {} of {} execution(s) failed, {} problem(s) in all:\n\n{}\n",
+        report.test,
+        failing,
+        report.executions.len(),
+        blocks.len(),
+        blocks.join("\n\n")
+    ))
+}
+
+impl Search {
+    /// Searches `test` exhaustively, saves the report ([`report_path`]) and returns it; panics with one block
+    /// per failing execution (faults, assertion, replay command) when [`check_exhaustive`] finds a problem,
+    /// or when the search cannot run. With `DEI_SFIT_REPLAY=N` set, it replays execution `N` of the saved
+    /// report instead (and panics when that execution fails or does not carry out its plan).
+    ///
+    /// ```should_panic
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() {
+    /// use dei_sfit::model::Caller;
+    /// use dei_sfit::{FaultCatalog, Recorder, Search, SearchOptions, test_fn};
+    /// let rec = Recorder::new();
+    /// let r = rec.clone();
+    /// // no fallback: failing B's echo fails the test
+    /// let test = test_fn("no fallback", move |run| {
+    ///     let a = Caller::root(&run, &r);
+    ///     async move { a.call("B/echo", "x", &[1], |_| async { Ok(()) }).await.map_err(|f| format!("{f}")) }
+    /// });
+    /// let options = SearchOptions { catalog: FaultCatalog::single(dei_propagator::Fault::Connection), ..SearchOptions::default() };
+    /// Search::new(options, rec).assert_exhaustive(&test).await; // panics: execution #2 FAILED ...
+    /// # }
+    /// ```
+    pub async fn assert_exhaustive(&self, test: &dyn FunctionalTest) -> Report {
+        let path = report_path(test.name());
+        let replay = replay_command();
+        if let Some(n) = std::env::var(REPLAY_ENV).ok().filter(|v| !v.is_empty()) {
+            let n: usize = n
+                .parse()
+                .unwrap_or_else(|_| panic!("{REPLAY_ENV}={n:?}: an execution number expected"));
+            let report = Report::load(&path)
+                .unwrap_or_else(|e| panic!("{REPLAY_ENV}={n}: cannot read the saved report {}: {e}", path.display()));
+            let record = match Search::replay(test, &report, n, self.source()).await {
+                Ok(r) => r,
+                Err(SearchError::Unreached(u)) => panic!("sfit: {}: {u}", test.name()),
+                Err(e) => panic!("sfit: {}: replay of #{n} failed: {e}", test.name()),
+            };
+            if let TestOutcome::Fail { message } = &record.outcome {
+                let text = failure_block(&record, message, &replay.for_execution(n));
+                panic!(
+                    "sfit: {}: replayed execution #{n} FAILED: {}\n{text}",
+                    test.name(),
+                    case_name(&record)
+                );
+            }
+            eprintln!("sfit: {}: replayed execution #{n}: pass", test.name());
+            return report;
+        }
+        let report = match self.run(test).await {
+            Ok(r) => r,
+            Err(e) => panic!("sfit: {}: the search could not run: {e}", test.name()),
+        };
+        let saved = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| report.to_json().map_err(std::io::Error::other))
+            .and_then(|json| std::fs::write(&path, json));
+        let saved = match saved {
+            Ok(()) => format!("report: {}", path.display()),
+            Err(e) => format!(
+                "the report could not be saved to {} ({e}): replays need it",
+                path.display()
+            ),
+        };
+        if let Err(text) = check_exhaustive(&report, &replay) {
+            panic!("{text}{saved}");
+        }
+        report
+    }
+}
+
+/// [`Search::assert_exhaustive`] over the in-process span source ([`crate::testing::in_process_spans`]): the
+/// one-line form for services running in the test's process.
+#[cfg(feature = "testing")]
+pub async fn assert_exhaustive(test: &dyn FunctionalTest, options: crate::SearchOptions) -> Report {
+    Search::new(options, crate::testing::in_process_spans())
+        .assert_exhaustive(test)
+        .await
+}
