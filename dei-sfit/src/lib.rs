@@ -70,5 +70,5 @@ pub use oracle::{Oracle, OracleError, OracleResult};
 pub use report::{ExecutionRecord, Report, TestOutcome};
 pub use search::{Progress, Reduction, Search, SearchError, SearchOptions, Strategy, Unreached};
 pub use source::collector::CollectorSpans;
-pub use source::{InMemorySpans, Recorder, Settled, SourceError, SpanSource};
+pub use source::{ExecutionKey, InMemorySpans, Recorder, Settled, SourceError, SpanRouter, SpanSource};
 pub use test::{FunctionalTest, PlannedFault, TestRun, Verdict, test_fn};

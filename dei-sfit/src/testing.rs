@@ -14,7 +14,11 @@
 //! services drop them injects nothing ([`Report::nothing_injected`](crate::Report::nothing_injected)).
 //!
 //! One search at a time per process: the source clears the shared exporter when an execution begins, so run
-//! searches (and oracles) one after another, never concurrently.
+//! searches (and oracles) one after another, never concurrently. Within one search, executions may run in
+//! parallel ([`SearchOptions::parallelism`](crate::SearchOptions::parallelism)): the first call also adds a
+//! [`SpanRouter`] to the tracer provider, from which each execution reads the spans of its own trace. When the
+//! test telemetry was installed before (by a direct call of `dei_instrumentation::testing::telemetry`), the
+//! router cannot be added; parallel executions then filter the exporter's spans by trace instead.
 //!
 //! ```
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -25,11 +29,38 @@
 //! # }
 //! ```
 
-use crate::source::InMemorySpans;
+use crate::source::{InMemorySpans, SpanRouter};
+use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
+use std::sync::OnceLock;
 
 /// The span source for services running in this process, with the test telemetry installed (once per
-/// process; later calls return a source over the same exporter).
+/// process; later calls return a source over the same exporter and router).
 pub fn in_process_spans() -> InMemorySpans {
+    static ROUTER: OnceLock<Option<SpanRouter>> = OnceLock::new();
+    let router = ROUTER.get_or_init(|| {
+        let router = SpanRouter::new();
+        let telemetry = dei_instrumentation::testing::telemetry_with(router.clone());
+        // the router is the provider's only if it sees a span end
+        let before = router.ended();
+        telemetry
+            .provider()
+            .tracer("dei-sfit")
+            .start("dei-sfit: span router probe")
+            .end();
+        if router.ended() > before {
+            Some(router)
+        } else {
+            tracing::warn!(
+                "dei-sfit: the test telemetry was installed before in_process_spans(): parallel executions \
+                 filter the exporter's spans by trace (every read copies them all)"
+            );
+            None
+        }
+    });
     let telemetry = dei_instrumentation::testing::telemetry();
-    InMemorySpans::new(telemetry.exporter().clone()).with_provider(telemetry.provider().clone())
+    let spans = InMemorySpans::new(telemetry.exporter().clone()).with_provider(telemetry.provider().clone());
+    match router {
+        Some(r) => spans.with_router(r.clone()),
+        None => spans,
+    }
 }

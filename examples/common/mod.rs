@@ -31,14 +31,17 @@ pub mod pb {
 }
 
 /// The process's telemetry: the DEI propagator installed globally, and a tracing subscriber whose
-/// OpenTelemetry layer exports every span, as it ends, to an in-memory exporter.
+/// OpenTelemetry layer exports every span, as it ends, to an in-memory exporter and to a span router (from
+/// which the executions of a parallel search, `--parallel N`, read their own trace's spans).
 pub fn spans() -> InMemorySpans {
-    static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
-    let exporter = EXPORTER.get_or_init(|| {
+    static EXPORTER: OnceLock<(InMemorySpanExporter, dei_sfit::source::SpanRouter)> = OnceLock::new();
+    let (exporter, router) = EXPORTER.get_or_init(|| {
         dei_propagator::install_global_propagator();
         let exporter = InMemorySpanExporter::default();
+        let router = dei_sfit::source::SpanRouter::new();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
+            .with_span_processor(router.clone())
             .build();
         let tracer = provider.tracer("dei-corpus");
         // INFO and above: the DEI client and server spans, not the transport crates' debug and trace spans
@@ -48,9 +51,9 @@ pub fn spans() -> InMemorySpans {
         let subscriber = tracing_subscriber::registry().with(layer);
         let _ = tracing::subscriber::set_global_default(subscriber);
         opentelemetry::global::set_tracer_provider(provider);
-        exporter
+        (exporter, router)
     });
-    InMemorySpans::new(exporter.clone())
+    InMemorySpans::new(exporter.clone()).with_router(router.clone())
 }
 
 /// A gRPC channel to `addr` through the DEI client layer.

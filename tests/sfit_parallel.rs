@@ -1,0 +1,111 @@
+//! Parallel executions on real services (issue #22): cinema-10 (tonic services on loopback, the in-memory
+//! exporter read through a span router) searched with 4 executions at once, 20 times in each order, gives the
+//! sequential search's effective fault sets, as many executions, and the same canonical report every time;
+//! its JUnit file has one test case per execution. One test: the telemetry is process-wide.
+
+#[path = "../examples/common/mod.rs"]
+mod common;
+
+use common::cinema::{self, Variant};
+use dei_sfit::{FaultSet, ReplayCommand, Report, Search, SearchOptions, SpanSource, Strategy};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+fn effective_sets(report: &Report) -> BTreeSet<FaultSet> {
+    report
+        .executions
+        .iter()
+        .map(|e| e.effective.iter().map(|p| (p.index.clone(), p.fault)).collect())
+        .collect()
+}
+
+/// The canonical listing: number, plan, effective faults, verdict, redundancy.
+fn listing(report: &Report) -> Vec<String> {
+    report
+        .executions
+        .iter()
+        .map(|e| {
+            let faults = |v: &[dei_sfit::PlannedFault]| v.iter().map(|p| format!("{}:{}", p.index, p.fault)).collect::<Vec<_>>();
+            format!(
+                "#{} plan {:?} effective {:?} pass={} redundant={:?}",
+                e.number,
+                faults(&e.plan),
+                faults(&e.effective),
+                e.outcome.passed(),
+                e.redundant_with
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cinema10_in_parallel_matches_the_sequential_search_20_times_in_both_orders() {
+    let spans = common::spans();
+    let router = spans.router().cloned().expect("the examples' telemetry has a span router");
+    let source: Arc<dyn SpanSource> = Arc::new(spans);
+    let config = dei_instrumentation::DeiConfig::builder()
+        .faults(dei_instrumentation::Faults::Accept)
+        .build();
+    let cinema = cinema::start(Variant::Cinema10, &config).await;
+    let test = cinema::functional_test(cinema);
+    for strategy in [Strategy::DepthFirst, Strategy::BreadthFirst] {
+        let options = SearchOptions {
+            catalog: cinema::catalog(),
+            strategy,
+            ..SearchOptions::default()
+        };
+        let mut sequential = Search::with_shared_source(options.clone(), source.clone())
+            .run(&test)
+            .await
+            .expect("sequential search");
+        // docs/corpus.md: cinema-10 has 6 executions under full DEI
+        assert_eq!(sequential.executions.len(), 6, "{sequential}");
+        sequential.canonical_order();
+        let mut first: Option<Report> = None;
+        for round in 0..20 {
+            let before = router.ended();
+            let report = Search::with_shared_source(
+                SearchOptions {
+                    parallelism: 4,
+                    ..options.clone()
+                },
+                source.clone(),
+            )
+            .run(&test)
+            .await
+            .expect("parallel search");
+            let what = format!("{strategy:?} round {round}");
+            assert!(router.ended() > before, "{what}: the router received no span");
+            assert_eq!(report.parallelism_used, 4, "{what}: {:?}", report.notes);
+            assert_eq!(effective_sets(&report), effective_sets(&sequential), "{what}\n{report}");
+            assert_eq!(report.executions.len(), sequential.executions.len(), "{what}");
+            assert!(
+                report.redundant().is_empty()
+                    && report.unreached().is_empty()
+                    && report.unsettled().is_empty()
+                    && report.in_flight_redundant().is_empty(),
+                "{what}\n{report}"
+            );
+            // each execution saw only its own RPCs: the same observations as the sequential search's
+            for (p, s) in report.executions.iter().zip(&sequential.executions) {
+                assert_eq!(p.rpcs.len(), s.rpcs.len(), "{what}: #{}\n{report}\n{sequential}", p.number);
+                assert_eq!(p.outcome, s.outcome, "{what}: #{}", p.number);
+            }
+            assert_eq!(listing(&report), listing(&sequential), "{what}: the canonical report");
+            if let Some(first) = &first {
+                assert_eq!(listing(&report), listing(first), "{what}");
+            } else {
+                first = Some(report);
+            }
+        }
+        // the JUnit file of a parallel search: one test case per execution, in canonical order
+        let report = first.expect("a report");
+        let xml = report.to_junit(&ReplayCommand::Template(
+            "cargo run --example cinema10 -- --replay target/sfit/cinema10.json {n}".into(),
+        ));
+        assert_eq!(xml.matches("<testcase ").count(), 6, "{xml}");
+        assert!(xml.contains(r#"<property name="dei.parallelism" value="4"/>"#), "{xml}");
+        assert!(xml.contains(r##"name="#1 no faults""##), "{xml}");
+        assert!(!xml.contains("<failure") && !xml.contains("<skipped"), "{xml}");
+    }
+}

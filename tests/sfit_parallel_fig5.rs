@@ -1,0 +1,123 @@
+//! Parallel executions on Fig. 5's streams (issue #22): A opens a bidirectional tonic stream to B and sends
+//! `Hello` and `World` concurrently; the search, with 4 executions at once, reaches the brute-force oracle's
+//! effective fault sets, once each, 20 times in each order, with the same canonical report every time:
+//! reading the in-memory exporter (filtered by each execution's trace: this telemetry has no span router) and
+//! a real dei-collector's API (each execution reads its own trace). One test: the telemetry is process-wide.
+
+#[path = "../examples/common/mod.rs"]
+mod common;
+
+use collector_plugin::server::{self, ServerConfig};
+use common::hello::{self, Figure};
+use dei_propagator::Instantiation;
+use dei_sfit::source::collector::SettleConfig;
+use dei_sfit::{CollectorSpans, FaultSet, InMemorySpans, Oracle, Report, Search, SearchOptions, SpanSource, Strategy};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn effective_sets(report: &Report) -> BTreeSet<FaultSet> {
+    report
+        .executions
+        .iter()
+        .map(|e| e.effective.iter().map(|p| (p.index.clone(), p.fault)).collect())
+        .collect()
+}
+
+fn listing(report: &Report) -> Vec<String> {
+    report
+        .executions
+        .iter()
+        .map(|e| {
+            let faults =
+                |v: &[dei_sfit::PlannedFault]| v.iter().map(|p| format!("{}:{}", p.index, p.fault)).collect::<Vec<_>>();
+            format!(
+                "#{} plan {:?} effective {:?} pass={}",
+                e.number,
+                faults(&e.plan),
+                faults(&e.effective),
+                e.outcome.passed()
+            )
+        })
+        .collect()
+}
+
+fn check(report: &Report, truth: &BTreeSet<FaultSet>, what: &str) {
+    assert_eq!(report.parallelism_used, 4, "{what}: {:?}", report.notes);
+    assert_eq!(&effective_sets(report), truth, "{what}\n{report}");
+    assert_eq!(
+        report.executions.len(),
+        truth.len(),
+        "{what}: one execution per set\n{report}"
+    );
+    assert!(
+        report.redundant().is_empty() && report.unreached().is_empty() && report.unsettled().is_empty(),
+        "{what}\n{report}"
+    );
+    // A has no fallback: failing the stream or either message fails the test
+    assert_eq!(report.failing().len(), 3, "{what}\n{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fig5_streams_in_parallel_through_memory_and_collector() {
+    let collector = server::start(ServerConfig::ephemeral()).await.expect("collector");
+    let t =
+        dei_instrumentation::testing::telemetry_over_otlp_http(&format!("http://{}/v1/traces", collector.http_addr));
+    let (memory, provider) = (t.exporter().clone(), t.provider().clone());
+    let config = hello::config(Instantiation::dei());
+    let a = hello::start(Figure::Fig5, &config).await;
+    let test = hello::fig_test(Figure::Fig5, a);
+    let in_memory: Arc<dyn SpanSource> = Arc::new(InMemorySpans::new(memory));
+    let options = |strategy, parallelism| SearchOptions {
+        catalog: hello::catalog(),
+        strategy,
+        parallelism,
+        ..SearchOptions::default()
+    };
+    let truth = Oracle::new(options(Strategy::DepthFirst, 1), in_memory.clone(), 10)
+        .run(&test)
+        .await
+        .expect("oracle");
+    assert_eq!(truth.effective.len(), 4, "{:#?}", truth.effective);
+
+    for strategy in [Strategy::DepthFirst, Strategy::BreadthFirst] {
+        let mut first: Option<Vec<String>> = None;
+        for round in 0..20 {
+            let report = Search::with_shared_source(options(strategy, 4), in_memory.clone())
+                .run(&test)
+                .await
+                .expect("in-memory parallel search");
+            let what = format!("in-memory {strategy:?} round {round}");
+            check(&report, &truth.effective, &what);
+            match &first {
+                Some(f) => assert_eq!(&listing(&report), f, "{what}"),
+                None => first = Some(listing(&report)),
+            }
+        }
+
+        let api = format!("http://{}", collector.api_addr);
+        let flush = provider.clone();
+        let source = CollectorSpans::new(api)
+            .with_settle(SettleConfig {
+                quiet: Duration::from_millis(150),
+                ..SettleConfig::default()
+            })
+            .with_flush(move || {
+                let _ = flush.force_flush();
+            });
+        for round in 0..5 {
+            let report = Search::new(options(strategy, 4), source.clone())
+                .run(&test)
+                .await
+                .expect("collector parallel search");
+            let what = format!("collector {strategy:?} round {round}");
+            check(&report, &truth.effective, &what);
+            assert_eq!(
+                Some(listing(&report)),
+                first,
+                "{what}: the same canonical report as in memory"
+            );
+        }
+    }
+    collector.shutdown().await;
+}
