@@ -7,9 +7,11 @@
 //! - [`InboundBody`] digests what a server receives (the first gRPC message, or `query?body` up to a cap for
 //!   HTTP) without buffering it, and records `dei.payload.digest` once the digest is complete.
 
+#[cfg(feature = "tonic")]
 use crate::fault;
+use crate::fault::StreamFault;
+#[cfg(feature = "tonic")]
 use crate::grpc::frame::MessageDigester;
-use crate::grpc::stream::StreamFault;
 use crate::span::{self, OtelSpan};
 use bytes::Bytes;
 use dei_propagator::{IssuedIndex, PayloadHasher};
@@ -27,18 +29,25 @@ pub(crate) struct CallGuard {
     pub(crate) otel: OtelSpan,
     pub(crate) issued: Option<IssuedIndex>,
     pub(crate) grpc: bool,
+    /// Whether the outcome goes on the span (a sampled span: [`crate::outgoing::Path::Full`]).
+    pub(crate) record: bool,
 }
 
 impl CallGuard {
     fn record_trailers(&self, trailers: &http::HeaderMap) {
+        #[cfg(feature = "tonic")]
         if self.grpc
+            && self.record
             && let Some(code) = grpc_code(trailers)
         {
             record_grpc_status(&self.otel, code);
         }
+        #[cfg(not(feature = "tonic"))]
+        let _ = trailers;
     }
 }
 
+#[cfg(feature = "tonic")]
 /// The gRPC status code in `headers` (a response's headers or trailers), as `tonic::Status::from_header_map`
 /// reads it — a value that is not a code is `Unknown`, and so is any code whose `grpc-message` does not
 /// percent-decode to UTF-8 — without building the message and details, which only a failed call's caller needs.
@@ -53,6 +62,7 @@ pub(crate) fn grpc_code(headers: &http::HeaderMap) -> Option<tonic::Code> {
     Some(if message_ok { code } else { tonic::Code::Unknown })
 }
 
+#[cfg(feature = "tonic")]
 /// Records `rpc.grpc.status_code` and the span status.
 pub(crate) fn record_grpc_status(span: &OtelSpan, code: tonic::Code) {
     span.set_attribute("rpc.grpc.status_code", code as i64);
@@ -64,7 +74,10 @@ pub(crate) fn record_grpc_status(span: &OtelSpan, code: tonic::Code) {
 impl Drop for CallGuard {
     fn drop(&mut self) {
         if let Some(issued) = self.issued.take() {
-            self.otel.set_attribute(span::AMBIGUOUS, issued.complete());
+            let ambiguous = issued.complete();
+            if self.record {
+                self.otel.set_attribute(span::AMBIGUOUS, ambiguous);
+            }
         }
     }
 }
@@ -92,12 +105,14 @@ impl<B> DeiResponseBody<B> {
     }
 
     /// Ends the body with the fault's status (as trailers) once a fault hits one of the stream's messages.
+    #[cfg(feature = "tonic")]
     pub(crate) fn ending_on(mut self, stream_fault: Option<StreamFault>) -> Self {
         self.stream_fault = stream_fault;
         self
     }
 
     /// An empty body (a fault response).
+    #[cfg(feature = "tonic")]
     pub(crate) fn empty(guard: CallGuard) -> Self {
         DeiResponseBody {
             inner: None,
@@ -126,12 +141,15 @@ where
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let mut this = self.project();
+        #[cfg(feature = "tonic")]
         if let Some(f) = this.stream_fault.as_ref().and_then(StreamFault::get)
             && this.inner.is_some()
         {
             this.inner.set(None);
             let status = fault::status_for_stream(f);
-            if let Some(g) = this.guard.take() {
+            if let Some(g) = this.guard.take()
+                && g.record
+            {
                 record_grpc_status(&g.otel, status.code());
             }
             let mut trailers = http::HeaderMap::new();
@@ -183,8 +201,10 @@ where
 /// How an [`InboundBody`] digests.
 pub(crate) enum InboundDigest {
     /// The first gRPC message.
+    #[cfg(feature = "tonic")]
     Grpc(MessageDigester),
     /// `query?body`, the body up to `remaining` more bytes.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     Http { hasher: PayloadHasher, remaining: usize },
     /// Done (or nothing to digest).
     Done,
@@ -192,6 +212,7 @@ pub(crate) enum InboundDigest {
 
 impl InboundDigest {
     /// `query` + `?` fed, the body to come, at most `cap` bytes of it.
+    #[cfg(feature = "axum")]
     pub(crate) fn http(query: &str, cap: usize) -> Self {
         let mut hasher = PayloadHasher::new();
         hasher.update(query.as_bytes());
@@ -257,6 +278,7 @@ where
                         this.raw.extend_from_slice(&data[..room]);
                     }
                     match this.digest {
+                        #[cfg(feature = "tonic")]
                         InboundDigest::Grpc(d) => {
                             let mut first = None;
                             d.feed(data, |m| {
@@ -297,7 +319,7 @@ where
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tonic"))]
 mod tests {
     use super::grpc_code;
 

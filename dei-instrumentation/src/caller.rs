@@ -43,21 +43,28 @@ pub fn calls_without_scope_total() -> u64 {
     CALLS_WITHOUT_SCOPE.load(Ordering::Relaxed)
 }
 
-/// The context a client call made now belongs to: the current `Context` when it holds a request scope, else
-/// the current tracing span's OpenTelemetry context when that does, else the current `Context` (the call
-/// starts a new root), after the checks in the module docs.
-pub(crate) fn caller_context() -> Context {
+/// The context a client call made now belongs to, and whether it holds a request scope: the current `Context`
+/// when it holds a scope, else the current tracing span's OpenTelemetry context when that does, else the
+/// current `Context` (the call starts a new root). A call that is indexed without a scope then runs the checks
+/// in the module docs ([`check_unscoped`]); one that is not indexed at all ([`crate::config::Unsampled::Off`])
+/// does not.
+pub(crate) fn caller_lookup() -> (Context, bool) {
     let cx = Context::current();
     if cx.dei_scope().is_some() {
-        return cx;
+        return (cx, true);
     }
     let span = tracing::Span::current();
     if !span.is_disabled() {
         let span_cx = span.context();
         if span_cx.dei_scope().is_some() {
-            return span_cx;
+            return (span_cx, true);
         }
     }
+    (cx, false)
+}
+
+/// The checks for a call indexed without a request scope (see the module docs).
+pub(crate) fn check_unscoped() {
     check_propagator();
     if SERVING.with(Cell::get) > 0 {
         let total = CALLS_WITHOUT_SCOPE.fetch_add(1, Ordering::Relaxed) + 1;
@@ -71,7 +78,6 @@ pub(crate) fn caller_context() -> Context {
             );
         }
     }
-    cx
 }
 
 /// Warns once if the global propagator does not write the `dei` index (header or baggage).
@@ -100,7 +106,7 @@ pub(crate) fn global_propagator_writes_index() -> bool {
 }
 
 pin_project_lite::pin_project! {
-    /// A request handler's future, marked on its thread while it is polled (see [`caller_context`]).
+    /// A request handler's future, marked on its thread while it is polled (see [`caller_lookup`]).
     pub(crate) struct Serving<F> {
         #[pin]
         inner: F,

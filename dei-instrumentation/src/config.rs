@@ -93,6 +93,53 @@ pub enum Incoming {
     Restart,
 }
 
+/// What the layers do for an RPC whose trace is not sampled: its span (the layer's client or server span) is
+/// neither sampled nor recording. Sampled traces, and requests that carry a fault plan, always get the full
+/// path. Set with [`DeiConfigBuilder::unsampled`]; GUIDE.md, "Sampling", compares the two.
+///
+/// A layer with no OpenTelemetry span at all (no tracing-opentelemetry layer in the subscriber) takes the
+/// [`Unsampled::Lean`] path whatever the setting: nothing could be recorded, and the index is still propagated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Unsampled {
+    /// The default: the index is computed and propagated exactly as on a sampled trace (stack, payload
+    /// digest, scope counts: the index is the same whether or not the trace is sampled), and no span work is
+    /// done — no hex strings, readable frames, attribute values or stream message events. A downstream
+    /// service that samples on its own (a different sampler, a new root) still gets the right prefix.
+    #[default]
+    Lean,
+    /// Nothing at all when the trace is not sampled and the request carries no fault plan: no stack capture,
+    /// no payload digest, no index, no `dei` header, no request scope on servers. The span and the trace
+    /// context are handled as by plain OpenTelemetry layers. What it gives up: a downstream service that
+    /// samples on its own sees no prefix (its calls start new roots), and the indexes under an unsampled
+    /// request are not issued, so a fault plan made from them cannot be recreated by sampling alone.
+    Off,
+}
+
+impl Unsampled {
+    /// A short stable name: `lean` or `off`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unsampled::Lean => "lean",
+            Unsampled::Off => "off",
+        }
+    }
+}
+
+/// Where the readable frames of a call stack (`dei.stack`) are recorded. The digest, `dei.stack.digest`, is
+/// on every client span whatever the setting. Set with [`DeiConfigBuilder::stack_frames`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StackFrames {
+    /// The default: on the first sampled client span that carries a stack digest, once per distinct digest
+    /// per process. A backend keeps the digest→frames dictionary (dei-collector does).
+    #[default]
+    OncePerStack,
+    /// On every sampled client span: for backends that sample spans away after export (tail sampling), where
+    /// the one span with the frames may be dropped.
+    EverySpan,
+    /// Never (`dei.stack.digest` only).
+    Never,
+}
+
 /// Why a configuration could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -127,7 +174,8 @@ pub struct DeiConfig {
 struct ConfigInner {
     instantiation: Instantiation,
     stack: StackCapturer,
-    record_stack: bool,
+    stack_frames: StackFrames,
+    unsampled: Unsampled,
     record_payloads: bool,
     payload_digest_cap: usize,
     methods: MethodKinds,
@@ -143,8 +191,8 @@ impl Default for DeiConfig {
 }
 
 impl DeiConfig {
-    /// A builder with the defaults: the full DEI, detected stack mode, `dei.stack` recorded, raw payloads
-    /// never recorded, 64 KiB of an HTTP body digested, no declared streaming methods, fault plans refused
+    /// A builder with the defaults: the full DEI, detected stack mode, `dei.stack` recorded once per distinct
+    /// stack, unsampled traces indexed without span work ([`Unsampled::Lean`]), raw payloads never recorded, 64 KiB of an HTTP body digested, no declared streaming methods, fault plans refused
     /// (unless [`ACCEPT_FAULTS_ENV`] says otherwise) and latency faults capped at 30 s.
     pub fn builder() -> DeiConfigBuilder {
         DeiConfigBuilder::default()
@@ -165,9 +213,19 @@ impl DeiConfig {
         self.inner.stack.mode()
     }
 
-    /// Whether the readable stack goes on spans as `dei.stack`.
+    /// Whether the readable stack goes on spans as `dei.stack` at all (see [`DeiConfig::stack_frames`]).
     pub fn record_stack(&self) -> bool {
-        self.inner.record_stack
+        self.inner.stack_frames != StackFrames::Never
+    }
+
+    /// Where the readable stack goes on spans.
+    pub fn stack_frames(&self) -> StackFrames {
+        self.inner.stack_frames
+    }
+
+    /// What the layers do for traces that are not sampled.
+    pub fn unsampled(&self) -> Unsampled {
+        self.inner.unsampled
     }
 
     /// Whether raw payloads go on spans as `dei.payload` (off unless turned on).
@@ -197,6 +255,7 @@ impl DeiConfig {
     }
 
     /// The gRPC method at `path` (its signature, service and method names), made once per method.
+    #[cfg(feature = "tonic")]
     pub(crate) fn grpc_method(&self, path: &str) -> crate::grpc::signatures::GrpcMethod {
         self.inner.signatures.get(path, &self.inner.methods)
     }
@@ -207,7 +266,8 @@ impl DeiConfig {
 pub struct DeiConfigBuilder {
     instantiation: Instantiation,
     stack: StackConfig,
-    record_stack: bool,
+    stack_frames: StackFrames,
+    unsampled: Unsampled,
     record_payloads: bool,
     payload_digest_cap: usize,
     methods: MethodKinds,
@@ -223,7 +283,8 @@ impl Default for DeiConfigBuilder {
         DeiConfigBuilder {
             instantiation: Instantiation::dei(),
             stack: StackConfig::default(),
-            record_stack: true,
+            stack_frames: StackFrames::default(),
+            unsampled: Unsampled::default(),
             record_payloads: false,
             payload_digest_cap: 64 * 1024,
             methods: MethodKinds::default(),
@@ -246,9 +307,28 @@ impl DeiConfigBuilder {
         self
     }
 
-    /// Whether to record `dei.stack` (readable frames) on spans; `dei.stack.digest` is always recorded.
+    /// Whether to record `dei.stack` (readable frames) on spans: `true` is [`StackFrames::OncePerStack`] (the
+    /// default), `false` is [`StackFrames::Never`]; `dei.stack.digest` is always recorded.
     pub fn record_stack(mut self, on: bool) -> Self {
-        self.record_stack = on;
+        self.stack_frames = if on {
+            StackFrames::OncePerStack
+        } else {
+            StackFrames::Never
+        };
+        self
+    }
+
+    /// Where `dei.stack` (readable frames) is recorded: once per distinct stack (the default), on every span,
+    /// or never.
+    pub fn stack_frames(mut self, frames: StackFrames) -> Self {
+        self.stack_frames = frames;
+        self
+    }
+
+    /// What the layers do for traces that are not sampled: [`Unsampled::Lean`] (the default) or
+    /// [`Unsampled::Off`].
+    pub fn unsampled(mut self, unsampled: Unsampled) -> Self {
+        self.unsampled = unsampled;
         self
     }
 
@@ -300,7 +380,8 @@ impl DeiConfigBuilder {
             inner: Arc::new(ConfigInner {
                 instantiation: self.instantiation,
                 stack: StackCapturer::new(self.stack),
-                record_stack: self.record_stack,
+                stack_frames: self.stack_frames,
+                unsampled: self.unsampled,
                 record_payloads: self.record_payloads,
                 payload_digest_cap: self.payload_digest_cap,
                 methods: self.methods,

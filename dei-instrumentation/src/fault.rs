@@ -20,7 +20,26 @@
 //! [`crate::grpc::stream::StreamSender`] fail; a latency fault delays that message and those after it.
 
 use dei_propagator::Fault;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+/// The fault injected on one of a stream's messages, shared by the client layer (which sets it), the sender
+/// and the response body (which end with it).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StreamFault(Arc<OnceLock<Fault>>);
+
+impl StreamFault {
+    /// Records the fault (the first one wins: the stream ends at it).
+    #[cfg_attr(not(feature = "tonic"), allow(dead_code))]
+    pub(crate) fn set(&self, fault: Fault) {
+        let _ = self.0.set(fault);
+    }
+
+    /// The injected fault, if any.
+    pub(crate) fn get(&self) -> Option<Fault> {
+        self.0.get().copied()
+    }
+}
 
 /// The error returned for a planned connection error on an HTTP call.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -41,6 +60,7 @@ pub(crate) enum Action {
     Fail(Fault),
 }
 
+#[cfg(any(feature = "tonic", feature = "reqwest"))]
 impl Action {
     pub(crate) fn for_fault(fault: Option<Fault>) -> Self {
         match fault {
@@ -51,6 +71,7 @@ impl Action {
     }
 }
 
+#[cfg(feature = "reqwest")]
 /// The HTTP status a gRPC code maps to (the inverse of the gRPC HTTP-to-status mapping, with 500 by default).
 pub(crate) fn http_status_for_grpc(code: u8) -> u16 {
     match code {
@@ -66,6 +87,7 @@ pub(crate) fn http_status_for_grpc(code: u8) -> u16 {
     }
 }
 
+#[cfg(feature = "tonic")]
 /// The gRPC response for a failed call: trailers-only with `grpc-status`, or a bare HTTP status.
 pub(crate) fn grpc_response<B>(fault: Fault, empty: B) -> http::Response<B> {
     let status = match fault {
@@ -82,6 +104,7 @@ pub(crate) fn grpc_response<B>(fault: Fault, empty: B) -> http::Response<B> {
     http::Response::from_parts(parts, empty)
 }
 
+#[cfg(feature = "tonic")]
 /// The status a stream call ends with when a failing fault hits one of its messages: a gRPC code as is, an
 /// HTTP status as gRPC maps it (400 → INTERNAL, 401 → UNAUTHENTICATED, 403 → PERMISSION_DENIED, 404 →
 /// UNIMPLEMENTED, 429/502/503/504 → UNAVAILABLE, others → UNKNOWN: what a unary call gets from tonic), a
@@ -104,7 +127,7 @@ pub(crate) fn status_for_stream(fault: Fault) -> tonic::Status {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tonic", feature = "reqwest"))]
 mod tests {
     use super::*;
 

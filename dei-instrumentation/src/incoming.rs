@@ -2,16 +2,33 @@
 //! fault plan through the global propagator, open the request's scope, parent the server span and record the
 //! attributes.
 
-use crate::body::{CallGuard, InboundBody, InboundDigest};
+use crate::body::{CallGuard, DeiResponseBody, InboundBody, InboundDigest};
 use crate::carrier::{EdgeExtractor, HeaderExtractor};
-use crate::config::{DeiConfig, Faults, Incoming};
-use crate::grpc::stream::IncomingCall;
-use crate::span::{self, OtelSpan};
+use crate::config::{DeiConfig, Faults, Incoming, Unsampled};
+use crate::span::Path;
+use crate::span::{self, OtelSpan, Sampling};
 use dei_propagator::rejection::{self, Event, Source};
-use dei_propagator::{DeiContextExt, FAULT_PLAN_KEY, FaultPlan, RequestScope, Signature};
+use dei_propagator::{DeiContextExt, FAULT_PLAN_KEY, FaultPlan, Index, Instantiation, RequestScope, Signature};
 use opentelemetry::Context;
 use opentelemetry::propagation::Extractor;
+use opentelemetry::trace::TraceContextExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Poll, ready};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// What a server layer knew about the request being served, put in the request's extensions.
+#[derive(Clone, Debug)]
+pub struct IncomingCall {
+    /// The incoming index (the root when none came).
+    pub index: Index,
+    /// The instantiation of the server's scopes.
+    pub instantiation: Instantiation,
+    /// The scope the handler runs in.
+    pub scope: RequestScope,
+    /// The request's context (trace, baggage, scope, fault plan).
+    pub context: Context,
+}
 
 /// A DEI-carrying header whose value is not visible ASCII, so no propagator can read it.
 #[derive(Debug, thiserror::Error)]
@@ -39,8 +56,15 @@ fn reject_unreadable(headers: &HeaderExtractor<'_>, incoming: Incoming) {
     }
 }
 
-/// Opens the request's scope; returns it with the server span's OpenTelemetry span (started here). `single_request` is true for server-streaming methods, whose one request
-/// message is served as message 1 of the stream.
+/// What [`open`] found: the request's call (none on [`Path::Off`]), its server span and the path it takes.
+pub(crate) struct Opened {
+    pub(crate) call: Option<IncomingCall>,
+    pub(crate) otel: OtelSpan,
+    pub(crate) path: Path,
+}
+
+/// Opens the request's scope and starts the server span. `single_request` is true for server-streaming
+/// methods, whose one request message is served as message 1 of the stream.
 ///
 /// Malformed `dei`, `baggage` or `dei-faults` values are rejected and counted by the propagator
 /// ([`dei_propagator::rejection`]) and treated as absent: the request is served as a root. Values that are not
@@ -49,6 +73,9 @@ fn reject_unreadable(headers: &HeaderExtractor<'_>, incoming: Incoming) {
 /// At a trust boundary ([`Incoming::Restart`]) the propagator never sees our values: they are dropped and
 /// counted, and the request is served as a root. A fault plan is kept only when the configuration takes plans
 /// from callers ([`Faults::Relay`], [`Faults::Accept`]); otherwise it is dropped and counted.
+///
+/// With [`Unsampled::Off`], a request whose trace context says it is not sampled, and which brings no fault
+/// plan, opens no scope: the span is parented as plain OpenTelemetry layers do, and nothing else happens.
 pub(crate) fn open(
     config: &DeiConfig,
     incoming: Incoming,
@@ -56,7 +83,7 @@ pub(crate) fn open(
     signature: &Signature,
     span: &tracing::Span,
     single_request: bool,
-) -> (IncomingCall, OtelSpan) {
+) -> Opened {
     let raw = headers;
     let headers = HeaderExtractor(raw);
     reject_unreadable(&headers, incoming);
@@ -94,11 +121,22 @@ pub(crate) fn open(
         parent = parent.with_fault_plan(FaultPlan::default());
         plan_dropped = true;
     }
+    let planned = parent.fault_plan().is_some_and(|p| !p.is_empty());
+    if config.unsampled() == Unsampled::Off && !planned && {
+        let remote = parent.span();
+        let sc = remote.span_context();
+        sc.is_valid() && !sc.is_sampled()
+    } {
+        if let Err(e) = span.set_parent(parent) {
+            tracing::debug!("dei: could not parent the server span: {e}");
+        }
+        return Opened {
+            call: None,
+            otel: OtelSpan::of(span),
+            path: Path::Off,
+        };
+    }
     let index = parent.dei_index().cloned().unwrap_or_default();
-    let wire = match parent.dei_index_wire() {
-        Some(wire) => wire.clone(),
-        None => root_wire(),
-    };
     let prefix = if single_request && index.opens_stream() {
         index.stream_message(1)
     } else {
@@ -110,26 +148,42 @@ pub(crate) fn open(
     if let Err(e) = span.set_parent(context.clone()) {
         tracing::debug!("dei: could not parent the server span: {e}");
     }
-    let mut attributes = span::Attributes::new();
-    attributes.push(span::SIGNATURE, signature.name_shared());
-    attributes.index(&index, wire, config.instantiation());
-    if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
-        attributes.push(span::FAULT_PLAN, plan.encode());
+    let otel = OtelSpan::of(span);
+    let path = match otel.sampling() {
+        Sampling::Sampled => Path::Full,
+        _ if planned => Path::Full,
+        _ => Path::Lean,
+    };
+    if path == Path::Full {
+        let wire = match context.dei_index_wire() {
+            Some(wire) => wire.clone(),
+            None => root_wire(),
+        };
+        let mut attributes = span::Attributes::new();
+        attributes.push(span::SIGNATURE, signature.name_shared());
+        attributes.index(&index, wire, config.instantiation());
+        if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
+            attributes.push(span::FAULT_PLAN, plan.encode());
+        }
+        if plan_dropped {
+            attributes.push(span::FAULT_PLAN_DROPPED, true);
+        }
+        if dropped_at_edge > 0 {
+            attributes.push(span::INCOMING_DROPPED, true);
+        }
+        attributes.set_on_otel(&otel);
     }
-    if plan_dropped {
-        attributes.push(span::FAULT_PLAN_DROPPED, true);
-    }
-    if dropped_at_edge > 0 {
-        attributes.push(span::INCOMING_DROPPED, true);
-    }
-    let otel = attributes.set_on(span);
     let call = IncomingCall {
         index,
         instantiation: config.instantiation().clone(),
         scope,
         context,
     };
-    (call, otel)
+    Opened {
+        call: Some(call),
+        otel,
+        path,
+    }
 }
 
 /// The wire form of the root index, made once: every request that arrives without an index records it.
@@ -139,41 +193,48 @@ fn root_wire() -> std::sync::Arc<str> {
         .clone()
 }
 
-/// What [`dispatch`] hands back: the handler's future, the guard that ends with the response, and the
-/// request's `Context` (the response body is polled in it).
-pub(crate) struct Dispatched<F> {
-    pub(crate) future: crate::caller::Serving<F>,
-    pub(crate) guard: CallGuard,
-    pub(crate) cx: Context,
-}
-
-/// Hands the request to the inner service inside the server span and the request's `Context`, its body wrapped
-/// (by `wrap`, into the service's body type) in an [`InboundBody`] that digests the payload as it passes, and
-/// the call in its extensions (for [`crate::grpc::stream::DeiStreaming`]). `grpc`: the outcome is read from
-/// gRPC trailers.
+/// Hands the request to the inner service inside the server span and the request's `Context`, the call in its
+/// extensions (for [`crate::grpc::stream::DeiStreaming`]) and, on a sampled span, its body wrapped (by `wrap`,
+/// into the service's body type) in an [`InboundBody`] that digests the payload as it passes (`digest` makes
+/// the digester: the payload digest goes on the span only). `grpc`: the outcome is read from gRPC trailers.
+/// On [`Path::Off`] the request goes to the inner service as it is, inside the span.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch<S, B>(
     inner: &mut S,
     config: &DeiConfig,
     request: http::Request<B>,
-    (call, otel): (IncomingCall, OtelSpan),
-    digest: InboundDigest,
-    span: &tracing::Span,
+    opened: Opened,
+    digest: impl FnOnce(&IncomingCall, &OtelSpan, &http::request::Parts) -> InboundDigest,
+    span: tracing::Span,
     grpc: bool,
     wrap: impl FnOnce(InboundBody<B>) -> B,
-) -> Dispatched<S::Future>
+) -> ServerFuture<S::Future>
 where
     S: tower_service::Service<http::Request<B>>,
     B: http_body::Body,
 {
-    let (mut parts, body) = request.into_parts();
-    let body = wrap(InboundBody::new(body, digest, otel.clone(), config.record_payloads()));
-    let cx = call.context.clone();
-    parts.extensions.insert(call);
-    let request = http::Request::from_parts(parts, body);
+    let Opened { call, otel, path } = opened;
+    let record = path.records();
+    let (request, cx) = match call {
+        None => (request, None),
+        Some(call) => {
+            let (mut parts, body) = request.into_parts();
+            let body = if record {
+                let digest = digest(&call, &otel, &parts);
+                wrap(InboundBody::new(body, digest, otel.clone(), config.record_payloads()))
+            } else {
+                body
+            };
+            let cx = call.context.clone();
+            parts.extensions.insert(call);
+            (http::Request::from_parts(parts, body), Some(cx))
+        }
+    };
+    // The request's Context first, then the span (whose OpenTelemetry context, with the server span, is then
+    // the current one).
     let future = {
+        let _attached = cx.as_ref().map(|cx| cx.clone().attach());
         let _entered = span.enter();
-        let _attached = cx.clone().attach();
         let _serving = crate::caller::ServingGuard::enter();
         crate::caller::Serving::new(inner.call(request))
     };
@@ -182,6 +243,72 @@ where
         otel,
         issued: None,
         grpc,
+        record,
     };
-    Dispatched { future, guard, cx }
+    ServerFuture {
+        inner: future,
+        span,
+        cx,
+        guard: Some(guard),
+        grpc,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a request served behind [`crate::DeiServerLayer`] or [`crate::DeiHttpServerLayer`]: the
+    /// handler's future, polled inside the server span and the request's `Context`, whose response body is
+    /// wrapped so that the span ends with it. Not boxed.
+    pub struct ServerFuture<F> {
+        #[pin]
+        inner: crate::caller::Serving<F>,
+        span: tracing::Span,
+        cx: Option<Context>,
+        guard: Option<CallGuard>,
+        grpc: bool,
+    }
+}
+
+impl<F> std::fmt::Debug for ServerFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, B, E> Future for ServerFuture<F>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+{
+    type Output = Result<http::Response<DeiResponseBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = {
+            let _attached = this.cx.as_ref().map(|c| c.clone().attach());
+            let _entered = this.span.enter();
+            ready!(this.inner.poll(cx))
+        };
+        let response = response?;
+        let Some(guard) = this.guard.take() else {
+            // Polled after completion.
+            return Poll::Pending;
+        };
+        if *this.grpc {
+            #[cfg(feature = "tonic")]
+            if guard.record
+                && let Some(code) = crate::body::grpc_code(response.headers())
+            {
+                crate::body::record_grpc_status(&guard.otel, code);
+            }
+        } else {
+            let status = response.status();
+            this.span.record("http.response.status_code", status.as_u16());
+            if status.is_server_error() {
+                guard
+                    .otel
+                    .set_status(opentelemetry::trace::Status::error(status.to_string()));
+            }
+        }
+        let body_cx = this.cx.clone();
+        Poll::Ready(Ok(response.map(|b| DeiResponseBody::new(b, guard, body_cx))))
+    }
 }

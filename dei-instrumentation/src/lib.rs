@@ -21,6 +21,14 @@
 //! Call stacks need line tables: build with `debug = "line-tables-only"` ([`stack`] says what happens
 //! without).
 //!
+//! On a trace that is not sampled the layers still compute and propagate the index, but record nothing
+//! ([`Unsampled::Lean`], the default), or do nothing at all ([`Unsampled::Off`]).
+//!
+//! # Features
+//! `tonic`, `axum` and `reqwest` (all on by default) each bring one integration; a service that uses one
+//! turns the others off (`default-features = false, features = ["tonic"]`) and does not compile them.
+//! `testing` adds [`testing`].
+//!
 //! # Example
 //! An axum service called through reqwest, inside a root scope with a fault plan:
 //! ```
@@ -73,7 +81,14 @@
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+// The shared core (carriers, scopes, spans, bodies) serves every integration; a build with some of them left
+// out leaves parts of it unused. The full build (the default features) keeps every dead-code check.
+#![cfg_attr(
+    not(all(feature = "tonic", feature = "axum", feature = "reqwest")),
+    allow(dead_code, unused_imports, unused_mut)
+)]
 
+#[cfg(any(feature = "tonic", feature = "axum"))]
 mod body;
 mod caller;
 mod carrier;
@@ -81,23 +96,33 @@ pub mod config;
 pub mod fault;
 pub mod grpc;
 pub mod http;
+#[cfg(any(feature = "tonic", feature = "axum"))]
 mod incoming;
+#[cfg(any(feature = "tonic", feature = "reqwest"))]
 mod outgoing;
 pub mod span;
 pub mod stack;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+#[cfg(any(feature = "tonic", feature = "axum"))]
 pub use body::{DeiResponseBody, InboundBody};
 pub use caller::calls_without_scope_total;
-pub use config::{ConfigError, DeiConfig, DeiConfigBuilder, Faults, Incoming};
+pub use config::{ConfigError, DeiConfig, DeiConfigBuilder, Faults, Incoming, StackFrames, Unsampled};
 pub use fault::InjectedConnectionError;
+#[cfg(feature = "tonic")]
 pub use grpc::client::{DeiClientLayer, DeiClientService};
 pub use grpc::methods::MethodKind;
+#[cfg(feature = "tonic")]
 pub use grpc::server::{DeiServerLayer, DeiServerService};
-pub use grpc::stream::{DeiStreaming, IncomingCall, StreamMessage, StreamSender};
+#[cfg(feature = "tonic")]
+pub use grpc::stream::{DeiStreaming, StreamMessage, StreamSender};
+#[cfg(feature = "reqwest")]
 pub use http::client::DeiReqwestMiddleware;
+#[cfg(feature = "axum")]
 pub use http::server::{DeiHttpServerLayer, DeiHttpServerService};
+#[cfg(any(feature = "tonic", feature = "axum"))]
+pub use incoming::{IncomingCall, ServerFuture};
 pub use stack::{CallSiteExt, StackConfig, StackMode, StackWalker};
 
 use dei_propagator::{DeiContextExt, RequestScope};
@@ -109,8 +134,8 @@ pub fn root_context(config: &DeiConfig) -> Context {
     Context::current().with_dei_scope(RequestScope::root(config.instantiation().clone()))
 }
 
-/// The guide's snippets (GUIDE.md), compiled as doc tests; those that cannot stand alone are marked `ignore`
+/// The guide's snippets (GUIDE.md), compiled as doc tests (they use every integration); those that cannot stand alone are marked `ignore`
 /// and say why.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "tonic", feature = "axum", feature = "reqwest"))]
 #[doc = include_str!("../GUIDE.md")]
 struct GuideDoctests;

@@ -88,6 +88,25 @@ pub(crate) fn scope_of(config: &DeiConfig, cx: &Context) -> RequestScope {
         .unwrap_or_else(|| RequestScope::root(config.instantiation().clone()))
 }
 
+/// The client side of [`Path::Off`]: the `dei` values that the trace context's propagation would carry (an
+/// incoming request's index, in the server span's context) are taken out of the request's headers again, so
+/// that no stale prefix travels on.
+pub(crate) fn strip_dei(headers: &mut http::HeaderMap) {
+    headers.remove(dei_propagator::INDEX_KEY);
+    headers.remove(dei_propagator::FAULT_PLAN_KEY);
+    let stripped = headers
+        .get("baggage")
+        .and_then(|v| v.to_str().ok())
+        .and_then(dei_propagator::baggage_without_dei);
+    if let Some(rest) = stripped {
+        if rest.is_empty() {
+            headers.remove("baggage");
+        } else if let Ok(value) = http::HeaderValue::from_str(&rest) {
+            headers.insert("baggage", value);
+        }
+    }
+}
+
 /// An outgoing call whose index was issued.
 pub(crate) struct Outgoing {
     /// The issued index; keep it until the call completes.
@@ -100,6 +119,8 @@ pub(crate) struct Outgoing {
     pub(crate) scope: RequestScope,
     /// The client span's OpenTelemetry span, where the outcome is recorded.
     pub(crate) otel: OtelSpan,
+    /// Whether `dei.*` attributes (and the outcome) are recorded ([`Path::Full`]).
+    pub(crate) record: bool,
     /// The `dei.*` attributes, not yet on the span: see [`Outgoing::record_attributes`].
     pending: Option<span::Attributes>,
 }
@@ -125,9 +146,9 @@ pub(crate) struct Call<'a> {
 }
 
 /// Issues the call's index from the scope in `cx` (the caller's context, taken when the call was made),
-/// starts `span`'s OpenTelemetry span, gathers the attributes (set by [`Outgoing::record_attributes`]) and
-/// decides about faults.
-pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call: Call<'_>) -> Outgoing {
+/// gathers the attributes of the client span `otel` when `record` (set by [`Outgoing::record_attributes`])
+/// and decides about faults.
+pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call<'_>, record: bool) -> Outgoing {
     let scope = scope_of(config, cx);
     let invocation = InvocationSignature::new(call.signature.clone(), call.payload, call.stack.digest());
     let issued = if call.preliminary {
@@ -137,36 +158,39 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, span: &tracing::Span, call
     };
     let fault = planned_fault(cx.fault_plan(), config.faults(), config.max_latency(), &issued);
     // With a tracing-opentelemetry subscriber the span's context is the current context plus the span;
-    // without one, inject the current context. The span starts here; its attributes are set later.
-    let otel = OtelSpan::of(span);
+    // without one, inject the current context. The span's attributes are set later.
     let base = if otel.context().has_active_span() {
         otel.context().clone()
     } else {
         cx.clone()
     };
     let inject_cx = base.with_dei_index(issued.index().clone());
-    let wire = inject_cx
-        .dei_index_wire()
-        .cloned()
-        .unwrap_or_else(|| issued.index().encode().into());
-    let mut attributes = span::Attributes::new();
-    attributes.push(span::SIGNATURE, call.signature.name_shared());
-    attributes.index(issued.index(), wire, scope.instantiation());
-    attributes.payload(&call.payload, call.raw_payload.filter(|_| config.record_payloads()));
-    attributes.stack(call.stack, config.record_stack());
-    if let Some(f) = fault {
-        attributes.push(span::FAULT, f.to_string());
-    }
-    if issued.depth_limited() {
-        attributes.push(span::DEPTH_LIMITED, true);
-    }
+    let pending = record.then(|| {
+        let wire = inject_cx
+            .dei_index_wire()
+            .cloned()
+            .unwrap_or_else(|| issued.index().encode().into());
+        let mut attributes = span::Attributes::new();
+        attributes.push(span::SIGNATURE, call.signature.name_shared());
+        attributes.index(issued.index(), wire, scope.instantiation());
+        attributes.payload(&call.payload, call.raw_payload.filter(|_| config.record_payloads()));
+        attributes.stack(call.stack, config.stack_frames());
+        if let Some(f) = fault {
+            attributes.push(span::FAULT, f.to_string());
+        }
+        if issued.depth_limited() {
+            attributes.push(span::DEPTH_LIMITED, true);
+        }
+        attributes
+    });
     Outgoing {
         issued,
         inject_cx,
         action: Action::for_fault(fault),
         scope,
         otel,
-        pending: Some(attributes),
+        record,
+        pending,
     }
 }
 
@@ -187,6 +211,7 @@ pub(crate) fn stream_message(
     stack: &CapturedStack,
     k: u32,
     faults: &FaultGate,
+    record: bool,
 ) -> (Index, Action) {
     let invocation = InvocationSignature::new(signature.clone(), payload, stack.digest());
     // Messages of one stream are sent in order, so they are never in flight together: the issued index is
@@ -194,7 +219,9 @@ pub(crate) fn stream_message(
     let issued = scope.issue(&invocation);
     let fault = faults.fault_for(&issued);
     let final_index = issued.index().clone();
-    span::record_stream_message(span, preliminary, &final_index, k, fault);
+    if record {
+        span::record_stream_message(span, preliminary, &final_index, k, fault);
+    }
     (final_index, Action::for_fault(fault))
 }
 

@@ -9,7 +9,8 @@
 //! | `dei.index` | the outgoing index (wire form) | the incoming index (`1` for a root) |
 //! | `dei.signature` | `pkg.Service/Method`, `METHOD authority/path` | `pkg.Service/Method`, `METHOD /route/{template}` |
 //! | `dei.payload.digest` | SHA-256 of the payload, 64 hex | the same, digested from the received body |
-//! | `dei.stack.digest`, `dei.stack`, `dei.stack.mode`, `dei.stack.walker` | the caller's application stack | — (the callee cannot see it) |
+//! | `dei.stack.digest`, `dei.stack.mode`, `dei.stack.walker` | the caller's application stack | — (the callee cannot see it) |
+//! | `dei.stack` | the readable frames of that stack: once per distinct `dei.stack.digest` per process, on the first sampled client span that carries it ([`StackFrames`](crate::config::StackFrames)) | — |
 //! | `dei.count`, `dei.depth` | of the index | of the index |
 //! | `dei.instantiation` | the scope's instantiation | the server's |
 //! | `dei.preliminary` | `true` on streams | `true` on streams |
@@ -19,12 +20,17 @@
 //! | `dei.incoming.dropped` | — | `true` when an edge layer dropped the incoming `dei`/`dei-faults` ([`crate::Incoming`]) |
 //! | `dei.depth_limited` | `true` when the index could not grow past 64 elements | — |
 //!
+//! Only sampled (or recording) spans get them: on a trace that is not sampled the layers compute and
+//! propagate the index but record nothing ([`Unsampled`](crate::config::Unsampled)).
+//!
 //! Streams add one span event per message sent, [`STREAM_MESSAGE_EVENT`], with [`PRELIMINARY_INDEX`],
 //! [`INDEX`] and [`MESSAGE`] (the 1-based position k): the mapping from the preliminary to the final index.
 //! A message whose final index the fault plan names also gets [`FAULT`] on its event; the stream's span has
 //! [`FAULT`] only when the stream itself was failed.
 
+use crate::config::{DeiConfig, StackFrames, Unsampled};
 use crate::stack::CapturedStack;
+use dei_propagator::DeiContextExt;
 use dei_propagator::{Fault, Index, Instantiation, PayloadDigest};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::{Context, KeyValue, Value};
@@ -82,20 +88,34 @@ pub const MESSAGE: &str = "dei.message";
 /// Largest raw payload recorded.
 const PAYLOAD_RECORD_CAP: usize = 1024;
 
+/// Most attributes one span gets at once (a client span: signature, index (4–5), payload (1–2), stack (2–4),
+/// fault, depth limit).
+const MAX_ATTRIBUTES: usize = 16;
+
 /// The `dei.*` attributes of one span, gathered and then set at once: one lookup of the span's OpenTelemetry
-/// data instead of one per attribute.
-#[derive(Default)]
-pub(crate) struct Attributes(Vec<KeyValue>);
+/// data instead of one per attribute. Gathered on the stack: no allocation of their own.
+pub(crate) struct Attributes {
+    items: [Option<KeyValue>; MAX_ATTRIBUTES],
+    len: usize,
+}
 
 impl Attributes {
-    /// Room for the attributes a client span gets.
+    /// No attributes yet.
     pub(crate) fn new() -> Self {
-        Attributes(Vec::with_capacity(12))
+        Attributes {
+            items: std::array::from_fn(|_| None),
+            len: 0,
+        }
     }
 
-    /// One attribute.
+    /// One attribute (dropped past [`MAX_ATTRIBUTES`], which the layers never reach).
     pub(crate) fn push(&mut self, key: &'static str, value: impl Into<Value>) {
-        self.0.push(KeyValue::new(key, value));
+        if let Some(slot) = self.items.get_mut(self.len) {
+            *slot = Some(KeyValue::new(key, value));
+            self.len += 1;
+        } else {
+            debug_assert!(false, "more than {MAX_ATTRIBUTES} dei attributes on one span");
+        }
     }
 
     /// The attributes derived from an index; `wire` is its wire form (see
@@ -119,30 +139,69 @@ impl Attributes {
         }
     }
 
-    /// A captured stack.
-    pub(crate) fn stack(&mut self, stack: &CapturedStack, readable: bool) {
+    /// A captured stack: its digest always, its readable frames as `frames` says.
+    pub(crate) fn stack(&mut self, stack: &CapturedStack, frames: StackFrames) {
         self.push(STACK_DIGEST, stack.digest_hex());
         self.push(STACK_MODE, stack.mode().as_str());
         if stack.mode().unwinds() {
             self.push(STACK_WALKER, stack.walker().as_str());
         }
+        let readable = match frames {
+            StackFrames::EverySpan => true,
+            StackFrames::OncePerStack => stack.claim_frames(),
+            StackFrames::Never => false,
+        };
         if readable {
             self.push(STACK, stack.readable_shared());
         }
     }
 
-    /// Sets them on the span and returns its OpenTelemetry span. That span is started here if it was not yet:
-    /// call this after [`OpenTelemetrySpanExt::set_parent`].
-    pub(crate) fn set_on(self, span: &tracing::Span) -> OtelSpan {
-        let otel = OtelSpan::of(span);
-        otel.0.span().set_attributes(self.0);
-        otel
+    /// Sets them on an OpenTelemetry span.
+    pub(crate) fn set_on_otel(self, otel: &OtelSpan) {
+        if self.len > 0 {
+            otel.0.span().set_attributes(self.items.into_iter().flatten());
+        }
+    }
+}
+
+/// How much of DEI an RPC gets (see [`crate::config::Unsampled`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// Index, propagation, faults and every `dei.*` attribute: a sampled span, or a call under a fault plan.
+    Full,
+    /// Index, propagation and faults; no span work.
+    Lean,
+    /// Nothing: the trace context is propagated as plain OpenTelemetry layers do, without the `dei` values.
+    Off,
+}
+
+impl Path {
+    /// The path of a call whose span samples as `sampling`, made in `cx`.
+    pub(crate) fn for_call(config: &DeiConfig, sampling: Sampling, cx: &Context) -> Path {
+        let planned = || cx.fault_plan().is_some_and(|p| !p.is_empty());
+        match sampling {
+            Sampling::Sampled => Path::Full,
+            _ if planned() => Path::Full,
+            Sampling::Unsampled if config.unsampled() == Unsampled::Off => Path::Off,
+            _ => Path::Lean,
+        }
     }
 
-    /// Sets them on an OpenTelemetry span taken earlier.
-    pub(crate) fn set_on_otel(self, otel: &OtelSpan) {
-        otel.0.span().set_attributes(self.0);
+    /// True when `dei.*` attributes are recorded.
+    pub(crate) fn records(self) -> bool {
+        self == Path::Full
     }
+}
+
+/// Whether the OpenTelemetry span of an RPC is sampled (see [`crate::config::Unsampled`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sampling {
+    /// Sampled or recording: its attributes are kept.
+    Sampled,
+    /// A valid span that is neither sampled nor recording: its attributes would be dropped.
+    Unsampled,
+    /// No OpenTelemetry span (no tracing-opentelemetry layer): nothing can be recorded.
+    NoSpan,
 }
 
 /// The OpenTelemetry span behind a tracing span, held so that what is recorded later (the payload digest of a
@@ -167,6 +226,19 @@ impl OtelSpan {
         &self.0
     }
 
+    /// Whether the span is sampled.
+    pub(crate) fn sampling(&self) -> Sampling {
+        let span = self.0.span();
+        let sc = span.span_context();
+        if span.is_recording() || sc.is_sampled() {
+            Sampling::Sampled
+        } else if sc.is_valid() {
+            Sampling::Unsampled
+        } else {
+            Sampling::NoSpan
+        }
+    }
+
     /// Sets one attribute.
     pub(crate) fn set_attribute(&self, key: &'static str, value: impl Into<Value>) {
         self.0.span().set_attribute(KeyValue::new(key, value));
@@ -180,7 +252,7 @@ impl OtelSpan {
 
 /// Records a payload digest (and the raw payload when asked for) on its own.
 pub(crate) fn record_payload(otel: &OtelSpan, digest: &PayloadDigest, raw: Option<&[u8]>) {
-    let mut a = Attributes::default();
+    let mut a = Attributes::new();
     a.payload(digest, raw);
     a.set_on_otel(otel);
 }

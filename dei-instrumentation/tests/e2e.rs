@@ -133,7 +133,26 @@ async fn fig1_call_sites_and_fig2_loop_iterations() {
     assert_ne!(attr(same[0], "dei.index"), attr(same[1], "dei.index"));
     assert_eq!(attr(same[0], "dei.count").as_deref(), Some("1"));
     assert_eq!(attr(same[1], "dei.count").as_deref(), Some("1"));
-    let stack = attr(same[0], "dei.stack").expect("dei.stack is on by default");
+    // The readable frames go on the first sampled span of each distinct stack in the process (which may be
+    // another test's, run in parallel): any exported span with the same digest.
+    let digest = attr(same[0], "dei.stack.digest").expect("dei.stack.digest on every client span");
+    let frames_of = |digest: &str| -> Vec<String> {
+        (dei_instrumentation::testing::telemetry().spans().iter())
+            .filter(|s| attr(s, "dei.stack.digest").as_deref() == Some(digest))
+            .filter_map(|s| attr(s, "dei.stack"))
+            .collect()
+    };
+    // (That span may still be in flight: it ends with its call.)
+    let mut with_frames = frames_of(&digest);
+    for _ in 0..200 {
+        if !with_frames.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        with_frames = frames_of(&digest);
+    }
+    assert_eq!(with_frames.len(), 1, "dei.stack once per distinct stack");
+    let stack = with_frames[0].clone();
     assert!(stack.contains("tests/common/mod.rs:"), "{stack}");
     assert!(
         !stack.contains(".cargo/registry") && !stack.contains("dei-instrumentation/src"),

@@ -1,5 +1,6 @@
 //! Interop: Rust → a Python service that runs only the standard OpenTelemetry SDK and its baggage
-//! propagator → Rust. The index reaches the far side unchanged.
+//! propagator → Rust. The index reaches the far side unchanged, in the baggage copy (opt-in:
+//! `install_global_propagator_with(Carriers::HEADER_AND_BAGGAGE)`).
 //!
 //! Needs `python3` with `opentelemetry-api` and `opentelemetry-sdk`
 //! (`python3 -m pip install opentelemetry-api opentelemetry-sdk`). Without them the test is skipped, unless
@@ -53,6 +54,8 @@ async fn the_index_crosses_a_python_service_unchanged() {
         return;
     }
     let sys = System::start().await;
+    // The relay forwards W3C baggage only: the index needs the baggage copy, which is opt-in.
+    dei_propagator::install_global_propagator_with(dei_propagator::Carriers::HEADER_AND_BAGGAGE);
     let mut child = Command::new("python3")
         .arg(RELAY)
         .arg(format!("http://{}", sys.leaf_http))

@@ -59,7 +59,7 @@ pub use instantiation::{Instantiation, PathMode};
 pub use invocation::InvocationSignature;
 pub use propagator::{
     CarrierError, Carriers, DeiPropagator, INDEX_KEY, OtherBaggagePropagator, baggage_without_dei,
-    composite_propagator, install_global_propagator,
+    composite_propagator, composite_propagator_with, install_global_propagator, install_global_propagator_with,
 };
 pub use scope::{IssuedIndex, RequestScope};
 pub use signature::Signature;

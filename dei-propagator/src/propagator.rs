@@ -38,13 +38,27 @@ pub struct Carriers {
 }
 
 impl Default for Carriers {
-    /// Both.
+    /// Both (what [`DeiPropagator::new`] writes; the crate's [`composite_propagator`] writes the header only).
     fn default() -> Self {
         Carriers {
             header: true,
             baggage: true,
         }
     }
+}
+
+impl Carriers {
+    /// The `dei` (and `dei-faults`) header only: what [`composite_propagator`] writes.
+    pub const HEADER: Carriers = Carriers {
+        header: true,
+        baggage: false,
+    };
+    /// The header and a copy in the W3C baggage, for paths through services that relay only baggage (the
+    /// header is still preferred on reading).
+    pub const HEADER_AND_BAGGAGE: Carriers = Carriers {
+        header: true,
+        baggage: true,
+    };
 }
 
 /// Injects the index of the RPC being sent as the `dei` header and baggage entry, and extracts it on the
@@ -513,16 +527,33 @@ impl Extractor for WithBaggageHeader<'_> {
 }
 
 /// W3C trace context, W3C baggage (for entries other than DEI's: [`OtherBaggagePropagator`]) and the DEI
-/// propagator, composed in the order that works.
+/// propagator, composed in the order that works. The index and the fault plan go in the `dei` and
+/// `dei-faults` headers only ([`Carriers::HEADER`]); both carriers are read. For a copy in the baggage, use
+/// [`composite_propagator_with`]`(`[`Carriers::HEADER_AND_BAGGAGE`]`)`.
 pub fn composite_propagator() -> TextMapCompositePropagator {
+    composite_propagator_with(Carriers::HEADER)
+}
+
+/// [`composite_propagator`] writing `carriers`: [`Carriers::HEADER_AND_BAGGAGE`] adds the baggage copy, for
+/// paths through services that relay only W3C baggage.
+pub fn composite_propagator_with(carriers: Carriers) -> TextMapCompositePropagator {
     TextMapCompositePropagator::new(vec![
         Box::new(TraceContextPropagator::new()),
         Box::new(OtherBaggagePropagator::new()),
-        Box::new(DeiPropagator::new()),
+        Box::new(DeiPropagator::with_config(
+            carriers,
+            Limits::default(),
+            PlanLimits::default(),
+        )),
     ])
 }
 
 /// Installs [`composite_propagator`] as the global propagator (the default global propagator is a no-op).
 pub fn install_global_propagator() {
     opentelemetry::global::set_text_map_propagator(composite_propagator());
+}
+
+/// Installs [`composite_propagator_with`]`(carriers)` as the global propagator.
+pub fn install_global_propagator_with(carriers: Carriers) {
+    opentelemetry::global::set_text_map_propagator(composite_propagator_with(carriers));
 }

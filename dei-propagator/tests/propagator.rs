@@ -121,7 +121,12 @@ fn composes_with_trace_context_and_baggage_in_both_orders() {
 #[test]
 fn the_crates_composite_is_dei_last() {
     let index = index(3);
-    let headers = inject(&dei_propagator::composite_propagator(), &sending_context(&index));
+    // The baggage copy is opt-in: the default composite writes the header only.
+    let plain = inject(&dei_propagator::composite_propagator(), &sending_context(&index));
+    assert_eq!(plain[INDEX_KEY], index.encode());
+    assert!(!plain.get("baggage").is_some_and(|b| b.contains("dei=")), "{plain:?}");
+    let with_baggage = || dei_propagator::composite_propagator_with(dei_propagator::Carriers::HEADER_AND_BAGGAGE);
+    let headers = inject(&with_baggage(), &sending_context(&index));
     assert!(headers["baggage"].contains(&format!("dei={}", index.encode())));
     let received = dei_propagator::composite_propagator().extract(&headers);
     assert_everything_arrived(&received, &index);
@@ -132,10 +137,7 @@ fn the_crates_composite_is_dei_last() {
     let received = dei_propagator::composite_propagator().extract(&relayed);
     assert_everything_arrived(&received, &index);
     // Only DEI's entries: no baggage in the context at all.
-    let bare = inject(
-        &dei_propagator::composite_propagator(),
-        &Context::new().with_dei_index(index.clone()),
-    );
+    let bare = inject(&with_baggage(), &Context::new().with_dei_index(index.clone()));
     let received = dei_propagator::composite_propagator().extract(&bare);
     assert!(received.baggage().is_empty());
     assert_eq!(received.dei_index(), Some(&index));

@@ -29,6 +29,8 @@ use crate::body::{CallGuard, DeiResponseBody, record_grpc_status};
 use crate::config::DeiConfig;
 use crate::fault::{self, Action};
 use crate::outgoing::{self, Call};
+use crate::span::OtelSpan;
+use crate::span::Path;
 use crate::stack::CapturedStack;
 use bytes::Bytes;
 use dei_propagator::{Index, PayloadDigest, RequestScope, Signature};
@@ -36,6 +38,7 @@ use futures::future::BoxFuture;
 use http_body::{Body as _, Frame, SizeHint};
 use opentelemetry::Context;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, ready};
@@ -79,11 +82,27 @@ pub struct DeiClientService<S> {
 /// Send sites of a stream's messages, in send order, shared between [`super::stream::StreamSender`] and the
 /// request body (through the request's extensions).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct SendSites(pub(crate) Arc<Mutex<VecDeque<CapturedStack>>>);
+pub(crate) struct SendSites(Arc<Mutex<VecDeque<CapturedStack>>>, Arc<std::sync::atomic::AtomicBool>);
 
 impl SendSites {
     fn pop(&self) -> Option<CapturedStack> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
+    }
+
+    /// The call is not indexed ([`crate::config::Unsampled::Off`]): nothing takes the sites, so none is kept.
+    fn untapped(&self) {
+        let mut sites = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        sites.clear();
+        sites.shrink_to_fit();
+        drop(sites);
+        self.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Keeps a message's send site for the client layer, unless the call is not indexed.
+    pub(crate) fn push(&self, site: CapturedStack) {
+        if !self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(site);
+        }
     }
 }
 
@@ -96,21 +115,17 @@ where
 {
     type Response = http::Response<DeiResponseBody<B>>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, S::Error>>;
+    type Future = ResponseFuture<S::Future, B, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        // `call` runs inside the caller's poll: its stack and its Context are the caller's.
-        let stack = self.config.stack_capturer().capture_inlined();
-        let caller_cx = crate::caller::caller_context();
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let config = self.config.clone();
-        let path = request.uri().path();
-        let method = self.config.grpc_method(path);
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        // `call` runs inside the caller's poll: its stack and its Context are the caller's. Everything up to
+        // handing the request to the inner service happens here, so that the common call needs no future of
+        // its own beyond the inner service's.
+        let method = self.config.grpc_method(request.uri().path());
         let kind = method.kind;
         let (service, rpc_method) = method.service_and_method();
         let span = tracing::info_span!(
@@ -127,18 +142,82 @@ where
         if let Some(host) = request.uri().host() {
             span.record("server.address", host);
         }
-        Box::pin(call(
-            inner,
-            config,
-            request,
-            CallInfo {
-                stack,
-                caller_cx,
-                method,
-                span,
-                kind,
-            },
-        ))
+        let otel = OtelSpan::of(&span);
+        let (caller_cx, scoped) = crate::caller::caller_lookup();
+        let path = Path::for_call(&self.config, otel.sampling(), &caller_cx);
+        if path == Path::Off {
+            // Plain OpenTelemetry: the trace context, no DEI.
+            if let Some(sites) = request.extensions().get::<SendSites>() {
+                sites.untapped();
+            }
+            outgoing::inject(otel.context(), request.headers_mut());
+            outgoing::strip_dei(request.headers_mut());
+            let response = self.inner.call(request);
+            let guard = CallGuard {
+                _span: span,
+                otel,
+                issued: None,
+                grpc: true,
+                record: false,
+            };
+            return ResponseFuture::sent(response, guard, None, false);
+        }
+        if !scoped {
+            crate::caller::check_unscoped();
+        }
+        let stack = self.config.stack_capturer().capture_inlined();
+        let info = CallInfo {
+            stack,
+            caller_cx,
+            method,
+            span,
+            otel,
+            kind,
+            record: path.records(),
+        };
+        let (parts, mut body) = request.into_parts();
+        let keep = if self.config.record_payloads() { 1024 } else { 0 };
+        let wait = match kind {
+            Some(kind) if kind.is_streaming() => None,
+            Some(_) => Some(true),
+            None => Some(false),
+        };
+        let mut probe = wait.map(|_| Probe::new(keep));
+        if let (Some(p), Some(wait)) = (probe.as_mut(), wait) {
+            // tonic encodes a unary call's message at once: it is ready now. A waker that does nothing is
+            // enough to find out; the body registers the real one when the connection polls it.
+            let mut noop = std::task::Context::from_waker(std::task::Waker::noop());
+            if p.poll(&mut body, wait, &mut noop).is_pending() {
+                // Not ready yet (a unary body fed from elsewhere): the rest of the call waits for it.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let config = self.config.clone();
+                let mut probe = probe.take().unwrap_or_else(|| Probe::new(keep));
+                return ResponseFuture::slow(Box::pin(async move {
+                    futures::future::poll_fn(|cx| probe.poll(&mut body, wait, cx)).await;
+                    let call = match prepare(&config, parts, body, Some(probe), info) {
+                        Prepared::Send(call) => call,
+                        Prepared::Failed(response) => return Ok(response),
+                    };
+                    call.send(inner).await
+                }));
+            }
+        }
+        match prepare(&self.config, parts, body, probe, info) {
+            Prepared::Failed(response) => ResponseFuture::ready(response),
+            Prepared::Send(call) if call.delay.is_some() => {
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::slow(Box::pin(call.send(inner)))
+            }
+            Prepared::Send(call) => {
+                let (request, guard, stream_fault, record) = call.into_request();
+                // tonic's channel hands the request to the connection's task in `call`: the attributes are
+                // recorded (in `into_request`) while it goes out.
+                let response = self.inner.call(request);
+                ResponseFuture::sent(response, guard, stream_fault, record)
+            }
+        }
     }
 }
 
@@ -147,7 +226,9 @@ struct CallInfo {
     caller_cx: Context,
     method: GrpcMethod,
     span: tracing::Span,
+    otel: OtelSpan,
     kind: Option<MethodKind>,
+    record: bool,
 }
 
 /// What the first frames of a request body showed.
@@ -156,75 +237,89 @@ struct Probe {
     first: Option<(PayloadDigest, Vec<u8>)>,
     messages: usize,
     ended: bool,
+    digester: MessageDigester,
 }
 
-/// Polls the body until the first message is complete (`wait`), or — without waiting — until it is pending,
-/// ends or shows a second message.
-async fn probe(body: &mut Body, wait: bool, keep: usize) -> Probe {
-    let mut p = Probe {
-        frames: VecDeque::new(),
-        first: None,
-        messages: 0,
-        ended: false,
-    };
-    let mut digester = MessageDigester::new(keep);
-    futures::future::poll_fn(|cx| {
+impl Probe {
+    fn new(keep: usize) -> Self {
+        Probe {
+            frames: VecDeque::new(),
+            first: None,
+            messages: 0,
+            ended: false,
+            digester: MessageDigester::new(keep),
+        }
+    }
+
+    /// Polls the body until the first message is complete (`wait`), or — without waiting — until it is
+    /// pending, ends or shows a second message.
+    fn poll(&mut self, body: &mut Body, wait: bool, cx: &mut std::task::Context<'_>) -> Poll<()> {
         loop {
-            if wait && p.messages >= 1 {
+            if wait && self.messages >= 1 {
                 return Poll::Ready(());
             }
             match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Pending if wait => return Poll::Pending,
                 Poll::Pending => return Poll::Ready(()),
                 Poll::Ready(None) => {
-                    p.ended = true;
+                    self.ended = true;
                     return Poll::Ready(());
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    p.frames.push_back(Err(e));
+                    self.frames.push_back(Err(e));
                     return Poll::Ready(());
                 }
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
-                        digester.feed(data, |m| {
-                            p.messages += 1;
-                            if p.first.is_none() {
-                                p.first = Some((m.digest, m.prefix.unwrap_or_default()));
+                        let (messages, first) = (&mut self.messages, &mut self.first);
+                        self.digester.feed(data, |m| {
+                            *messages += 1;
+                            if first.is_none() {
+                                *first = Some((m.digest, m.prefix.unwrap_or_default()));
                             }
                         });
                     }
-                    p.frames.push_back(Ok(frame));
-                    if p.messages >= 2 {
+                    self.frames.push_back(Ok(frame));
+                    if self.messages >= 2 {
                         return Poll::Ready(());
                     }
                 }
             }
         }
-    })
-    .await;
-    p
+    }
 }
 
-async fn call<S, B>(
-    mut inner: S,
-    config: DeiConfig,
-    request: http::Request<Body>,
+/// A call ready to go: its index issued, its request built (the headers still to inject).
+struct ReadyCall {
+    parts: http::request::Parts,
+    body: OutboundBody,
+    out: outgoing::Outgoing,
+    span: tracing::Span,
+    stream_fault: Option<StreamFault>,
+    /// A latency fault to wait out before sending.
+    delay: Option<Duration>,
+}
+
+// Lives on the stack for one call, moved once: boxing the large variant would cost the allocation it saves.
+#[allow(clippy::large_enum_variant)]
+enum Prepared<B> {
+    Send(ReadyCall),
+    /// A planned fault answered the call without sending it.
+    Failed(http::Response<DeiResponseBody<B>>),
+}
+
+/// Issues the call's index (from what the probe read) and decides about faults.
+fn prepare<B>(
+    config: &DeiConfig,
+    mut parts: http::request::Parts,
+    body: Body,
+    probe: Option<Probe>,
     info: CallInfo,
-) -> Result<http::Response<DeiResponseBody<B>>, S::Error>
-where
-    S: Service<http::Request<Body>, Response = http::Response<B>>,
-    B: http_body::Body<Data = Bytes>,
-{
-    let (mut parts, mut body) = request.into_parts();
-    let keep = if config.record_payloads() { 1024 } else { 0 };
-    let (streaming, probe) = match info.kind {
-        Some(kind) if kind.is_streaming() => (true, None),
-        Some(_) => (false, Some(probe(&mut body, true, keep).await)),
-        None => {
-            let p = probe(&mut body, false, keep).await;
-            let unary = p.ended && p.messages == 1;
-            (!unary, Some(p))
-        }
+) -> Prepared<B> {
+    let streaming = match (info.kind, &probe) {
+        (Some(kind), _) => kind.is_streaming(),
+        (None, Some(p)) => !(p.ended && p.messages == 1),
+        (None, None) => true,
     };
     let (buffered, first, rest_done) = match probe {
         Some(p) => (p.frames, p.first, p.ended),
@@ -236,9 +331,9 @@ where
         _ => (PayloadDigest::empty(), Vec::new()),
     };
     let mut out = outgoing::begin(
-        &config,
+        config,
         &info.caller_cx,
-        &span,
+        info.otel,
         Call {
             signature: info.method.signature.clone(),
             payload,
@@ -246,12 +341,15 @@ where
             stack: &info.stack,
             preliminary: streaming,
         },
+        info.record,
     );
-    match out.action {
+    let delay = match out.action {
         Action::Fail(f) => {
             out.record_attributes();
             let response = fault::grpc_response(f, ());
-            if let Some(code) = crate::body::grpc_code(response.headers()) {
+            if out.record
+                && let Some(code) = crate::body::grpc_code(response.headers())
+            {
                 record_grpc_status(&out.otel, code);
             }
             let guard = CallGuard {
@@ -259,19 +357,19 @@ where
                 otel: out.otel,
                 issued: Some(out.issued),
                 grpc: true,
+                record: out.record,
             };
             let (rparts, ()) = response.into_parts();
-            return Ok(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
+            return Prepared::Failed(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
         }
         Action::Delay(d) => {
-            // Recorded before the wait: a caller that gives up during it (a timeout) drops this future, and
+            // Recorded before the wait: a caller that gives up during it (a timeout) drops the future, and
             // the span must still say which RPC was delayed.
             out.record_attributes();
-            tokio::time::sleep(d).await
+            Some(d)
         }
-        Action::Send => {}
-    }
-    outgoing::inject(&out.inject_cx, &mut parts.headers);
+        Action::Send => None,
+    };
     let stream_fault = streaming.then(|| parts.extensions.get::<StreamFault>().cloned().unwrap_or_default());
     let tap = stream_fault.clone().map(|fault| StreamTap {
         digester: MessageDigester::new(0),
@@ -282,10 +380,11 @@ where
         creation: info.stack.clone(),
         sites: parts.extensions.get::<SendSites>().cloned(),
         k: 0,
-        plan: outgoing::FaultGate::new(&config, &info.caller_cx),
+        plan: outgoing::FaultGate::new(config, &info.caller_cx),
         fault,
+        record: out.record,
     });
-    let body = Body::new(OutboundBody {
+    let body = OutboundBody {
         buffered,
         rest: body,
         rest_done,
@@ -293,39 +392,184 @@ where
         segments: VecDeque::new(),
         sleep: None,
         cut: false,
-    });
-    let request = http::Request::from_parts(parts, body);
-    // tonic's channel hands the request to the connection's task in `call`: the attributes are recorded while
-    // it goes out.
-    let response = inner.call(request);
-    out.record_attributes();
-    let otel = out.otel;
-    let guard = CallGuard {
-        _span: span.clone(),
-        otel: otel.clone(),
-        issued: Some(out.issued),
-        grpc: true,
     };
-    let response = response.await;
-    // A fault on a stream message that hit before the response came: the call ends with the fault's status.
+    outgoing::inject(&out.inject_cx, &mut parts.headers);
+    Prepared::Send(ReadyCall {
+        parts,
+        body,
+        out,
+        span,
+        stream_fault,
+        delay,
+    })
+}
+
+impl ReadyCall {
+    /// The request to hand to the inner service, and what the response future keeps; records the attributes.
+    fn into_request(mut self) -> (http::Request<Body>, CallGuard, Option<StreamFault>, bool) {
+        let request = http::Request::from_parts(self.parts, Body::new(self.body));
+        self.out.record_attributes();
+        let record = self.out.record;
+        let guard = CallGuard {
+            _span: self.span,
+            otel: self.out.otel,
+            issued: Some(self.out.issued),
+            grpc: true,
+            record,
+        };
+        (request, guard, self.stream_fault, record)
+    }
+
+    /// Waits out a latency fault, then sends through `inner`.
+    async fn send<S, B>(mut self, mut inner: S) -> Result<http::Response<DeiResponseBody<B>>, S::Error>
+    where
+        S: Service<http::Request<Body>, Response = http::Response<B>>,
+        B: http_body::Body<Data = Bytes>,
+    {
+        if let Some(d) = self.delay.take() {
+            tokio::time::sleep(d).await;
+        }
+        let (request, guard, stream_fault, record) = self.into_request();
+        ResponseFuture::<_, B, S::Error>::sent(inner.call(request), guard, stream_fault, record).await
+    }
+}
+
+/// The response as the caller sees it: the inner service's, with its body wrapped so that the call's span
+/// and index end with it, or the status of a fault that hit one of a stream's messages first.
+fn finish<B>(
+    response: http::Response<B>,
+    guard: CallGuard,
+    stream_fault: Option<StreamFault>,
+    record: bool,
+) -> http::Response<DeiResponseBody<B>> {
     if let Some(f) = stream_fault.as_ref().and_then(StreamFault::get) {
         let status = fault::status_for_stream(f);
-        record_grpc_status(&otel, status.code());
+        if record {
+            record_grpc_status(&guard.otel, status.code());
+        }
         let (rparts, ()) = status.into_http::<()>().into_parts();
-        return Ok(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
+        return http::Response::from_parts(rparts, DeiResponseBody::empty(guard));
     }
-    match response {
-        Ok(response) => {
-            if let Some(code) = crate::body::grpc_code(response.headers()) {
-                record_grpc_status(&otel, code);
+    if record && let Some(code) = crate::body::grpc_code(response.headers()) {
+        record_grpc_status(&guard.otel, code);
+    }
+    response.map(|b| DeiResponseBody::new(b, guard, None).ending_on(stream_fault))
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a call through [`DeiClientService`]: the inner service's future, whose response is
+    /// wrapped as it comes. Only a call that waits (a latency fault, or a unary request body that was not
+    /// ready when the call was made) is boxed.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        state: State<F, B, E>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<F, B, E> {
+        Sent {
+            #[pin]
+            inner: F,
+            guard: Option<CallGuard>,
+            stream_fault: Option<StreamFault>,
+            record: bool,
+        },
+        Ready {
+            response: Option<http::Response<DeiResponseBody<B>>>,
+        },
+        Slow {
+            future: BoxFuture<'static, Result<http::Response<DeiResponseBody<B>>, E>>,
+        },
+    }
+}
+
+impl<F, B, E> ResponseFuture<F, B, E> {
+    fn sent(inner: F, guard: CallGuard, stream_fault: Option<StreamFault>, record: bool) -> Self {
+        ResponseFuture {
+            state: State::Sent {
+                inner,
+                guard: Some(guard),
+                stream_fault,
+                record,
+            },
+        }
+    }
+
+    fn ready(response: http::Response<DeiResponseBody<B>>) -> Self {
+        ResponseFuture {
+            state: State::Ready {
+                response: Some(response),
+            },
+        }
+    }
+
+    fn slow(future: BoxFuture<'static, Result<http::Response<DeiResponseBody<B>>, E>>) -> Self {
+        ResponseFuture {
+            state: State::Slow { future },
+        }
+    }
+}
+
+impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+    B: http_body::Body<Data = Bytes>,
+{
+    type Output = Result<http::Response<DeiResponseBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Sent {
+                inner,
+                guard,
+                stream_fault,
+                record,
+            } => {
+                let response = ready!(inner.poll(cx));
+                let Some(guard) = guard.take() else {
+                    // Polled after completion.
+                    return Poll::Pending;
+                };
+                Poll::Ready(match response {
+                    Ok(response) => Ok(finish(response, guard, stream_fault.take(), *record)),
+                    Err(e) => {
+                        // A fault that hit a stream's message first still ends the call with its status.
+                        if let Some(f) = stream_fault.as_ref().and_then(StreamFault::get) {
+                            let (parts, ()) = fault::status_for_stream(f).into_http::<()>().into_parts();
+                            let response = http::Response::from_parts(parts, ());
+                            return Poll::Ready(Ok(finish_empty(response, guard, *record)));
+                        }
+                        guard
+                            .otel
+                            .set_status(opentelemetry::trace::Status::error("transport error"));
+                        Err(e)
+                    }
+                })
             }
-            Ok(response.map(|b| DeiResponseBody::new(b, guard, None).ending_on(stream_fault)))
-        }
-        Err(e) => {
-            otel.set_status(opentelemetry::trace::Status::error("transport error"));
-            Err(e)
+            StateProj::Ready { response } => match response.take() {
+                Some(response) => Poll::Ready(Ok(response)),
+                None => Poll::Pending,
+            },
+            StateProj::Slow { future } => future.as_mut().poll(cx),
         }
     }
+}
+
+/// A fault's response (headers only) with the call's guard.
+fn finish_empty<B>(response: http::Response<()>, guard: CallGuard, record: bool) -> http::Response<DeiResponseBody<B>> {
+    if record && let Some(code) = crate::body::grpc_code(response.headers()) {
+        record_grpc_status(&guard.otel, code);
+    }
+    let (parts, ()) = response.into_parts();
+    http::Response::from_parts(parts, DeiResponseBody::empty(guard))
 }
 
 /// Issues each stream message's final index as the message passes (paper §4.2), and applies the faults the
@@ -343,6 +587,8 @@ struct StreamTap {
     plan: outgoing::FaultGate,
     /// Set when a failing fault hit a message.
     fault: StreamFault,
+    /// Whether message events go on the span.
+    record: bool,
 }
 
 /// A piece of a data frame to send, after waiting `delay` (a latency fault on its first message).
@@ -371,6 +617,7 @@ impl StreamTap {
                 stack,
                 self.k,
                 &self.plan,
+                self.record,
             );
             match action {
                 Action::Send => {}

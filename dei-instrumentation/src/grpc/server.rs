@@ -26,13 +26,10 @@ use crate::incoming;
 use crate::span;
 use bytes::Bytes;
 use dei_propagator::PayloadDigest;
-use futures::future::BoxFuture;
-use opentelemetry::context::FutureExt as _;
 use std::task::Poll;
 use tonic::body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
-use tracing::Instrument;
 
 /// A tower layer for `tonic::transport::Server::builder().layer(..)`.
 #[derive(Clone, Debug, Default)]
@@ -87,7 +84,7 @@ where
 {
     type Response = http::Response<DeiResponseBody<B>>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, S::Error>>;
+    type Future = crate::incoming::ServerFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -108,7 +105,7 @@ where
             rpc.method = rpc_method,
         );
         let single_request = kind == Some(MethodKind::ServerStreaming);
-        let call = incoming::open(
+        let opened = incoming::open(
             &self.config,
             self.incoming,
             request.headers(),
@@ -116,34 +113,23 @@ where
             &span,
             single_request,
         );
-        let digest = if call.0.index.opens_stream() {
-            // A stream: its preliminary index has the empty payload.
-            span::record_payload(&call.1, &PayloadDigest::empty(), None);
-            InboundDigest::Done
-        } else {
-            InboundDigest::Grpc(MessageDigester::new(0))
-        };
-        let incoming::Dispatched { future, guard, cx } = incoming::dispatch(
+        incoming::dispatch(
             &mut self.inner,
             &self.config,
             request,
-            call,
-            digest,
-            &span,
+            opened,
+            |call, otel, _| {
+                if call.index.opens_stream() {
+                    // A stream: its preliminary index has the empty payload.
+                    span::record_payload(otel, &PayloadDigest::empty(), None);
+                    InboundDigest::Done
+                } else {
+                    InboundDigest::Grpc(MessageDigester::new(0))
+                }
+            },
+            span,
             true,
             Body::new,
-        );
-        let body_cx = cx.clone();
-        Box::pin(
-            async move {
-                let response = future.await?;
-                if let Some(code) = crate::body::grpc_code(response.headers()) {
-                    crate::body::record_grpc_status(&guard.otel, code);
-                }
-                Ok(response.map(|b| DeiResponseBody::new(b, guard, Some(body_cx))))
-            }
-            .instrument(span)
-            .with_context(cx),
         )
     }
 }

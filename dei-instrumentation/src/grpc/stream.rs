@@ -18,16 +18,16 @@
 
 use super::client::SendSites;
 use crate::config::DeiConfig;
+pub(crate) use crate::fault::StreamFault;
 use crate::stack::{CapturedStack, StackCapturer};
 use dei_propagator::Fault;
-use dei_propagator::{DeiContextExt, Index, Instantiation, RequestScope};
+use dei_propagator::{DeiContextExt, Index, RequestScope};
 use futures::Stream;
 use opentelemetry::Context;
 use opentelemetry::context::FutureExt as _;
 use std::future::Future;
 use std::panic::Location;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use tokio::sync::mpsc;
 
@@ -46,23 +46,6 @@ impl<T> Clone for StreamSender<T> {
             capturer: self.capturer.clone(),
             fault: self.fault.clone(),
         }
-    }
-}
-
-/// The fault injected on one of a stream's messages, shared by the client layer (which sets it), the sender
-/// and the response body (which end with it).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct StreamFault(Arc<OnceLock<Fault>>);
-
-impl StreamFault {
-    /// Records the fault (the first one wins: the stream ends at it).
-    pub(crate) fn set(&self, fault: Fault) {
-        let _ = self.0.set(fault);
-    }
-
-    /// The injected fault, if any.
-    pub(crate) fn get(&self) -> Option<Fault> {
-        self.0.get().copied()
     }
 }
 
@@ -110,7 +93,7 @@ impl<T> Stream for OutboundMessages<T> {
             Poll::Ready(Some((message, site))) => {
                 // tonic encodes messages in the order the stream yields them: the sites queue stays in step
                 // with the frames the client layer sees.
-                self.sites.0.lock().unwrap_or_else(|p| p.into_inner()).push_back(site);
+                self.sites.push(site);
                 Poll::Ready(Some(message))
             }
             Poll::Ready(None) => Poll::Ready(None),
@@ -156,18 +139,7 @@ pub fn channel<T>(config: &DeiConfig, buffer: usize) -> (StreamSender<T>, tonic:
     )
 }
 
-/// What a server layer knew about the request being served, put in the request's extensions.
-#[derive(Clone, Debug)]
-pub struct IncomingCall {
-    /// The incoming index (the root when none came).
-    pub index: Index,
-    /// The instantiation of the server's scopes.
-    pub instantiation: Instantiation,
-    /// The scope the handler runs in.
-    pub scope: RequestScope,
-    /// The request's context (trace, baggage, scope, fault plan).
-    pub context: Context,
-}
+pub use crate::incoming::IncomingCall;
 
 /// One message of an incoming stream, with the context to serve it in.
 #[derive(Debug)]

@@ -16,6 +16,7 @@
 use crate::config::DeiConfig;
 use crate::fault::{self, Action, InjectedConnectionError};
 use crate::outgoing::{self, Call};
+use crate::span::{OtelSpan, Path};
 use dei_propagator::{Fault, PayloadHasher, Signature};
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
@@ -54,8 +55,6 @@ impl Middleware for DeiReqwestMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
         // This runs on the first poll of the caller's `send().await`: the stack and Context are the caller's.
-        let stack = self.config.stack_capturer().capture_inlined();
-        let cx = crate::caller::caller_context();
         let url = request.url();
         let authority = match (url.host_str(), url.port()) {
             (Some(h), Some(p)) => format!("{h}:{p}"),
@@ -64,12 +63,6 @@ impl Middleware for DeiReqwestMiddleware {
         };
         let method = request.method().as_str().to_string();
         let signature = Signature::http(&method, &format!("{authority}{}", url.path()));
-        let mut hasher = PayloadHasher::new();
-        hasher.update(url.query().unwrap_or("").as_bytes());
-        hasher.update(b"?");
-        let body = request.body().and_then(|b| b.as_bytes()).unwrap_or(&[]);
-        let body = &body[..body.len().min(self.config.payload_digest_cap())];
-        hasher.update(body);
         let span = tracing::info_span!(
             target: "dei",
             "http.client",
@@ -80,10 +73,39 @@ impl Middleware for DeiReqwestMiddleware {
             server.address = url.host_str().unwrap_or(""),
             http.response.status_code = tracing::field::Empty,
         );
+        let otel = OtelSpan::of(&span);
+        let (cx, scoped) = crate::caller::caller_lookup();
+        let path = Path::for_call(&self.config, otel.sampling(), &cx);
+        if path == Path::Off {
+            // Plain OpenTelemetry: the trace context, no DEI.
+            outgoing::inject(otel.context(), request.headers_mut());
+            outgoing::strip_dei(request.headers_mut());
+            let result = next.run(request, extensions).instrument(span.clone()).await;
+            match &result {
+                Ok(response) => {
+                    span.record("http.response.status_code", response.status().as_u16());
+                    if response.status().is_server_error() {
+                        otel.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
+                    }
+                }
+                Err(e) => otel.set_status(opentelemetry::trace::Status::error(e.to_string())),
+            }
+            return result;
+        }
+        if !scoped {
+            crate::caller::check_unscoped();
+        }
+        let stack = self.config.stack_capturer().capture_inlined();
+        let mut hasher = PayloadHasher::new();
+        hasher.update(url.query().unwrap_or("").as_bytes());
+        hasher.update(b"?");
+        let body = request.body().and_then(|b| b.as_bytes()).unwrap_or(&[]);
+        let body = &body[..body.len().min(self.config.payload_digest_cap())];
+        hasher.update(body);
         let mut out = outgoing::begin(
             &self.config,
             &cx,
-            &span,
+            otel,
             Call {
                 signature,
                 payload: hasher.finish(),
@@ -91,6 +113,7 @@ impl Middleware for DeiReqwestMiddleware {
                 stack: &stack,
                 preliminary: false,
             },
+            path.records(),
         );
         // reqwest sends when the future below is polled: nothing to overlap with.
         out.record_attributes();
@@ -128,8 +151,10 @@ impl Middleware for DeiReqwestMiddleware {
             }
             Err(e) => out.otel.set_status(opentelemetry::trace::Status::error(e.to_string())),
         }
-        out.otel
-            .set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+        if out.record {
+            out.otel
+                .set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+        }
         result
     }
 }

@@ -1,8 +1,11 @@
-//! HTTP integration: axum server middleware and reqwest client middleware.
+//! HTTP integration: axum server middleware (feature `axum`) and reqwest client middleware (feature
+//! `reqwest`).
 //!
 //! Signatures: `METHOD /route/{template}` on the server (axum's `MatchedPath`), `METHOD authority/path` on the
 //! client. Payload: `query` + `?` + body, at most [`payload_digest_cap`](crate::DeiConfig::payload_digest_cap)
 //! bytes of the body; the body always passes on untouched.
 
+#[cfg(feature = "reqwest")]
 pub mod client;
+#[cfg(feature = "axum")]
 pub mod server;

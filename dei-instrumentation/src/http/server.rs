@@ -18,12 +18,9 @@ use crate::incoming;
 use axum::body::Body;
 use axum::extract::MatchedPath;
 use dei_propagator::Signature;
-use futures::future::BoxFuture;
-use opentelemetry::context::FutureExt as _;
 use std::task::Poll;
 use tower_layer::Layer;
 use tower_service::Service;
-use tracing::Instrument;
 
 /// A tower layer for axum routers (`Router::layer` or `Router::route_layer`).
 #[derive(Clone, Debug, Default)]
@@ -77,7 +74,7 @@ where
 {
     type Response = http::Response<DeiResponseBody<Body>>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, S::Error>>;
+    type Future = crate::incoming::ServerFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -101,33 +98,19 @@ where
             url.path = request.uri().path(),
             http.response.status_code = tracing::field::Empty,
         );
-        let call = incoming::open(&self.config, self.incoming, request.headers(), &signature, &span, false);
-        let query = request.uri().query().unwrap_or("").to_string();
-        let digest = InboundDigest::http(&query, self.config.payload_digest_cap());
-        let incoming::Dispatched { future, guard, cx } = incoming::dispatch(
+        let opened = incoming::open(&self.config, self.incoming, request.headers(), &signature, &span, false);
+        let cap = self.config.payload_digest_cap();
+        let digest =
+            |_: &_, _: &_, parts: &http::request::Parts| InboundDigest::http(parts.uri.query().unwrap_or(""), cap);
+        incoming::dispatch(
             &mut self.inner,
             &self.config,
             request,
-            call,
+            opened,
             digest,
-            &span,
+            span,
             false,
             Body::new,
-        );
-        let body_cx = cx.clone();
-        let status_span = span.clone();
-        Box::pin(
-            async move {
-                let response = future.await?;
-                status_span.record("http.response.status_code", response.status().as_u16());
-                if response.status().is_server_error() {
-                    use tracing_opentelemetry::OpenTelemetrySpanExt;
-                    status_span.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
-                }
-                Ok(response.map(|b| DeiResponseBody::new(b, guard, Some(body_cx))))
-            }
-            .instrument(span)
-            .with_context(cx),
         )
     }
 }

@@ -37,10 +37,11 @@ use cache::{AppFrame, Resolved, SymbolCache};
 use dei_propagator::{CallStack, Frame, StackDigest};
 use filter::FrameFilter;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// Raw frames unwound at most per capture.
 const MAX_RAW_FRAMES: usize = 256;
@@ -155,6 +156,15 @@ struct StackEntry {
     max_depth: usize,
     readable: OnceLock<Arc<str>>,
     digest_hex: OnceLock<Arc<str>>,
+    /// Set once this entry's frames were claimed for a span ([`CapturedStack::claim_frames`]).
+    frames_claimed: AtomicBool,
+}
+
+/// Distinct stack digests whose frames went on a span in this process, at most [`MAX_CACHED_STACKS`]; past
+/// that, frames are recorded for every new entry.
+fn frames_recorded() -> &'static Mutex<HashSet<StackDigest>> {
+    static RECORDED: OnceLock<Mutex<HashSet<StackDigest>>> = OnceLock::new();
+    RECORDED.get_or_init(Mutex::default)
 }
 
 impl CapturedStack {
@@ -215,6 +225,23 @@ impl CapturedStack {
             .digest_hex
             .get_or_init(|| self.entry.digest.to_hex().into())
             .clone()
+    }
+
+    /// True the first time in this process that the frames of this stack's digest are asked to go on a span
+    /// (`dei.stack`, recorded once per distinct stack: [`crate::config::StackFrames::OncePerStack`]); false
+    /// afterwards. The check is one atomic load once a stack's frames were recorded.
+    pub(crate) fn claim_frames(&self) -> bool {
+        let entry = &*self.entry;
+        if entry.frames_claimed.load(Ordering::Relaxed) || entry.frames_claimed.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        // The first claim through this entry: another capturer (another configuration) may have recorded the
+        // same digest already.
+        let mut recorded = frames_recorded().lock().unwrap_or_else(|p| p.into_inner());
+        if recorded.len() >= MAX_CACHED_STACKS {
+            return !recorded.contains(&entry.digest);
+        }
+        recorded.insert(entry.digest)
     }
 
     /// Number of application frames.
@@ -430,6 +457,7 @@ impl CapturerInner {
             max_depth: inner.max_depth,
             readable: OnceLock::new(),
             digest_hex: OnceLock::new(),
+            frames_claimed: AtomicBool::new(false),
         });
         // Keyed by what was walked: after a cold walk (which went past the boundary) the key is one that a
         // warm walk never produces, which is harmless.

@@ -244,8 +244,8 @@ mod tests {
         assert_eq!(stack.walker(), StackWalker::Dwarf);
         let span = tracing::info_span!("walker_test_without_frame_pointers");
         let mut attributes = crate::span::Attributes::new();
-        attributes.stack(&stack, false);
-        drop(attributes.set_on(&span));
+        attributes.stack(&stack, crate::config::StackFrames::Never);
+        attributes.set_on_otel(&crate::span::OtelSpan::of(&span));
         drop(span);
         let spans: Vec<_> = telemetry
             .spans()
