@@ -77,6 +77,7 @@ async fn a_failing_search_fails_the_test_with_one_block_per_failing_execution() 
     }
     let caught = AssertUnwindSafe(search.assert_exhaustive(&test)).catch_unwind().await;
     let text = panic_text(caught.expect_err("a failing search fails the test"));
+    eprintln!("what the test's failure prints:\n{text}");
     // {World} and {Hello, World} fail: two blocks, each with its faults, assertion and replay command
     assert!(text.contains("sfit: buggy-fig1: 2 of 4 execution(s) failed"), "{text}");
     let report = Report::load(dei_sfit::assert::report_path("buggy-fig1")).expect("the report was saved");
