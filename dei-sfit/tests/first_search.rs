@@ -113,4 +113,38 @@ async fn a_first_search_says_when_it_injects_nothing_and_faults_the_entry_call_b
     assert_eq!(failing, entry_faulted, "{report}");
     assert_eq!(report.executions.len(), 4 + 25, "{report}");
     assert!(report.redundant().is_empty(), "{report}");
+
+    // 3. The same services with the entry call exempt, four executions at once, as one assertion
+    // (issue #22): each execution reads its own trace from the span router in_process_spans() installed,
+    // and the search reaches the sequential search's sets, in canonical order.
+    assert!(
+        dei_sfit::testing::in_process_spans().router().is_some(),
+        "in_process_spans() installs a span router"
+    );
+    let options = SearchOptions {
+        catalog: FaultCatalog::protocol_defaults().without("GET */summary"),
+        ..SearchOptions::default()
+    };
+    let mut sequential = Search::with_shared_source(options.clone(), spans.clone())
+        .run(&test)
+        .await
+        .expect("search");
+    sequential.canonical_order();
+    let parallel = dei_sfit::assert_exhaustive(
+        &test,
+        SearchOptions {
+            parallelism: 4,
+            ..options
+        },
+    )
+    .await;
+    assert_eq!(parallel.parallelism_used, 4, "{:?}", parallel.notes);
+    assert_eq!(parallel.executions.len(), 25, "{parallel}");
+    let listing = |r: &dei_sfit::Report| -> Vec<(Vec<dei_sfit::PlannedFault>, Vec<dei_sfit::PlannedFault>, usize)> {
+        r.executions
+            .iter()
+            .map(|e| (e.plan.clone(), e.effective.clone(), e.rpcs.len()))
+            .collect()
+    };
+    assert_eq!(listing(&parallel), listing(&sequential), "{parallel}\n{sequential}");
 }
