@@ -201,6 +201,12 @@ impl Report {
             if let Some(r) = e.redundant_with {
                 let _ = write!(out, "; REDUNDANT: the same effective fault set as #{r}");
             }
+            if let Some(r) = e.redundant_by_reference_with {
+                let _ = write!(
+                    out,
+                    "; REDUNDANT: the same effective fault set by reference index as #{r}"
+                );
+            }
             if let Some(why) = &e.in_flight_redundant {
                 let _ = write!(out, "; ran while already redundant (in flight): {why}");
             }

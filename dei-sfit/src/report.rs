@@ -57,6 +57,12 @@ pub struct ExecutionRecord {
     pub unsettled: Option<String>,
     /// The earlier execution with the same effective fault set, if any.
     pub redundant_with: Option<usize>,
+    /// The earlier execution with the same effective fault set *by reference index* (full DEI, when the
+    /// search runs under a coarser instantiation), if any and if `redundant_with` is not set: a coarse
+    /// instantiation that collapses RPCs can give two executions different effective sets that failed the
+    /// same RPCs. Counted as redundant ([`Report::redundant`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redundant_by_reference_with: Option<usize>,
     /// The execution whose observations scheduled this one.
     pub scheduled_by: Option<usize>,
     /// Set in a parallel search when this execution's plan became redundant (service-encapsulation
@@ -222,6 +228,7 @@ impl Report {
             .map(|(i, e)| (e.number, i + 1))
             .collect();
         let mut first: std::collections::HashMap<BTreeSet<(Index, Fault)>, usize> = Default::default();
+        let mut first_by_reference: std::collections::HashMap<BTreeSet<(Index, Fault)>, usize> = Default::default();
         for (i, e) in self.executions.iter_mut().enumerate() {
             e.number = i + 1;
             e.scheduled_by = e.scheduled_by.and_then(|n| renumber.get(&n).copied());
@@ -233,6 +240,16 @@ impl Report {
                     None
                 }
             };
+            e.redundant_by_reference_with = None;
+            if let Some(reference) = e.reference_set() {
+                match first_by_reference.get(&reference) {
+                    Some(&n) if e.redundant_with.is_none() => e.redundant_by_reference_with = Some(n),
+                    Some(_) => {}
+                    None => {
+                        first_by_reference.insert(reference, e.number);
+                    }
+                }
+            }
         }
     }
 
@@ -278,9 +295,13 @@ impl Report {
         self.executions.iter().filter(|e| !e.outcome.passed()).collect()
     }
 
-    /// The executions whose effective fault set repeats an earlier one.
+    /// The executions whose effective fault set repeats an earlier one, under the search's instantiation or
+    /// by reference index ([`ExecutionRecord::redundant_by_reference_with`]).
     pub fn redundant(&self) -> Vec<&ExecutionRecord> {
-        self.executions.iter().filter(|e| e.redundant_with.is_some()).collect()
+        self.executions
+            .iter()
+            .filter(|e| e.redundant_with.is_some() || e.redundant_by_reference_with.is_some())
+            .collect()
     }
 
     /// The executions a parallel search started before their plan became redundant (see
@@ -408,6 +429,9 @@ impl fmt::Display for Report {
             }
             if let Some(r) = e.redundant_with {
                 write!(f, " REDUNDANT with #{r}")?;
+            }
+            if let Some(r) = e.redundant_by_reference_with {
+                write!(f, " REDUNDANT by reference index with #{r}")?;
             }
             if let TestOutcome::Fail { message } = &e.outcome {
                 write!(f, " -- {message}")?;

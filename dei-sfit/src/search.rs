@@ -244,6 +244,8 @@ struct State {
     skipped: Vec<SkippedPlan>,
     know: Knowledge,
     truncated: bool,
+    /// reference effective fault set → the number of the first execution with it
+    by_reference: HashMap<std::collections::BTreeSet<(Index, dei_propagator::Fault)>, usize>,
 }
 
 /// What the search learned about one RPC across executions.
@@ -398,6 +400,7 @@ impl Search {
             outcome,
             unsettled,
             redundant_with: None,
+            redundant_by_reference_with: None,
             scheduled_by: None,
             in_flight_redundant: None,
             rpcs: obs.rpcs,
@@ -572,6 +575,16 @@ impl Search {
         if let Some(&first) = state.know.by_effective.get(&effective) {
             record.redundant_with = Some(state.executions[first].number);
         }
+        // hidden redundancy: the same RPCs failed, judged by reference index
+        if let Some(reference) = record.reference_set() {
+            match state.by_reference.get(&reference) {
+                Some(&first) if record.redundant_with.is_none() => record.redundant_by_reference_with = Some(first),
+                Some(_) => {}
+                None => {
+                    state.by_reference.insert(reference, number);
+                }
+            }
+        }
         let obs = Observation {
             rpcs: record.rpcs.clone(),
             streams: Vec::new(),
@@ -604,10 +617,11 @@ impl Search {
                 } else {
                     format!(" UNREACHED {}", record.unreached.len())
                 },
-                record
-                    .redundant_with
-                    .map(|r| format!(" REDUNDANT with #{r}"))
-                    .unwrap_or_default(),
+                match (record.redundant_with, record.redundant_by_reference_with) {
+                    (Some(r), _) => format!(" REDUNDANT with #{r}"),
+                    (None, Some(r)) => format!(" REDUNDANT by reference index with #{r}"),
+                    (None, None) => String::new(),
+                },
                 if record.in_flight_redundant.is_some() {
                     " (redundant once in flight)"
                 } else {
