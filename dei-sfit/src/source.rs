@@ -349,7 +349,14 @@ fn orphans(spans: &[SpanData], root: SpanId) -> usize {
 
 /// Polls `spans` (every millisecond, for at most `SETTLE_LIMIT`) until no span misses its parent and every
 /// RPC served under a stream message has its final index.
-async fn settle_spans<F>(spans: F, messages: MessageTargeting, root: SpanId) -> Result<Settled, SourceError>
+///
+/// With `arrivals` (a router's trace), it checks again only when a span arrives instead of every millisecond.
+async fn settle_spans<F>(
+    spans: F,
+    messages: MessageTargeting,
+    root: SpanId,
+    arrivals: Option<Arc<tokio::sync::Notify>>,
+) -> Result<Settled, SourceError>
 where
     F: Fn() -> Result<Vec<SpanData>, SourceError>,
 {
@@ -374,7 +381,13 @@ where
             tracing::warn!("dei-sfit: {what}; using what arrived");
             return Ok(Settled::TimedOut(what));
         }
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        match &arrivals {
+            Some(arrived) => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let _ = tokio::time::timeout(left, arrived.notified()).await;
+            }
+            None => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+        }
     }
 }
 
@@ -387,9 +400,16 @@ pub struct SpanRouter {
 
 #[derive(Debug, Default)]
 struct RouterInner {
-    traces: Mutex<HashMap<TraceId, Vec<SpanData>>>,
+    traces: Mutex<HashMap<TraceId, RoutedTrace>>,
     ended: AtomicU64,
     unattributed: AtomicU64,
+}
+
+/// One registered trace: its spans so far, and a notification for each one that arrives.
+#[derive(Debug, Default)]
+struct RoutedTrace {
+    spans: Vec<SpanData>,
+    arrived: Arc<tokio::sync::Notify>,
 }
 
 impl SpanRouter {
@@ -398,7 +418,7 @@ impl SpanRouter {
         SpanRouter::default()
     }
 
-    fn traces(&self) -> MutexGuard<'_, HashMap<TraceId, Vec<SpanData>>> {
+    fn traces(&self) -> MutexGuard<'_, HashMap<TraceId, RoutedTrace>> {
         self.inner.traces.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -421,7 +441,12 @@ impl SpanRouter {
     }
 
     fn spans_of(&self, trace: TraceId) -> Vec<SpanData> {
-        self.traces().get(&trace).cloned().unwrap_or_default()
+        self.traces().get(&trace).map(|t| t.spans.clone()).unwrap_or_default()
+    }
+
+    /// Notified (one permit kept) whenever a span of `trace` arrives.
+    fn arrivals(&self, trace: TraceId) -> Option<Arc<tokio::sync::Notify>> {
+        self.traces().get(&trace).map(|t| t.arrived.clone())
     }
 }
 
@@ -431,7 +456,10 @@ impl SpanProcessor for SpanRouter {
     fn on_end(&self, span: SpanData) {
         self.inner.ended.fetch_add(1, Ordering::Relaxed);
         match self.traces().get_mut(&span.span_context.trace_id()) {
-            Some(spans) => spans.push(span),
+            Some(trace) => {
+                trace.spans.push(span);
+                trace.arrived.notify_one();
+            }
             None => {
                 self.inner.unattributed.fetch_add(1, Ordering::Relaxed);
             }
@@ -485,7 +513,13 @@ impl SpanSource for InMemoryExecution {
     }
 
     fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
-        Box::pin(settle_spans(|| self.spans(), self.source.messages, self.key.span_id))
+        let arrivals = self.source.router.as_ref().and_then(|r| r.arrivals(self.key.trace_id));
+        Box::pin(settle_spans(
+            || self.spans(),
+            self.source.messages,
+            self.key.span_id,
+            arrivals,
+        ))
     }
 
     fn execution_context(&self, cx: opentelemetry::Context) -> opentelemetry::Context {
@@ -524,7 +558,7 @@ impl SpanSource for InMemorySpans {
                 .get_finished_spans()
                 .map_err(|e| SourceError::Backend(e.to_string()))
         };
-        Box::pin(settle_spans(spans, self.messages, SpanId::INVALID))
+        Box::pin(settle_spans(spans, self.messages, SpanId::INVALID, None))
     }
 
     /// The execution's spans: those of its trace, from the router when there is one, otherwise filtered
