@@ -14,7 +14,11 @@
 //!   faults not injected) or whose spans did not settle ([`Report`], JSON and terminal, replayable; a replay
 //!   that does not inject its whole plan is an error, [`SearchError::Unreached`]);
 //! - the brute-force [`Oracle`] runs every combination of observed indexes, to check that the search is
-//!   complete and non-redundant ([`oracle`] has the example that checks a search against it).
+//!   complete and non-redundant ([`oracle`] has the example that checks a search against it);
+//! - [`SearchOptions::parallelism`] runs several executions at once, each its own root, plan and trace
+//!   ([`SpanSource::execution`], [`SpanRouter`]; a test can be [serial-only](FunctionalTest::serial_only));
+//! - for CI: [`Report::write_junit`] ([`junit`]) and [`Search::assert_exhaustive`] ([`assert`]), which fails
+//!   a `cargo test` with one block per failing execution and a replay command.
 //!
 //! With feature `testing`, [`testing::in_process_spans`] sets up the span source for services in the test's
 //! process in one call. A first search from start to finish, with HTTP services, the layers and the oracle's
