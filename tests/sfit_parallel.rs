@@ -25,7 +25,8 @@ fn listing(report: &Report) -> Vec<String> {
         .executions
         .iter()
         .map(|e| {
-            let faults = |v: &[dei_sfit::PlannedFault]| v.iter().map(|p| format!("{}:{}", p.index, p.fault)).collect::<Vec<_>>();
+            let faults =
+                |v: &[dei_sfit::PlannedFault]| v.iter().map(|p| format!("{}:{}", p.index, p.fault)).collect::<Vec<_>>();
             format!(
                 "#{} plan {:?} effective {:?} pass={} redundant={:?}",
                 e.number,
@@ -41,7 +42,10 @@ fn listing(report: &Report) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cinema10_in_parallel_matches_the_sequential_search_20_times_in_both_orders() {
     let spans = common::spans();
-    let router = spans.router().cloned().expect("the examples' telemetry has a span router");
+    let router = spans
+        .router()
+        .cloned()
+        .expect("the examples' telemetry has a span router");
     let source: Arc<dyn SpanSource> = Arc::new(spans);
     let config = dei_instrumentation::DeiConfig::builder()
         .faults(dei_instrumentation::Faults::Accept)
@@ -88,7 +92,12 @@ async fn cinema10_in_parallel_matches_the_sequential_search_20_times_in_both_ord
             );
             // each execution saw only its own RPCs: the same observations as the sequential search's
             for (p, s) in report.executions.iter().zip(&sequential.executions) {
-                assert_eq!(p.rpcs.len(), s.rpcs.len(), "{what}: #{}\n{report}\n{sequential}", p.number);
+                assert_eq!(
+                    p.rpcs.len(),
+                    s.rpcs.len(),
+                    "{what}: #{}\n{report}\n{sequential}",
+                    p.number
+                );
                 assert_eq!(p.outcome, s.outcome, "{what}: #{}", p.number);
             }
             assert_eq!(listing(&report), listing(&sequential), "{what}: the canonical report");

@@ -56,6 +56,19 @@ fn check(report: &Report, truth: &BTreeSet<FaultSet>, what: &str) {
     );
     // A has no fallback: failing the stream or either message fails the test
     assert_eq!(report.failing().len(), 3, "{what}\n{report}");
+    // a fault on a message says which message it hit
+    let text = format!("{report}");
+    for e in &report.executions {
+        for p in &e.effective {
+            let rpc = e.rpcs.iter().find(|r| r.index == p.index).expect("the faulted RPC");
+            if rpc.parent.is_some_and(|s| e.rpcs[s].index.is_preliminary()) && !rpc.index.is_preliminary() {
+                let k = rpc
+                    .message
+                    .unwrap_or_else(|| panic!("{what}: no message number on {rpc:?}"));
+                assert!(text.contains(&format!("@{}[message {k}]:", p.index)), "{what}\n{text}");
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

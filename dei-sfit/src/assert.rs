@@ -81,8 +81,8 @@ pub fn check_exhaustive(report: &Report, replay: &ReplayCommand) -> Result<(), S
                 e.unreached.len(),
                 e.plan.len()
             );
-            let _ = writeln!(b, "  planned:      {}", faults_label(&e.plan));
-            let _ = writeln!(b, "  not injected: {}", faults_label(&e.unreached));
+            let _ = writeln!(b, "  planned:      {}", faults_label(None, &e.plan));
+            let _ = writeln!(b, "  not injected: {}", faults_label(None, &e.unreached));
             if let TestOutcome::Fail { message } = &e.outcome {
                 let _ = writeln!(b, "  assertion:    {message} (which does not test the plan)");
             }

@@ -41,31 +41,45 @@ impl ReplayCommand {
     }
 }
 
-/// `signature@index:fault`, the form the terminal report uses.
-pub(crate) fn fault_label(p: &PlannedFault) -> String {
+/// `signature@index:fault`, the form the terminal report uses; `signature@index[message k, payload "…"]:fault`
+/// when `e` observed the target as the k-th message of a stream, or with a payload preview.
+pub(crate) fn fault_label(e: Option<&ExecutionRecord>, p: &PlannedFault) -> String {
     let sig = if p.signature.is_empty() {
         "?"
     } else {
         p.signature.as_str()
     };
-    format!("{sig}@{}:{}", p.index, p.fault)
+    let rpc = e.and_then(|e| e.rpcs.iter().find(|r| r.index == p.index));
+    let mut what = Vec::new();
+    if let Some(k) = rpc.and_then(|r| r.message) {
+        what.push(format!("message {k}"));
+    }
+    if let Some(preview) = rpc.and_then(|r| r.payload_preview.as_ref()) {
+        what.push(format!("payload {preview:?}"));
+    }
+    let what = if what.is_empty() {
+        String::new()
+    } else {
+        format!("[{}]", what.join(", "))
+    };
+    format!("{sig}@{}{what}:{}", p.index, p.fault)
 }
 
 /// A list of faults as `a + b + c`, or `no faults`.
-pub(crate) fn faults_label(faults: &[PlannedFault]) -> String {
+pub(crate) fn faults_label(e: Option<&ExecutionRecord>, faults: &[PlannedFault]) -> String {
     if faults.is_empty() {
         "no faults".to_string()
     } else {
-        faults.iter().map(fault_label).collect::<Vec<_>>().join(" + ")
+        faults.iter().map(|p| fault_label(e, p)).collect::<Vec<_>>().join(" + ")
     }
 }
 
 /// The test case's name: the injected faults, or the plan when some of it was not injected.
 pub(crate) fn case_name(e: &ExecutionRecord) -> String {
     if e.unreached.is_empty() {
-        faults_label(&e.effective)
+        faults_label(Some(e), &e.effective)
     } else {
-        format!("planned {}", faults_label(&e.plan))
+        format!("planned {}", faults_label(None, &e.plan))
     }
 }
 
@@ -104,7 +118,7 @@ pub(crate) fn failure_block(e: &ExecutionRecord, message: &str, replay: &str) ->
     } else {
         let _ = writeln!(text, "injected faults:");
         for p in &e.effective {
-            let _ = writeln!(text, "  {}", fault_label(p));
+            let _ = writeln!(text, "  {}", fault_label(Some(e), p));
         }
     }
     let _ = writeln!(text, "plan (dei-faults wire form): {}", e.plan_wire);
@@ -171,7 +185,7 @@ impl Report {
                     "{} of {} planned fault(s) not injected: {}",
                     e.unreached.len(),
                     e.plan.len(),
-                    faults_label(&e.unreached)
+                    faults_label(None, &e.unreached)
                 );
                 if let TestOutcome::Fail { message } = &e.outcome {
                     let _ = write!(reason, "; the test failed ({message}), which does not test the plan");
@@ -196,7 +210,7 @@ impl Report {
                 "execution #{}: {} RPC(s) observed; plan {}",
                 e.number,
                 e.rpcs.len(),
-                faults_label(&e.plan)
+                faults_label(None, &e.plan)
             );
             if let Some(r) = e.redundant_with {
                 let _ = write!(out, "; REDUNDANT: the same effective fault set as #{r}");

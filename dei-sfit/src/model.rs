@@ -143,6 +143,7 @@ impl Caller {
                     return Err(fault);
                 }
                 let k = arrivals.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                self.recorder.set_message(position, k);
                 let served_under = pre_index.stream_message(k);
                 self.recorder.map_stream(served_under.clone(), final_index);
                 let result = serve(self.callee(served_under, position), m.to_string()).await;

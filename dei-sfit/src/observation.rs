@@ -86,6 +86,28 @@ pub struct ObservedRpc {
     /// The same RPC's index under the reference instantiation (the full DEI), for judging coarser ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<Index>,
+    /// On a stream message: its 1-based number on the stream (the callee served it as the k-th message),
+    /// when the source knows it; tells a reader which message a fault on it hit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<u32>,
+    /// The start of the request's payload as text (at most [`PAYLOAD_PREVIEW_CHARS`] characters), when the
+    /// services record payloads (`dei.payload`, off by default: `DeiConfig::builder().record_payloads(true)`)
+    /// and the source reads them (the in-memory source does); tells a reader which call a fault hit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_preview: Option<String>,
+}
+
+/// How many characters of a recorded payload an [`ObservedRpc`] keeps as its preview.
+pub const PAYLOAD_PREVIEW_CHARS: usize = 64;
+
+/// The first [`PAYLOAD_PREVIEW_CHARS`] characters of `payload`, with `…` when it was longer.
+pub fn payload_preview(payload: &str) -> String {
+    let mut chars = payload.chars();
+    let mut out: String = chars.by_ref().take(PAYLOAD_PREVIEW_CHARS).collect();
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
 }
 
 fn default_true() -> bool {
@@ -282,6 +304,8 @@ mod tests {
             rewritten: false,
             injectable: true,
             reference: None,
+            message: None,
+            payload_preview: None,
         }
     }
 

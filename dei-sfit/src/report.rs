@@ -1,6 +1,7 @@
 //! Reports: per functional test, every execution with its plan, effective faults and outcome; printed in the
 //! terminal and saved as JSON, from which a failing execution can be replayed.
 
+use crate::junit::fault_label;
 use crate::observation::ObservedRpc;
 use crate::search::{SearchError, SearchOptions};
 use crate::test::PlannedFault;
@@ -336,15 +337,6 @@ impl Report {
     }
 }
 
-fn short(p: &PlannedFault) -> String {
-    let sig = if p.signature.is_empty() {
-        "?"
-    } else {
-        p.signature.as_str()
-    };
-    format!("{sig}@{}:{}", p.index, p.fault)
-}
-
 impl fmt::Display for Report {
     /// The terminal form: a summary, then one line per execution.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -401,7 +393,7 @@ impl fmt::Display for Report {
             )?;
         }
         for e in &self.executions {
-            let eff: Vec<String> = e.effective.iter().map(short).collect();
+            let eff: Vec<String> = e.effective.iter().map(|p| fault_label(Some(e), p)).collect();
             write!(
                 f,
                 "  #{:<4} {:<4} rpcs {:<3} faults [{}]",
@@ -414,7 +406,11 @@ impl fmt::Display for Report {
                 write!(
                     f,
                     " unreached [{}]",
-                    e.unreached.iter().map(short).collect::<Vec<_>>().join(", ")
+                    e.unreached
+                        .iter()
+                        .map(|p| fault_label(None, p))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )?;
             }
             if !e.multiply_injected.is_empty() {

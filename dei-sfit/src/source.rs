@@ -33,6 +33,9 @@ pub mod attr {
     pub const SIGNATURE: &str = "dei.signature";
     /// SHA-256 of the payload, hex.
     pub const PAYLOAD_DIGEST: &str = "dei.payload.digest";
+    /// The raw payload (lossy UTF-8, bounded), recorded only when the services turn it on
+    /// (`DeiConfig::builder().record_payloads(true)`).
+    pub const PAYLOAD: &str = "dei.payload";
     /// SHA-256 of the call stack, hex.
     pub const STACK_DIGEST: &str = "dei.stack.digest";
     /// The injected fault, wire form (`g14`, `h503`, `c`, `l250`).
@@ -195,6 +198,8 @@ impl Recorder {
             rewritten: false,
             injectable: true,
             reference: None,
+            message: None,
+            payload_preview: None,
         });
         obs.rpcs.len() - 1
     }
@@ -206,6 +211,13 @@ impl Recorder {
             rpc.fault = fault;
             rpc.outcome = outcome;
             rpc.end = next_tick();
+        }
+    }
+
+    /// Records the stream message number of the RPC at `position` (a message the callee served k-th).
+    pub fn set_message(&self, position: usize, k: u32) {
+        if let Some(rpc) = self.lock().rpcs.get_mut(position) {
+            rpc.message = Some(k);
         }
     }
 
@@ -742,6 +754,8 @@ pub fn observation_from_spans_with(spans: &[SpanData], messages_targeting: Messa
                     rewritten: false,
                     injectable: messages_targeting == MessageTargeting::Targeted,
                     reference: None,
+                    message: k,
+                    payload_preview: None,
                 });
             }
         }
@@ -757,6 +771,8 @@ pub fn observation_from_spans_with(spans: &[SpanData], messages_targeting: Messa
             rewritten: false,
             injectable: true,
             reference: None,
+            message: None,
+            payload_preview: attr_str(a, attr::PAYLOAD).map(|p| crate::observation::payload_preview(&p)),
         });
     }
     // positions: the RPC spans first, in `rpc_spans` order (every one decodes: `is_rpc` checked), then the

@@ -58,6 +58,8 @@ async fn spans_become_an_observation() {
             KeyValue::new(attr::INDEX, b.encode()),
             KeyValue::new(attr::SIGNATURE, "svc.B/Get"),
             KeyValue::new(attr::FAULT, "g14"),
+            // recorded only when the services turn payloads on; the preview keeps its start
+            KeyValue::new(attr::PAYLOAD, format!("{{\"user\":\"chris\"}}{}", "x".repeat(200))),
         ])
         .start_with_context(&tracer, &cx_s);
     opentelemetry::trace::Span::end(&mut client_b);
@@ -118,6 +120,16 @@ async fn spans_become_an_observation() {
         "B's parent RPC is A, through A's server span"
     );
     assert_eq!(obs.rpcs[pb].fault, Some(Fault::UNAVAILABLE));
+    let preview = obs.rpcs[pb].payload_preview.as_deref().expect("a payload preview");
+    assert!(
+        preview.starts_with("{\"user\":\"chris\"}xxx") && preview.ends_with('…'),
+        "{preview}"
+    );
+    assert_eq!(
+        preview.chars().count(),
+        dei_sfit::observation::PAYLOAD_PREVIEW_CHARS + 1
+    );
+    assert_eq!(obs.rpcs[pa].payload_preview, None, "no payload recorded, no preview");
     assert_eq!(obs.rpcs[pb].outcome, Outcome::Err { code: "g14".into() });
     assert_eq!(obs.rpcs[pc].fault, None, "a malformed fault is ignored");
     assert_eq!(obs.rpcs[pc].outcome, Outcome::Err { code: "g13".into() });
@@ -127,6 +139,7 @@ async fn spans_become_an_observation() {
         "messages are targeted by default"
     );
     assert_eq!(message.fault, None);
+    assert_eq!(message.message, Some(1), "the message's number on its stream");
     assert_eq!(obs.rpcs[message.parent.expect("parent")].index, pre);
     // the callee served message 1 under the preliminary index counted up by 1
     assert_eq!(obs.streams[0].preliminary, pre.stream_message(1));

@@ -522,6 +522,9 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
                 .any(|m| m.depth() < index.depth() && index.starts_with(m)),
             injectable: true,
             reference: None,
+            message: None,
+            // the trace view carries the payload's digest, not the payload
+            payload_preview: None,
         });
     }
     for (stream, m, index) in messages {
@@ -538,6 +541,8 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
             rewritten: false,
             injectable: messages_targeting == MessageTargeting::Targeted,
             reference: None,
+            message: m.k,
+            payload_preview: None,
         });
     }
     obs
