@@ -111,8 +111,11 @@ pub(crate) fn strip_dei(headers: &mut http::HeaderMap) {
 pub(crate) struct Outgoing {
     /// The issued index; keep it until the call completes.
     pub(crate) issued: IssuedIndex,
-    /// The context to inject: the client span, the index, the fault plan and the baggage.
-    pub(crate) inject_cx: Context,
+    /// The context to inject (the client span, the fault plan and the baggage), with the index: see
+    /// [`Outgoing::inject`].
+    inject_cx: Context,
+    /// The index's wire form.
+    wire: std::sync::Arc<str>,
     /// What to do about a planned fault.
     pub(crate) action: Action,
     /// The scope the index came from (streams issue their messages' final indexes from it).
@@ -164,15 +167,14 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call
     } else {
         cx.clone()
     };
-    let inject_cx = base.with_dei_index(issued.index().clone());
+    // The index goes on the wire without a context of its own (`inject_with_index`): one allocation for its
+    // wire form, shared with `dei.index`, instead of a copy of the context.
+    let inject_cx = base;
+    let wire = issued.index().encode_shared();
     let pending = record.then(|| {
-        let wire = inject_cx
-            .dei_index_wire()
-            .cloned()
-            .unwrap_or_else(|| issued.index().encode().into());
         let mut attributes = span::Attributes::new();
         attributes.push(span::SIGNATURE, call.signature.name_shared());
-        attributes.index(issued.index(), wire, scope.instantiation());
+        attributes.index(issued.index(), wire.clone(), scope.instantiation());
         attributes.payload(&call.payload, call.raw_payload.filter(|_| config.record_payloads()));
         attributes.stack(call.stack, config.stack_frames());
         if let Some(f) = fault {
@@ -186,11 +188,21 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call
     Outgoing {
         issued,
         inject_cx,
+        wire,
         action: Action::for_fault(fault),
         scope,
         otel,
         record,
         pending,
+    }
+}
+
+impl Outgoing {
+    /// Injects the call's context and its index through the global propagator into an HTTP header map.
+    pub(crate) fn inject(&self, headers: &mut http::HeaderMap) {
+        opentelemetry::global::get_text_map_propagator(|p| {
+            dei_propagator::inject_with_index(p, &self.inject_cx, &self.wire, &mut HeaderInjector(headers))
+        });
     }
 }
 

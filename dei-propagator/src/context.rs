@@ -24,6 +24,56 @@ pub(crate) fn with_decoded_index(cx: &Context, index: Index, wire: &str) -> Cont
     })
 }
 
+thread_local! {
+    /// The wire form of the index that [`inject_with_index`] is writing on this thread, in place of the
+    /// context's.
+    static OUTGOING: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The index an [`inject_with_index`] call on this thread is writing, if one is under way.
+pub(crate) fn outgoing_wire() -> Option<Arc<str>> {
+    OUTGOING.try_with(|o| o.borrow().clone()).ok().flatten()
+}
+
+/// Restores the previous outgoing index when an [`inject_with_index`] call ends (however it ends).
+struct Restore(Option<Arc<str>>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        let _ = OUTGOING.try_with(|o| *o.borrow_mut() = previous);
+    }
+}
+
+/// Injects `cx` through `propagator` as if `cx` carried the index whose wire form is `wire` as its
+/// [`dei_index`](DeiContextExt::dei_index): what an instrumentation does for every outgoing call, without
+/// building a context for it (a context value costs a copy of the context's map and two allocations). The
+/// [`DeiPropagator`](crate::DeiPropagator) (alone or in a composite) writes `wire`; any other propagator
+/// sees `cx` as it is.
+///
+/// ```
+/// use dei_propagator::{DeiContextExt, Index, inject_with_index};
+/// use opentelemetry::Context;
+/// use std::collections::HashMap;
+/// let index = Index::decode("1.AQEBAQEBAQE1").unwrap();
+/// let mut headers = HashMap::new();
+/// inject_with_index(&dei_propagator::composite_propagator(), &Context::new(), &index.encode_shared(), &mut headers);
+/// assert_eq!(headers["dei"], "1.AQEBAQEBAQE1");
+/// ```
+pub fn inject_with_index(
+    propagator: &dyn opentelemetry::propagation::TextMapPropagator,
+    cx: &Context,
+    wire: &Arc<str>,
+    injector: &mut dyn opentelemetry::propagation::Injector,
+) {
+    let previous = OUTGOING
+        .try_with(|o| o.borrow_mut().replace(wire.clone()))
+        .ok()
+        .flatten();
+    let _restore = Restore(previous);
+    propagator.inject_context(cx, injector);
+}
+
 mod sealed {
     /// Only [`opentelemetry::Context`] implements [`super::DeiContextExt`].
     pub trait Sealed {}

@@ -183,6 +183,11 @@ impl Index {
             .collect()
     }
 
+    /// [`encode`](Self::encode) as a shared string, in one allocation.
+    pub fn encode_shared(&self) -> std::sync::Arc<str> {
+        crate::wire::encode_shared(self)
+    }
+
     /// The wire form (docs/wire-format.md).
     pub fn encode(&self) -> String {
         wire::encode(self)

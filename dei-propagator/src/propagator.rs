@@ -314,8 +314,10 @@ impl TextMapPropagator for DeiPropagator {
     /// as a whole `baggage` header: the context's other baggage entries (with their properties) followed by
     /// ours, replacing any `dei`/`dei-faults` entries the context's baggage held (an incoming request's).
     fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
-        // The index's wire form, encoded at most once per context value (on first use).
-        let index: Option<&str> = cx.dei_index_wire().map(|w| &**w);
+        // The index of the call being sent (`inject_with_index`), else the context's, whose wire form is encoded
+        // at most once per context value (on first use).
+        let outgoing = crate::context::outgoing_wire();
+        let index: Option<&str> = outgoing.as_deref().or_else(|| cx.dei_index_wire().map(|w| &**w));
         let plan = cx.fault_plan().filter(|p| !p.is_empty()).map(|p| p.encode());
         let plan = plan.as_deref();
         if index.is_none() && plan.is_none() {

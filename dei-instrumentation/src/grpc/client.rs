@@ -128,6 +128,8 @@ where
         let method = self.config.grpc_method(request.uri().path());
         let kind = method.kind;
         let (service, rpc_method) = method.service_and_method();
+        // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
+        // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(
             target: "dei",
             "grpc.client",
@@ -137,6 +139,18 @@ where
             rpc.service = service,
             rpc.method = rpc_method,
             server.address = tracing::field::Empty,
+            dei.signature = tracing::field::Empty,
+            dei.index = tracing::field::Empty,
+            dei.count = tracing::field::Empty,
+            dei.depth = tracing::field::Empty,
+            dei.instantiation = tracing::field::Empty,
+            dei.payload.digest = tracing::field::Empty,
+            dei.stack.digest = tracing::field::Empty,
+            dei.stack.mode = tracing::field::Empty,
+            dei.stack.walker = tracing::field::Empty,
+            dei.stack = tracing::field::Empty,
+            dei.ambiguous = tracing::field::Empty,
+            rpc.grpc.status_code = tracing::field::Empty,
         );
         // A generated client's requests carry only the path; the channel adds the authority later.
         if let Some(host) = request.uri().host() {
@@ -233,7 +247,7 @@ struct CallInfo {
 
 /// What the first frames of a request body showed.
 struct Probe {
-    frames: VecDeque<Result<Frame<Bytes>, Status>>,
+    frames: Buffered,
     first: Option<(PayloadDigest, Vec<u8>)>,
     messages: usize,
     ended: bool,
@@ -243,7 +257,7 @@ struct Probe {
 impl Probe {
     fn new(keep: usize) -> Self {
         Probe {
-            frames: VecDeque::new(),
+            frames: Buffered::default(),
             first: None,
             messages: 0,
             ended: false,
@@ -289,6 +303,34 @@ impl Probe {
     }
 }
 
+type BodyItem = Result<Frame<Bytes>, Status>;
+
+/// Frames read from a request body before it was handed on, in order: the first one (a unary call's only
+/// one) without an allocation of its own.
+#[derive(Default)]
+struct Buffered {
+    first: Option<BodyItem>,
+    rest: VecDeque<BodyItem>,
+}
+
+impl Buffered {
+    fn push_back(&mut self, item: BodyItem) {
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first = Some(item);
+        } else {
+            self.rest.push_back(item);
+        }
+    }
+
+    fn pop_front(&mut self) -> Option<BodyItem> {
+        self.first.take().or_else(|| self.rest.pop_front())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none() && self.rest.is_empty()
+    }
+}
+
 /// A call ready to go: its index issued, its request built (the headers still to inject).
 struct ReadyCall {
     parts: http::request::Parts,
@@ -323,7 +365,7 @@ fn prepare<B>(
     };
     let (buffered, first, rest_done) = match probe {
         Some(p) => (p.frames, p.first, p.ended),
-        None => (VecDeque::new(), None, false),
+        None => (Buffered::default(), None, false),
     };
     let span = info.span;
     let (payload, raw) = match (streaming, first) {
@@ -393,7 +435,7 @@ fn prepare<B>(
         sleep: None,
         cut: false,
     };
-    outgoing::inject(&out.inject_cx, &mut parts.headers);
+    out.inject(&mut parts.headers);
     Prepared::Send(ReadyCall {
         parts,
         body,
@@ -648,7 +690,7 @@ impl StreamTap {
 
 /// The outgoing request body: frames read while probing, then the rest, each observed by the stream tap.
 struct OutboundBody {
-    buffered: VecDeque<Result<Frame<Bytes>, Status>>,
+    buffered: Buffered,
     rest: Body,
     /// The probe saw the end of `rest`: it is not polled again.
     rest_done: bool,

@@ -95,6 +95,8 @@ where
         let method = self.config.grpc_method(path);
         let kind = method.kind;
         let (service, rpc_method) = method.service_and_method();
+        // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
+        // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(
             target: "dei",
             "grpc.server",
@@ -103,6 +105,13 @@ where
             rpc.system = "grpc",
             rpc.service = service,
             rpc.method = rpc_method,
+            dei.signature = tracing::field::Empty,
+            dei.index = tracing::field::Empty,
+            dei.count = tracing::field::Empty,
+            dei.depth = tracing::field::Empty,
+            dei.instantiation = tracing::field::Empty,
+            dei.payload.digest = tracing::field::Empty,
+            rpc.grpc.status_code = tracing::field::Empty,
         );
         let single_request = kind == Some(MethodKind::ServerStreaming);
         let opened = incoming::open(

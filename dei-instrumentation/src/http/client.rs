@@ -63,6 +63,8 @@ impl Middleware for DeiReqwestMiddleware {
         };
         let method = request.method().as_str().to_string();
         let signature = Signature::http(&method, &format!("{authority}{}", url.path()));
+        // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
+        // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(
             target: "dei",
             "http.client",
@@ -72,6 +74,17 @@ impl Middleware for DeiReqwestMiddleware {
             url.full = %url,
             server.address = url.host_str().unwrap_or(""),
             http.response.status_code = tracing::field::Empty,
+            dei.signature = tracing::field::Empty,
+            dei.index = tracing::field::Empty,
+            dei.count = tracing::field::Empty,
+            dei.depth = tracing::field::Empty,
+            dei.instantiation = tracing::field::Empty,
+            dei.payload.digest = tracing::field::Empty,
+            dei.stack.digest = tracing::field::Empty,
+            dei.stack.mode = tracing::field::Empty,
+            dei.stack.walker = tracing::field::Empty,
+            dei.stack = tracing::field::Empty,
+            dei.ambiguous = tracing::field::Empty,
         );
         let otel = OtelSpan::of(&span);
         let (cx, scoped) = crate::caller::caller_lookup();
@@ -139,7 +152,7 @@ impl Middleware for DeiReqwestMiddleware {
             Action::Delay(d) => tokio::time::sleep(d).await,
             Action::Send => {}
         }
-        outgoing::inject(&out.inject_cx, request.headers_mut());
+        out.inject(request.headers_mut());
         let result = next.run(request, extensions).instrument(span.clone()).await;
         match &result {
             Ok(response) => {

@@ -88,6 +88,8 @@ where
             .unwrap_or_else(|| request.uri().path().to_string());
         let method = request.method().as_str().to_string();
         let signature = Signature::http(&method, &route);
+        // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
+        // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(
             target: "dei",
             "http.server",
@@ -97,6 +99,12 @@ where
             http.route = %route,
             url.path = request.uri().path(),
             http.response.status_code = tracing::field::Empty,
+            dei.signature = tracing::field::Empty,
+            dei.index = tracing::field::Empty,
+            dei.count = tracing::field::Empty,
+            dei.depth = tracing::field::Empty,
+            dei.instantiation = tracing::field::Empty,
+            dei.payload.digest = tracing::field::Empty,
         );
         let opened = incoming::open(&self.config, self.incoming, request.headers(), &signature, &span, false);
         let cap = self.config.payload_digest_cap();
