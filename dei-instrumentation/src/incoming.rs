@@ -106,7 +106,9 @@ pub(crate) fn open(
             &edge
         }
     };
-    let mut parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(extractor));
+    // The index comes back beside the context rather than in it: the request's scope holds it.
+    let (mut parent, extracted) =
+        opentelemetry::global::get_text_map_propagator(|p| dei_propagator::extract_with_index(p, extractor));
     let mut plan_dropped = false;
     if config.faults() == Faults::Refuse
         && let Some(plan) = parent.fault_plan().filter(|p| !p.is_empty())
@@ -136,7 +138,10 @@ pub(crate) fn open(
             path: Path::Off,
         };
     }
-    let index = parent.dei_index().cloned().unwrap_or_default();
+    let (index, wire) = match extracted {
+        Some((index, wire)) => (index, Some(wire)),
+        None => (Index::default(), None),
+    };
     let prefix = if single_request && index.opens_stream() {
         index.stream_message(1)
     } else {
@@ -155,10 +160,7 @@ pub(crate) fn open(
         _ => Path::Lean,
     };
     if path == Path::Full {
-        let wire = match context.dei_index_wire() {
-            Some(wire) => wire.clone(),
-            None => root_wire(),
-        };
+        let wire = wire.unwrap_or_else(root_wire);
         let mut attributes = span::Attributes::new();
         attributes.push(span::SIGNATURE, signature.name_shared());
         attributes.index(&index, wire, config.instantiation());

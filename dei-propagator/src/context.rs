@@ -74,6 +74,64 @@ pub fn inject_with_index(
     propagator.inject_context(cx, injector);
 }
 
+/// An index read by an [`extract_with_index`] call: the index and its wire form.
+type Extracted = Option<(Index, Arc<str>)>;
+
+thread_local! {
+    /// While an [`extract_with_index`] call runs on this thread: `Some`, holding the index it read, if any.
+    static CAPTURE: std::cell::RefCell<Option<Extracted>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Hands an extracted index to the [`extract_with_index`] call under way on this thread; gives it back when
+/// there is none (the propagator then puts it in the context).
+pub(crate) fn capture_extracted(index: Index, wire: &str) -> Option<Index> {
+    let mut index = Some(index);
+    let _ = CAPTURE.try_with(|c| {
+        if let Some(slot) = &mut *c.borrow_mut() {
+            *slot = index.take().map(|i| (i, Arc::from(wire)));
+        }
+    });
+    index
+}
+
+/// Restores an outer [`extract_with_index`] call's slot when an inner one ends (however it ends).
+struct RestoreCapture(Option<Extracted>);
+
+impl Drop for RestoreCapture {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        let _ = CAPTURE.try_with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+/// Extracts through `propagator` as [`TextMapPropagator::extract`] does, except that the index the
+/// [`DeiPropagator`](crate::DeiPropagator) reads is handed back with its wire form instead of being put in the
+/// context (a context value costs a copy of the context's map and two allocations): for a server that opens
+/// the request's scope with it at once. The fault plan, the trace context and the baggage are in the context
+/// as usual.
+///
+/// ```
+/// use dei_propagator::{DeiContextExt, extract_with_index};
+/// use std::collections::HashMap;
+/// let headers = HashMap::from([("dei".to_string(), "1.AQEBAQEBAQE1".to_string())]);
+/// let (cx, index) = extract_with_index(&dei_propagator::composite_propagator(), &headers);
+/// let (index, wire) = index.expect("an index");
+/// assert_eq!((index.encode(), &*wire), ("1.AQEBAQEBAQE1".to_string(), "1.AQEBAQEBAQE1"));
+/// assert!(cx.dei_index().is_none());
+/// ```
+///
+/// [`TextMapPropagator::extract`]: opentelemetry::propagation::TextMapPropagator::extract
+pub fn extract_with_index(
+    propagator: &dyn opentelemetry::propagation::TextMapPropagator,
+    extractor: &dyn opentelemetry::propagation::Extractor,
+) -> (Context, Extracted) {
+    let previous = CAPTURE.try_with(|c| c.borrow_mut().replace(None)).ok().flatten();
+    let _restore = RestoreCapture(previous);
+    let cx = propagator.extract(extractor);
+    let extracted = CAPTURE.try_with(|c| c.borrow_mut().take()).ok().flatten().flatten();
+    (cx, extracted)
+}
+
 mod sealed {
     /// Only [`opentelemetry::Context`] implements [`super::DeiContextExt`].
     pub trait Sealed {}

@@ -409,7 +409,9 @@ impl TextMapPropagator for DeiPropagator {
         let index = read(extractor, &baggage, INDEX_KEY, (Source::Header, Source::Baggage), |v| {
             wire::decode(v, &self.limits).map_err(|e| e.to_string())
         });
-        if let Some((index, wire)) = index {
+        if let Some((index, wire)) = index
+            && let Some(index) = crate::context::capture_extracted(index, wire)
+        {
             out = crate::context::with_decoded_index(&out, index, wire);
         }
         let plan = read(
