@@ -7,6 +7,7 @@
 use crate::counters::Counters;
 use crate::graph::{GraphConfig, ServiceGraph};
 use crate::span_record::{SpanRecord, StreamMapping, TraceId};
+use crate::tree::stacks::StackFrames;
 use crate::tree::traces::{MessageOf, StreamMessage, TraceStore, TraceStoreConfig};
 use crate::tree::{PrefixTree, bump};
 use dei_propagator::Index;
@@ -23,6 +24,8 @@ pub struct AnalyzerConfig {
     pub traces: TraceStoreConfig,
     /// Most prefix-tree nodes.
     pub max_nodes: usize,
+    /// Most distinct call stacks whose readable frames are kept.
+    pub max_stacks: usize,
 }
 
 impl Default for AnalyzerConfig {
@@ -31,6 +34,7 @@ impl Default for AnalyzerConfig {
             graph: GraphConfig::default(),
             traces: TraceStoreConfig::default(),
             max_nodes: 100_000,
+            max_stacks: crate::tree::stacks::DEFAULT_MAX_STACKS,
         }
     }
 }
@@ -44,6 +48,8 @@ pub struct Analyzer {
     pub tree: PrefixTree,
     /// Retained traces.
     pub traces: TraceStore,
+    /// Readable call stacks by digest (`dei.stack` comes once per stack, `dei.stack.digest` on every span).
+    pub stacks: StackFrames,
     counters: Arc<Counters>,
 }
 
@@ -68,6 +74,7 @@ impl Analyzer {
             graph: ServiceGraph::new(config.graph),
             tree: PrefixTree::new(config.max_nodes),
             traces: TraceStore::new(config.traces),
+            stacks: StackFrames::new(config.max_stacks),
             counters,
         }
     }
@@ -79,10 +86,16 @@ impl Analyzer {
 
     /// Adds spans, then enforces the memory limits.
     pub fn ingest(&mut self, spans: Vec<SpanRecord>, now: Instant) {
+        self.ingest_only(spans, now);
+        self.housekeeping(now);
+    }
+
+    /// Ingests spans without the [housekeeping](Analyzer::housekeeping) that [`Analyzer::ingest`] does
+    /// after them (for a caller that ingests several batches and then keeps house once).
+    pub fn ingest_only(&mut self, spans: Vec<SpanRecord>, now: Instant) {
         for span in spans {
             self.ingest_span(span, now);
         }
-        self.housekeeping(now);
     }
 
     /// Expires unpaired halves, evicts old traces (recording their unresolved preliminary spans) and
@@ -125,6 +138,9 @@ impl Analyzer {
         self.graph.observe(&span, now, &self.counters);
         if span.dei.index.is_none() {
             return;
+        }
+        if let (Some(digest), Some(frames)) = (span.dei.stack_digest, &span.dei.stack) {
+            self.stacks.insert(digest, frames, &self.counters);
         }
         let trace = self.traces.entry(span.trace_id, now);
         if span.start_ns != 0 && (trace.start_ns == 0 || span.start_ns < trace.start_ns) {
@@ -389,6 +405,9 @@ impl Analyzer {
         }
         if s.stack.is_none() {
             s.stack.clone_from(&span.dei.stack);
+        }
+        if s.stack_digest.is_none() {
+            s.stack_digest = span.dei.stack_digest;
         }
         match span.kind {
             k if k.is_callee() => {

@@ -252,7 +252,7 @@ async fn node(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Re
     };
     let a = c.analyzer();
     match a.tree.get(&index) {
-        Some((_, n)) => Json(views::NodeView::of(n)).into_response(),
+        Some((_, n)) => Json(views::NodeView::of(n, &a.stacks)).into_response(),
         None => not_found(format!("no node at {}", index.encode())),
     }
 }
@@ -275,7 +275,7 @@ async fn children(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -
         .skip(offset)
         .take(limit)
         .filter_map(|i| a.tree.node(i))
-        .map(views::NodeView::of)
+        .map(|n| views::NodeView::of(n, &a.stacks))
         .collect();
     Json(list).into_response()
 }

@@ -5,7 +5,7 @@ use crate::analyzer::{Analyzer, AnalyzerConfig};
 use crate::counters::{Counters, RateLimitedLog};
 use crate::forward::{Batch, Forwarder};
 use crate::otlp::{self, Rejection, lite};
-use crate::span_record::{self, AttributeIssue};
+use crate::span_record::{self, AttributeIssue, SpanRecord};
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -90,12 +90,30 @@ impl Accepted {
     }
 }
 
+/// Most spans accepted but not yet analyzed (in the [`Collector`]'s inbox) before a receiver waits for the
+/// analysis to catch up: the bound on the memory that analysis lag may hold.
+pub const ANALYSIS_INBOX_SPANS: usize = 20_000;
+
+/// Accepted spans waiting for the analysis.
+#[derive(Debug, Default)]
+struct Inbox {
+    batches: Vec<(Vec<SpanRecord>, Instant)>,
+    spans: usize,
+}
+
 /// The collector core shared by the receivers and the API.
+///
+/// A receiver never waits for another request's analysis: it puts the records of the spans it accepted
+/// in an inbox, and whichever task holds the analysis state (another receiver, or a query) applies every
+/// batch in the inbox before it lets go. So the analysis runs in large batches on one thread at a time,
+/// while the other threads keep decoding and acknowledging; a query sees every span accepted before it
+/// started. The inbox holds at most [`ANALYSIS_INBOX_SPANS`]; past that a receiver waits its turn.
 #[derive(Debug)]
 pub struct Collector {
     config: IngestConfig,
     counters: Arc<Counters>,
     analyzer: Mutex<Analyzer>,
+    inbox: Mutex<Inbox>,
     forwarder: Option<Forwarder>,
     log: RateLimitedLog,
     receivers_stopped: std::sync::atomic::AtomicBool,
@@ -112,6 +130,7 @@ impl Collector {
     ) -> Self {
         Collector {
             analyzer: Mutex::new(Analyzer::new(analyzer, counters.clone())),
+            inbox: Mutex::default(),
             counters,
             forwarder,
             log: RateLimitedLog::new(Duration::from_secs(5)),
@@ -131,9 +150,67 @@ impl Collector {
         &self.counters
     }
 
-    /// Locks the analysis state (for queries).
+    /// Locks the analysis state (for queries), after applying every span accepted so far.
     pub fn analyzer(&self) -> MutexGuard<'_, Analyzer> {
-        self.analyzer.lock().unwrap_or_else(|p| p.into_inner())
+        let mut analyzer = self.analyzer.lock().unwrap_or_else(|p| p.into_inner());
+        self.drain_inbox(&mut analyzer);
+        analyzer
+    }
+
+    fn lock_inbox(&self) -> MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies the inbox's batches to `analyzer` (whose lock the caller holds), until the inbox is empty.
+    fn drain_inbox(&self, analyzer: &mut Analyzer) {
+        loop {
+            let batches = {
+                let mut inbox = self.lock_inbox();
+                inbox.spans = 0;
+                std::mem::take(&mut inbox.batches)
+            };
+            if batches.is_empty() {
+                return;
+            }
+            let mut last = None;
+            for (records, at) in batches {
+                analyzer.ingest_only(records, at);
+                last = Some(at);
+            }
+            if let Some(at) = last {
+                analyzer.housekeeping(at);
+            }
+        }
+    }
+
+    /// Hands accepted records to the analysis: applies them now if the analysis state is free, else leaves
+    /// them to its holder (who drains the inbox before letting go), waiting only when the inbox is full.
+    fn submit(&self, records: Vec<SpanRecord>) {
+        let mut full = {
+            let mut inbox = self.lock_inbox();
+            inbox.spans += records.len();
+            inbox.batches.push((records, Instant::now()));
+            inbox.spans > ANALYSIS_INBOX_SPANS
+        };
+        loop {
+            let guard = if full {
+                Some(self.analyzer.lock().unwrap_or_else(|p| p.into_inner()))
+            } else {
+                match self.analyzer.try_lock() {
+                    Ok(g) => Some(g),
+                    Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                    Err(std::sync::TryLockError::WouldBlock) => None,
+                }
+            };
+            let Some(mut analyzer) = guard else { return };
+            self.drain_inbox(&mut analyzer);
+            drop(analyzer);
+            // a batch pushed while we held the lock, whose submitter found it taken, is ours to apply
+            if self.lock_inbox().batches.is_empty() {
+                return;
+            }
+            full = false;
+        }
     }
 
     /// Spans in the forwarding queue, counting the batches the workers hold.
@@ -258,7 +335,7 @@ impl Collector {
         Counters::add(&self.counters.requests_accepted, 1);
         Counters::add(&self.counters.spans_received, spans as u64);
         if self.config.analyze {
-            self.analyzer().ingest(records, Instant::now());
+            self.submit(records);
         }
         Ok(Accepted {
             spans,

@@ -86,6 +86,8 @@ counters! {
     forward_spans_sent,
     /// Batches delivered downstream.
     forward_batches_sent,
+    /// Export requests delivered downstream (each carries one or more batches, combined).
+    forward_requests_sent,
     /// Failed downstream attempts that were retried.
     forward_retries,
     /// Spans dropped because the downstream rejected them permanently.
@@ -100,6 +102,8 @@ counters! {
     graph_edges_evicted,
     /// Prefix-tree nodes evicted (oldest leaves) to stay under the node limit.
     tree_nodes_evicted,
+    /// Distinct call stacks whose readable frames were not kept: the stack dictionary was full.
+    stacks_over_limit,
     /// Traces evicted from the per-trace store (by count or by age).
     traces_evicted,
     /// Spans not added to a trace because it had reached its occurrence limit.
@@ -129,6 +133,7 @@ fn counter_help(name: &str) -> &'static str {
         n if n.starts_with("forward_") => "forwarding to the downstream OTLP endpoint",
         n if n.starts_with("graph_") => "service-graph pairing store and edges",
         n if n.starts_with("tree_") || n.starts_with("trace") => "DEI prefix tree and per-trace store",
+        "stacks_over_limit" => "call stacks whose frames were not kept: the stack dictionary was full",
         n if n.starts_with("preliminary_") => "stream index rewriting (preliminary to final)",
         _ => "dei-collector counter",
     }

@@ -39,6 +39,7 @@ pub mod analyzer;
 pub mod api;
 pub mod bench;
 pub mod collector;
+pub mod config_file;
 pub mod counters;
 pub mod forward;
 pub mod graph;

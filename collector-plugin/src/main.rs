@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use collector_plugin::bench::{compare, loadgen, sink};
 use collector_plugin::counters::Counters;
-use collector_plugin::forward::{Downstream, ForwardConfig};
+use collector_plugin::forward::{Downstream, ForwardConfig, ForwardTls};
 use collector_plugin::offline;
 use collector_plugin::server::{self, ServerConfig};
 use dei_propagator::Instantiation;
@@ -33,6 +33,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Receive OTLP (gRPC and HTTP), analyze, forward, and serve the API.
+    #[command(args_override_self = true)]
     Serve(Box<ServeArgs>),
     /// Analyze OTLP/JSON files offline (JSON lines as the Collector's file exporter writes, or one document),
     /// or Jaeger's JSON download.
@@ -47,6 +48,27 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// A YAML file that sets any of these flags (`queue_spans: 50000`), with `${env:VAR}` and
+    /// `${env:VAR:-default}` expanded in its values; flags on the command line win over it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// An extra header on every forwarded request, `NAME=VALUE` (repeatable), e.g. for a backend behind
+    /// authentication: `--forward-header "authorization=Bearer $TOKEN"`.
+    #[arg(long = "forward-header", value_parser = parse_header)]
+    forward_headers: Vec<(String, String)>,
+    /// For an https:// downstream: extra root certificates (PEM), e.g. a private CA's; the system's roots
+    /// are trusted too.
+    #[arg(long)]
+    forward_tls_ca_file: Option<PathBuf>,
+    /// For an https:// downstream: a client certificate chain (PEM), for mutual TLS (with the key file).
+    #[arg(long, requires = "forward_tls_key_file")]
+    forward_tls_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "forward_tls_cert_file")]
+    forward_tls_key_file: Option<PathBuf>,
+    /// The name the downstream's certificate must carry, when it differs from the endpoint's host.
+    #[arg(long)]
+    forward_tls_server_name: Option<String>,
     /// OTLP/gRPC listen address.
     #[arg(long, default_value = "127.0.0.1:4317")]
     grpc_listen: SocketAddr,
@@ -231,6 +253,13 @@ struct BenchArgs {
     /// Print every run and the medians as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Skip the ceiling target (the load generator straight into the sink).
+    #[arg(long)]
+    no_ceiling: bool,
+    /// Refuse to start (exit 2) when the 1-minute load average is above 0.5: figures from a busy machine
+    /// starve every target. Without it, such a run warns and records the load average in its output.
+    #[arg(long)]
+    require_idle: bool,
 }
 
 fn init_logging() {
@@ -246,8 +275,48 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()
 }
 
+/// Parses a `NAME=VALUE` header.
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=VALUE"))?;
+    let name = name.trim();
+    http::HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("header name {name:?}: {e}"))?;
+    http::HeaderValue::from_str(value).map_err(|e| format!("header {name}: value: {e}"))?;
+    Ok((name.to_ascii_lowercase(), value.to_string()))
+}
+
+/// With `serve --config FILE`: the command line again, with the file's flags first (so that the flags
+/// given on the command line win).
+fn with_config_file(cli: Cli) -> Result<Cli, String> {
+    let path = match &cli.command {
+        Command::Serve(a) => match &a.config {
+            Some(p) => p.clone(),
+            None => return Ok(cli),
+        },
+        _ => return Ok(cli),
+    };
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
+    let from_file = collector_plugin::config_file::to_args(&text, |name| std::env::var(name).ok())
+        .map_err(|e| format!("config file {}: {e}", path.display()))?;
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let serve_at = argv
+        .iter()
+        .position(|a| a == "serve")
+        .ok_or("the serve command is missing from the command line")?;
+    let tail = argv.split_off(serve_at + 1);
+    argv.extend(from_file.into_iter().map(Into::into));
+    argv.extend(tail);
+    Cli::try_parse_from(argv).map_err(|e| format!("config file {}: {}", path.display(), e.render()))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match with_config_file(Cli::parse()) {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("dei-collector: {e}");
+            return ExitCode::from(2);
+        }
+    };
     init_logging();
     let result = match cli.command {
         Command::Serve(a) => serve(*a),
@@ -314,6 +383,18 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         (None, Some(h)) => Some(Downstream::Http(h)),
         (None, None) => None,
     };
+    if downstream.is_none()
+        && (!a.forward_headers.is_empty()
+            || a.forward_tls_ca_file.is_some()
+            || a.forward_tls_cert_file.is_some()
+            || a.forward_tls_server_name.is_some())
+    {
+        return Err(
+            "--forward-header and --forward-tls-* apply to forwarding: give --forward-grpc or \
+                    --forward-http too"
+                .into(),
+        );
+    }
     if let Some(d) = &downstream {
         let flag = match d {
             Downstream::Grpc(_) => "--forward-grpc",
@@ -327,6 +408,13 @@ fn serve(a: ServeArgs) -> Result<(), String> {
         f.workers = a.forward_workers;
         f.drain_timeout = Duration::from_secs(a.drain_timeout_secs);
         f.enqueue_wait = Duration::from_millis(a.enqueue_wait_ms);
+        f.headers = a.forward_headers.clone();
+        f.tls = ForwardTls {
+            ca_file: a.forward_tls_ca_file.clone(),
+            cert_file: a.forward_tls_cert_file.clone(),
+            key_file: a.forward_tls_key_file.clone(),
+            server_name: a.forward_tls_server_name.clone(),
+        };
         f
     });
     let rt = runtime().map_err(|e| e.to_string())?;
@@ -417,6 +505,12 @@ fn run_loadgen(a: LoadgenArgs) -> Result<(), String> {
         Protocol::Http => Downstream::Http(a.endpoint),
     };
     target.validate().map_err(|e| format!("--endpoint {e}"))?;
+    if target.is_tls() {
+        return Err(format!(
+            "--endpoint {:?}: the load generator sends plain-text OTLP only (http://)",
+            target.endpoint()
+        ));
+    }
     let endpoint = target.endpoint().to_string();
     let rt = runtime().map_err(|e| e.to_string())?;
     let r = rt.block_on(loadgen::run(loadgen::LoadConfig {
@@ -459,6 +553,23 @@ fn run_sink(a: SinkArgs) -> Result<(), String> {
 }
 
 fn run_bench(a: BenchArgs) -> Result<(), String> {
+    let load_before = compare::load_average();
+    match load_before {
+        Some([one, ..]) if one > compare::IDLE_LOAD => {
+            let msg = format!(
+                "the 1-minute load average is {one:.2}, above {}: the machine is not idle, so every target is \
+                 starved and the figures mean little",
+                compare::IDLE_LOAD
+            );
+            if a.require_idle {
+                eprintln!("dei-collector bench: refusing to start: {msg} (drop --require-idle to run anyway)");
+                std::process::exit(2);
+            }
+            eprintln!("dei-collector bench: warning: {msg}");
+        }
+        Some([one, five, fifteen]) => eprintln!("load average at the start: {one:.2} {five:.2} {fifteen:.2}"),
+        None => eprintln!("dei-collector bench: warning: the load average is unreadable (/proc/loadavg)"),
+    }
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let rt = runtime().map_err(|e| e.to_string())?;
     let config = compare::CompareConfig {
@@ -468,26 +579,57 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         concurrency: a.concurrency,
         traces_per_request: a.traces_per_request,
         include_forward_only: a.forward_only_too,
+        include_ceiling: !a.no_ceiling,
         rotel_compression: a.rotel_compression,
     };
     let results = rt.block_on(compare::run(config, a.rounds, &mut std::io::stderr()))?;
+    let load_after = compare::load_average();
     let summary = compare::summarize(&results);
-    eprintln!("medians over {} round(s):", a.rounds);
+    eprintln!(
+        "medians over {} round(s) (min–max of delivered spans/s in brackets):",
+        a.rounds
+    );
     for s in &summary {
         eprintln!(
-            "  {:<30} accepted {:>9.0} spans/s  delivered {:>9.0} spans/s  peak RSS {:>6.1} MiB  undelivered {}",
-            s.target, s.accepted_per_second, s.delivered_per_second, s.peak_rss_mib, s.undelivered_spans
+            "  {:<32} accepted {:>9.0} spans/s  delivered {:>9.0} spans/s [{:.0}–{:.0}]  peak RSS {:>6.1} MiB  \
+             {:.2} cores  undelivered {}",
+            s.target,
+            s.accepted_per_second,
+            s.delivered_per_second,
+            s.delivered_per_second_range.0,
+            s.delivered_per_second_range.1,
+            s.peak_rss_mib,
+            s.cpu_cores,
+            s.undelivered_spans
         );
     }
-    if let (Some(d), Some(r)) = (summary.first(), summary.iter().find(|s| s.target == "rotel")) {
-        eprintln!(
-            "dei-collector (analysis on) / rotel: delivered throughput {:.2}x, peak RSS {:.2}x",
-            d.delivered_per_second / r.delivered_per_second.max(1e-9),
-            d.peak_rss_mib / r.peak_rss_mib.max(1e-9)
-        );
+    let find = |name: &str| summary.iter().find(|s| s.target == name);
+    if let Some(d) = summary.first() {
+        if let Some(r) = find("rotel") {
+            eprintln!(
+                "dei-collector (analysis on) / rotel: delivered throughput {:.2}x, peak RSS {:.2}x",
+                d.delivered_per_second / r.delivered_per_second.max(1e-9),
+                d.peak_rss_mib / r.peak_rss_mib.max(1e-9)
+            );
+        }
+        if let Some(c) = find(compare::CEILING) {
+            eprintln!(
+                "dei-collector (analysis on) / {}: delivered throughput {:.2}x",
+                compare::CEILING,
+                d.delivered_per_second / c.delivered_per_second.max(1e-9)
+            );
+        }
+    }
+    if let Some([one, ..]) = load_after {
+        eprintln!("load average at the end: {one:.2}");
     }
     if a.json {
-        let doc = serde_json::json!({ "runs": results, "medians": summary });
+        let doc = serde_json::json!({
+            "runs": results,
+            "medians": summary,
+            "load_average_at_start": load_before,
+            "load_average_at_end": load_after,
+        });
         println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
     }
     Ok(())

@@ -352,7 +352,7 @@ fn unusable_forwarding_endpoints_are_refused_at_start_up() {
         ("--forward-grpc", "notaurl", "no scheme"),
         ("--forward-grpc", "ftp://127.0.0.1:4317", "scheme \"ftp\""),
         ("--forward-grpc", "http://", ""),
-        ("--forward-grpc", "https://collector:4317", "https is not supported"),
+        ("--forward-http", "https://127.0.0.1:4318", "no path"),
         ("--forward-http", "http://127.0.0.1:4318", "no path"),
     ] {
         let o = run(&[
@@ -516,5 +516,84 @@ async fn forwarding_failures_are_warned_about_with_the_endpoint_and_counted() {
         1 + later_warnings < retries as usize,
         "{} warnings for {retries} failures",
         1 + later_warnings
+    );
+}
+
+/// `serve --config`: what the file cannot mean stops the start with the reason (exit 2), and a flag on the
+/// command line wins over the file's key.
+#[test]
+fn serve_config_file_refuses_what_it_cannot_mean_and_flags_win() {
+    let d = dir("config");
+    let cases = [
+        ("unknown key", "queue_spans: 10\nno_such_flag: 3\n", "--no-such-flag"),
+        (
+            "unset variable",
+            "forward_grpc: ${env:DEI_TEST_SURELY_UNSET}\n",
+            "DEI_TEST_SURELY_UNSET",
+        ),
+        ("bad value", "queue_spans: lots\n", "lots"),
+        ("not a mapping", "- queue_spans\n", "mapping"),
+        (
+            "tls without https",
+            "forward_grpc: http://127.0.0.1:1\nforward_tls_ca_file: /nonexistent.pem\n",
+            "not https",
+        ),
+        (
+            "missing CA file",
+            "forward_grpc: https://127.0.0.1:1\nforward_tls_ca_file: /nonexistent.pem\n",
+            "/nonexistent.pem",
+        ),
+    ];
+    for (what, yaml, says) in cases {
+        let path = write(&d.join("c.yaml"), yaml);
+        let o = run(&[
+            "serve",
+            "--config",
+            &path,
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--api-listen",
+            "127.0.0.1:0",
+        ]);
+        assert!(!o.status.success(), "{what}: refused");
+        assert!(stderr(&o).contains(says), "{what}: says {says:?}: {}", stderr(&o));
+    }
+    let o = run(&["serve", "--config", "/nonexistent/dei-collector.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("cannot read the config file /nonexistent/dei-collector.yaml"),
+        "{}",
+        stderr(&o)
+    );
+
+    // the file's gRPC address is taken; the command line's wins, so the collector starts
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let path = write(
+        &d.join("ok.yaml"),
+        &format!(
+            "grpc_listen: {}\nhttp_listen: 127.0.0.1:0\napi_listen: 127.0.0.1:${{env:DEI_TEST_API_PORT:-0}}\n",
+            taken.local_addr().unwrap()
+        ),
+    );
+    let o = run(&["serve", "--config", &path]);
+    assert!(!o.status.success(), "the file's address is taken: {}", stderr(&o));
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config", &path, "--grpc-listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        line.starts_with("dei-collector listening grpc=127.0.0.1:"),
+        "started with the file's addresses: {line:?} {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -486,3 +486,316 @@ fn the_guide_shows_the_files_as_they_are() {
         );
     }
 }
+
+const BEHIND_AUTH: &str = "otelcol-behind-auth.yaml";
+
+/// A throw-away CA and a server certificate it signed for `localhost` and 127.0.0.1, made with the
+/// `openssl` command: (directory, CA file, server certificate, server key).
+fn throwaway_ca() -> (tempfile::TempDir, String, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    let (ca, ca_key, key, csr, cert, ext) = (
+        path("ca.pem"),
+        path("ca.key"),
+        path("server.key"),
+        path("server.csr"),
+        path("server.pem"),
+        path("san.ext"),
+    );
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            &ca_key,
+            "-out",
+            &ca,
+            "-days",
+            "2",
+            "-subj",
+            "/CN=dei test CA",
+        ],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec,
+        &["-keyout", &key, "-out", &csr, "-subj", "/CN=localhost"],
+    ]
+    .concat());
+    std::fs::write(&ext, "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &cert,
+        "-days",
+        "2",
+        "-extfile",
+        &ext,
+    ]);
+    (dir, ca, cert, key)
+}
+
+/// Services → dei-collector, configured by a YAML file (`serve --config`, the token from `${env:…}`) →
+/// TLS and a bearer token → otelcol with `otelcol-behind-auth.yaml` → downstream: everything arrives, and
+/// both ends count it.
+fn behind_auth(transport: &str) {
+    let Some(bin) = otelcol_bin() else {
+        return;
+    };
+    let rt = runtime();
+    let downstream = rt.block_on(Downstream::start());
+    let backend = CollectorProcess::start(&["--forward-grpc", &downstream.endpoint()]);
+    let (dir, ca, cert, key) = throwaway_ca();
+    let token = "t0ken-of-this-test";
+    let o = Otelcol::start(
+        &bin,
+        BEHIND_AUTH,
+        &[
+            ("BACKEND_OTLP", backend.grpc.to_string()),
+            ("OTELCOL_TLS_CERT", cert),
+            ("OTELCOL_TLS_KEY", key),
+            ("OTELCOL_TOKEN", token.to_string()),
+        ],
+    );
+    let forward = match transport {
+        "grpc" => format!("forward_grpc: https://localhost:{}\n", o.grpc),
+        _ => format!("forward_http: https://localhost:{}/v1/traces\n", o.http),
+    };
+    let config = dir.path().join("dei-collector.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "{forward}forward_tls_ca_file: {ca}\nforward_header:\n  authorization: Bearer ${{env:DEI_TEST_TOKEN}}\n"
+        ),
+    )
+    .unwrap();
+    let c = CollectorProcess::start_with_env(&["--config", &config.to_string_lossy()], &[("DEI_TEST_TOKEN", token)]);
+    let index = Index::root().child(element("users.Users/GetUser", "u3"));
+    let made = {
+        let _g = rt.enter();
+        services(2, &index, || grpc_exporter(format!("http://{}", c.grpc)))
+    };
+    assert_arrived(&rt, &downstream, &made, &c, &index, 2);
+    assert_counted(&o, Some(transport), "otlp/backend", &c, made.len());
+}
+
+#[test]
+fn behind_tls_and_a_bearer_token_over_grpc() {
+    behind_auth("grpc");
+}
+
+#[test]
+fn behind_tls_and_a_bearer_token_over_http() {
+    behind_auth("http");
+}
+
+/// Without the token, the authenticated Collector refuses every batch, and dei-collector counts the spans
+/// as dropped (a permanent rejection), not as sent; with a certificate the CA did not sign, nothing is
+/// sent either (retried, counted as retries).
+#[test]
+fn without_the_token_or_the_ca_nothing_counts_as_sent() {
+    let Some(bin) = otelcol_bin() else {
+        return;
+    };
+    let rt = runtime();
+    let downstream = rt.block_on(Downstream::start());
+    let (_dir, ca, cert, key) = throwaway_ca();
+    let o = Otelcol::start(
+        &bin,
+        BEHIND_AUTH,
+        &[
+            (
+                "BACKEND_OTLP",
+                downstream.endpoint().trim_start_matches("http://").to_string(),
+            ),
+            ("OTELCOL_TLS_CERT", cert),
+            ("OTELCOL_TLS_KEY", key),
+            ("OTELCOL_TOKEN", "the-right-token".to_string()),
+        ],
+    );
+    let endpoint = format!("https://localhost:{}", o.grpc);
+    let no_token = CollectorProcess::start(&["--forward-grpc", &endpoint, "--forward-tls-ca-file", &ca]);
+    let no_ca = CollectorProcess::start(&[
+        "--forward-grpc",
+        &endpoint,
+        "--forward-header",
+        "authorization=Bearer the-right-token",
+    ]);
+    let index = Index::root().child(element("users.Users/GetUser", "u4"));
+    let made = {
+        let _g = rt.enter();
+        let mut made = services(1, &index, || grpc_exporter(format!("http://{}", no_token.grpc)));
+        made.extend(services(1, &index, || grpc_exporter(format!("http://{}", no_ca.grpc))));
+        made
+    };
+    assert_eq!(made.len(), 6);
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            dei_counter(&no_token, "dei_collector_forward_spans_dropped_rejected_total") == 3.0
+        }),
+        "refused for the missing token: {}",
+        get_text(no_token.api, "/metrics")
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || dei_counter(
+            &no_ca,
+            "dei_collector_forward_retries_total"
+        ) >= 1.0),
+        "the unknown CA fails the handshake, which is retried: {}",
+        get_text(no_ca.api, "/metrics")
+    );
+    for c in [&no_token, &no_ca] {
+        assert_eq!(dei_counter(c, "dei_collector_forward_spans_sent_total"), 0.0);
+    }
+    assert_eq!(
+        rt.block_on(downstream.wait_for_spans(1, Duration::from_secs(2))),
+        0,
+        "nothing got through"
+    );
+}
+
+/// The Collector's otlp exporter (`otelcol-in-front.yaml`: its default retry and queue) in front of a
+/// dei-collector whose forwarding queue is full: dei-collector refuses with `UNAVAILABLE`, the Collector
+/// retries, and once the downstream is back the span arrives exactly once, with nothing counted as failed on
+/// either side.
+#[test]
+fn the_collectors_exporter_retries_refused_batches_until_the_queue_drains() {
+    use collector_plugin::forward::{Downstream as Target, ForwardConfig};
+    use collector_plugin::server::{self, ServerConfig};
+    use opentelemetry::trace::{Tracer, TracerProvider as _};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+    let Some(bin) = otelcol_bin() else {
+        return;
+    };
+    let rt = runtime();
+    // dei-collector with room for 10 spans, all held by its one worker while the downstream is down
+    let (mut downstream, running) = rt.block_on(async {
+        let mut downstream = Downstream::start().await;
+        downstream.stop().await;
+        let mut config = ServerConfig::ephemeral();
+        let mut f = ForwardConfig::new(Target::Grpc(downstream.endpoint()));
+        f.capacity_spans = 10;
+        f.workers = 1;
+        f.initial_backoff = Duration::from_millis(20);
+        f.max_backoff = Duration::from_millis(100);
+        f.enqueue_wait = Duration::from_millis(20);
+        config.forward = Some(f);
+        let running = server::start(config).await.unwrap();
+        let filler = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: (1..=10u8)
+                        .map(|i| Span {
+                            trace_id: vec![9; 16],
+                            span_id: vec![0, 0, 0, 0, 0, 0, 2, i],
+                            name: "fill".into(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
+            .await
+            .unwrap();
+        client.export(filler).await.expect("room for the first batch");
+        (downstream, running)
+    });
+    assert_eq!(running.collector.queued_spans(), 10);
+    let o = Otelcol::start(&bin, IN_FRONT, &[("DEI_COLLECTOR_OTLP", running.grpc_addr.to_string())]);
+    let provider = {
+        let _g = rt.enter();
+        SdkTracerProvider::builder()
+            .with_resource(Resource::builder().with_service_name("collector-retry").build())
+            .with_simple_exporter(grpc_exporter(format!("http://127.0.0.1:{}", o.grpc)))
+            .build()
+    };
+    provider
+        .tracer("t")
+        .in_span("refused-then-retried-by-the-collector", |_| {});
+    provider.shutdown().unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || running
+            .collector
+            .counters()
+            .snapshot()
+            .rejected_queue_full
+            >= 1),
+        "the Collector's exporter was refused while the queue was full"
+    );
+    let c = running.collector.counters().snapshot();
+    assert_eq!(
+        (c.requests_accepted, c.spans_received),
+        (1, 10),
+        "the refused batch was not taken: {c:?}"
+    );
+    rt.block_on(downstream.restart());
+    assert_eq!(rt.block_on(downstream.wait_for_spans(11, Duration::from_secs(60))), 11);
+    let names: Vec<String> = downstream
+        .received
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| *n == "refused-then-retried-by-the-collector")
+            .count(),
+        1,
+        "delivered once: {names:?}"
+    );
+    let mut last = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            last = o.own_metrics();
+            sum(
+                &last,
+                "otelcol_exporter_sent_spans",
+                &[("exporter", "otlp/dei-collector")],
+            ) == 1.0
+        }),
+        "the Collector counts the span as sent once dei-collector took it"
+    );
+    assert_eq!(
+        sum(&last, "otelcol_exporter_send_failed_spans", &[]),
+        0.0,
+        "nothing failed for good"
+    );
+    let c = running.collector.counters().snapshot();
+    assert_eq!(
+        (c.requests_accepted, c.spans_received, c.forward_spans_sent),
+        (2, 11, 11),
+        "{c:?}"
+    );
+    assert!(c.spans_refused >= 1, "{c:?}");
+    rt.block_on(running.shutdown());
+}

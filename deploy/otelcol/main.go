@@ -7,6 +7,7 @@
 //   - processors: batch, memory_limiter
 //   - exporters:  otlp, otlphttp, debug, file, loadbalancing, prometheus
 //   - connectors: spanmetrics (the servicegraph connector is not served by the module proxy)
+//   - extensions: bearertokenauth (a backend behind authentication, for dei-collector's forward headers)
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/envprovider"
@@ -62,7 +64,7 @@ func components() (otelcol.Factories, error) {
 	if f.Connectors, err = otelcol.MakeFactoryMap[connector.Factory](spanmetricsconnector.NewFactory()); err != nil {
 		return f, err
 	}
-	if f.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](); err != nil {
+	if f.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](bearertokenauthextension.NewFactory()); err != nil {
 		return f, err
 	}
 	f.Telemetry = otelconftelemetry.NewFactory()

@@ -727,3 +727,56 @@ fn trace_view_carries_statuses_digests_and_stream_messages() {
     let (_, ts) = an.tree.get(&prelim).expect("stream in the tree");
     assert!(ts.stats.faults.is_empty());
 }
+
+/// A stack's frames come on one span only (`dei.stack` once per stack); every node whose spans carry that
+/// stack's digest shows them, whichever node's span carried them and whether it came first or last.
+#[test]
+fn nodes_find_their_frames_by_stack_digest() {
+    let mut a = analyzer();
+    let mut b = TraceBuilder::new(7, 1_000);
+    let root = b.root("frontend");
+    let r = Index::root();
+    let one = b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/GetUser",
+        "1",
+        1,
+        1,
+        2,
+        None,
+    );
+    let two = b.rpc(
+        (&r, root),
+        "frontend",
+        "users",
+        "users.Users/GetUser",
+        "2",
+        1,
+        3,
+        4,
+        None,
+    );
+    let frames = vec!["examples/shop.rs:10:5".to_string(), "examples/shop.rs:40:9".to_string()];
+    // only the last span of the second call carries the frames; all carry the digest
+    let last = b.spans.len() - 1;
+    b.spans[last].dei.stack = Some(frames.clone());
+    let spans = std::mem::take(&mut b.spans);
+    a.ingest(spans, Instant::now());
+    let (_, first) = a.tree.get(&one.index).expect("a node per call");
+    assert_eq!(
+        first.stats.stack, None,
+        "the first call's spans carried no frames of their own"
+    );
+    for index in [&one.index, &two.index] {
+        let (_, node) = a.tree.get(index).expect("a node per call");
+        assert_eq!(
+            views::NodeView::of(node, &a.stacks).stack,
+            Some(frames.clone()),
+            "{}",
+            index.encode()
+        );
+    }
+    assert_eq!(a.stacks.len(), 1);
+}

@@ -27,6 +27,8 @@ pub struct CompareConfig {
     pub traces_per_request: usize,
     /// Also measure dei-collector with analysis off.
     pub include_forward_only: bool,
+    /// Also measure the load generator straight into the sink: the ceiling the bench itself reaches.
+    pub include_ceiling: bool,
     /// rotel's `--otlp-exporter-compression` (`none` matches dei-collector, which forwards uncompressed;
     /// rotel's own default is `gzip`).
     pub rotel_compression: String,
@@ -45,10 +47,26 @@ pub struct TargetResult {
     pub delivered_per_second: f64,
     /// Peak resident set size, MiB.
     pub peak_rss_mib: f64,
+    /// CPU time the target's process used (user + system) over the load and the drain, divided by the
+    /// load's duration: the cores it kept busy (0 for the ceiling, which has no process of its own).
+    pub cpu_cores: f64,
 }
 
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// User plus system CPU seconds of a process (`/proc/PID/stat`), 0 when unreadable.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // the fields after the command name, which is in parentheses and may hold spaces
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; the kernel's tick is
+    // USER_HZ, 100 on Linux
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn peak_rss_mib(pid: u32) -> f64 {
@@ -81,22 +99,42 @@ impl Drop for Guard {
     }
 }
 
+/// The system's load averages over 1, 5 and 15 minutes (`/proc/loadavg`), if readable.
+pub fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut it = text.split_whitespace().map(|v| v.parse::<f64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
+/// The highest 1-minute load average at which a run counts as taken on an idle machine.
+pub const IDLE_LOAD: f64 = 0.5;
+
+/// Measures one target: a process started from `cmd` (listening on `grpc`, forwarding to the sink), or,
+/// with `cmd` `None`, the load generator straight into the sink (the ceiling of the bench itself).
 async fn measure(
     name: &str,
-    mut cmd: Command,
+    cmd: Option<Command>,
     grpc: SocketAddr,
     sink: &sink::Sink,
     config: &CompareConfig,
     log: &mut dyn Write,
 ) -> Result<TargetResult, String> {
-    let _ = writeln!(log, "== {name}: {cmd:?}");
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{name}: {e}"))?;
-    let guard = Guard(child);
-    let pid = guard.0.id();
+    let guard = match cmd {
+        Some(mut cmd) => {
+            let _ = writeln!(log, "== {name}: {cmd:?}");
+            let child = cmd
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("{name}: {e}"))?;
+            Some(Guard(child))
+        }
+        None => {
+            let _ = writeln!(log, "== {name}: the load generator straight into the sink at {grpc}");
+            None
+        }
+    };
+    let pid = guard.as_ref().map(|g| g.0.id());
     if !wait_listening(grpc).await {
         return Err(format!("{name} did not listen on {grpc}"));
     }
@@ -123,19 +161,29 @@ async fn measure(
         last = now;
     }
     let delivered = sink.counts.spans.load(Ordering::Relaxed) - before;
-    let rss = peak_rss_mib(pid);
+    let rss = pid.map_or(0.0, peak_rss_mib);
+    let cpu = pid.map_or(0.0, cpu_seconds);
     drop(guard);
+    let r_seconds = load.seconds.max(1e-9);
     let r = TargetResult {
         target: name.to_string(),
         delivered_per_second: delivered as f64 / load.seconds,
         load,
         delivered_spans: delivered,
         peak_rss_mib: rss,
+        cpu_cores: cpu / r_seconds,
     };
     let _ = writeln!(
         log,
-        "   accepted {:.0} spans/s ({} spans, {} errors), delivered {} spans ({:.0}/s), peak RSS {:.1} MiB",
-        r.load.spans_per_second, r.load.spans, r.load.errors, r.delivered_spans, r.delivered_per_second, r.peak_rss_mib
+        "   accepted {:.0} spans/s ({} spans, {} errors), delivered {} spans ({:.0}/s), peak RSS {:.1} MiB, \
+         {:.2} cores",
+        r.load.spans_per_second,
+        r.load.spans,
+        r.load.errors,
+        r.delivered_spans,
+        r.delivered_per_second,
+        r.peak_rss_mib,
+        r.cpu_cores
     );
     Ok(r)
 }
@@ -151,8 +199,12 @@ pub struct Summary {
     pub accepted_per_second: f64,
     /// Median delivered spans/s.
     pub delivered_per_second: f64,
+    /// Lowest and highest delivered spans/s over the rounds (the run-to-run spread).
+    pub delivered_per_second_range: (f64, f64),
     /// Median peak RSS, MiB.
     pub peak_rss_mib: f64,
+    /// Median cores used.
+    pub cpu_cores: f64,
     /// Spans accepted but not delivered, over all rounds.
     pub undelivered_spans: u64,
 }
@@ -183,7 +235,11 @@ pub fn summarize(results: &[TargetResult]) -> Vec<Summary> {
                 rounds: runs.len(),
                 accepted_per_second: median(runs.iter().map(|r| r.load.spans_per_second).collect()),
                 delivered_per_second: median(runs.iter().map(|r| r.delivered_per_second).collect()),
+                delivered_per_second_range: runs.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+                    (lo.min(r.delivered_per_second), hi.max(r.delivered_per_second))
+                }),
                 peak_rss_mib: median(runs.iter().map(|r| r.peak_rss_mib).collect()),
+                cpu_cores: median(runs.iter().map(|r| r.cpu_cores).collect()),
                 undelivered_spans: runs
                     .iter()
                     .map(|r| r.load.spans.saturating_sub(r.delivered_spans))
@@ -197,7 +253,11 @@ pub fn summarize(results: &[TargetResult]) -> Vec<Summary> {
 enum Target {
     Collector { analyze: bool },
     Rotel,
+    Ceiling,
 }
+
+/// The name of the ceiling target: the load generator straight into the sink.
+pub const CEILING: &str = "loadgen straight into the sink";
 
 /// Runs the comparison: `rounds` rounds, each measuring every target once, in an order rotated by one
 /// per round so that no target always runs first or last.
@@ -212,6 +272,9 @@ pub async fn run(config: CompareConfig, rounds: usize, log: &mut dyn Write) -> R
     if config.rotel_bin.is_some() {
         targets.push(Target::Rotel);
     }
+    if config.include_ceiling {
+        targets.push(Target::Ceiling);
+    }
     let port = || free_port().map_err(|e| e.to_string());
     let mut results = Vec::new();
     for round in 0..rounds.max(1) {
@@ -219,8 +282,12 @@ pub async fn run(config: CompareConfig, rounds: usize, log: &mut dyn Write) -> R
         let mut order = targets.clone();
         let n = order.len();
         order.rotate_left(round % n);
+        if let Some([one, ..]) = load_average() {
+            let _ = writeln!(log, "   load average (1 min) {one:.2}");
+        }
         for t in order {
             let (name, cmd, grpc) = match t {
+                Target::Ceiling => (CEILING, None, sink.grpc_addr.port()),
                 Target::Collector { analyze } => {
                     let (g, h, a) = (port()?, port()?, port()?);
                     let mut cmd = Command::new(&config.collector_bin);
@@ -237,7 +304,7 @@ pub async fn run(config: CompareConfig, rounds: usize, log: &mut dyn Write) -> R
                     } else {
                         "dei-collector (analysis off)"
                     };
-                    (name, cmd, g)
+                    (name, Some(cmd), g)
                 }
                 Target::Rotel => {
                     let (g, h) = (port()?, port()?);
@@ -250,7 +317,7 @@ pub async fn run(config: CompareConfig, rounds: usize, log: &mut dyn Write) -> R
                     cmd.args(["--otlp-exporter-protocol", "grpc"]);
                     cmd.args(["--otlp-exporter-compression", &config.rotel_compression]);
                     cmd.args(["--pid-file", &format!("/tmp/rotel-bench-{g}.pid")]);
-                    ("rotel", cmd, g)
+                    ("rotel", Some(cmd), g)
                 }
             };
             let addr = SocketAddr::from(([127, 0, 0, 1], grpc));

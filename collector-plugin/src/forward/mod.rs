@@ -2,7 +2,11 @@
 //! OpenTelemetry Collector, another dei-collector) over gRPC or HTTP.
 //!
 //! Batches wait in a bounded [queue](Forwarder::enqueue) measured in spans; its capacity covers the batches
-//! waiting and those the workers hold (being sent or retried). Workers send them with retry and exponential
+//! waiting and those the workers hold (being sent or retried). A worker takes every batch waiting, up to
+//! [`ForwardConfig::max_request_bytes`], and sends them as one export request: the concatenation of encoded
+//! `ExportTraceServiceRequest`s is itself one (protobuf appends repeated fields), so combining costs a copy
+//! and no re-encoding, and a busy collector sends fewer, larger requests instead of waiting on one round
+//! trip per incoming request. Workers send them with retry and exponential
 //! backoff for as long as the downstream fails with a retryable error, so no span within the queue's capacity
 //! is lost during an outage; a batch that does not fit is refused ([`QueueFull`]) so that the receiver can
 //! tell its client to retry, and nothing is dropped on arrival. A permanent
@@ -41,10 +45,10 @@ impl Downstream {
         }
     }
 
-    /// Checks that the endpoint is an absolute `http://` URL with a host (and, for OTLP/HTTP, a path such as
-    /// `/v1/traces`), so that a typo is refused at start-up instead of failing every batch. `https://` is
-    /// refused too: forwarding is plain-text only (no TLS stack is built in). The error names the endpoint
-    /// and what is wrong with it; callers prefix the option it came from.
+    /// Checks that the endpoint is an absolute `http://` or `https://` URL with a host (and, for OTLP/HTTP, a
+    /// path such as `/v1/traces`), so that a typo is refused at start-up instead of failing every batch.
+    /// `https://` forwards over TLS ([`ForwardTls`]). The error names the endpoint and what is wrong with it;
+    /// callers prefix the option it came from.
     pub fn validate(&self) -> Result<(), String> {
         let (protocol, example) = match self {
             Downstream::Grpc(_) => ("OTLP/gRPC", "http://127.0.0.1:4317"),
@@ -61,15 +65,9 @@ impl Downstream {
             Err(e) => return bad(&e.to_string()),
         };
         match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return bad(
-                    "https is not supported (plain-text h2c / HTTP only; put a TLS-terminating proxy or an \
-                     OpenTelemetry Collector in between)",
-                );
-            }
-            Some(other) => return bad(&format!("scheme {other:?}, not http")),
-            None => return bad("no scheme (http://)"),
+            Some("http" | "https") => {}
+            Some(other) => return bad(&format!("scheme {other:?}, not http or https")),
+            None => return bad("no scheme (http:// or https://)"),
         }
         match uri.host() {
             Some(h) if !h.is_empty() => {}
@@ -79,6 +77,64 @@ impl Downstream {
             return bad("no path (OTLP/HTTP receivers take traces at /v1/traces)");
         }
         Ok(())
+    }
+
+    /// Whether the endpoint is `https://`.
+    pub fn is_tls(&self) -> bool {
+        self.endpoint().starts_with("https://")
+    }
+}
+
+/// TLS for an `https://` downstream, as the OpenTelemetry Collector's exporters take it: the server is
+/// checked against the system's roots plus `ca_file`; `cert_file` and `key_file` give a client certificate
+/// (mutual TLS). Files are PEM, read and checked when the forwarder starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForwardTls {
+    /// Extra root certificates (PEM), e.g. a private CA's.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The client certificate chain (PEM), for mutual TLS; needs `key_file`.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    pub key_file: Option<std::path::PathBuf>,
+    /// The name the server's certificate must carry, when it differs from the endpoint's host.
+    pub server_name: Option<String>,
+}
+
+impl ForwardTls {
+    /// True when nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == ForwardTls::default()
+    }
+}
+
+/// The PEM files of a [`ForwardTls`], read and checked.
+struct TlsMaterial {
+    ca: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsMaterial {
+    fn load(tls: &ForwardTls) -> Result<TlsMaterial, String> {
+        let read = |path: &std::path::Path, what: &str, marker: &str| -> Result<Vec<u8>, String> {
+            let pem = std::fs::read(path).map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))?;
+            if !String::from_utf8_lossy(&pem).contains(marker) {
+                return Err(format!("the {what} {} holds no PEM {marker}", path.display()));
+            }
+            Ok(pem)
+        };
+        let ca = match &tls.ca_file {
+            Some(p) => Some(read(p, "CA file", "CERTIFICATE")?),
+            None => None,
+        };
+        let identity = match (&tls.cert_file, &tls.key_file) {
+            (Some(c), Some(k)) => Some((
+                read(c, "client certificate", "CERTIFICATE")?,
+                read(k, "client key", "PRIVATE KEY")?,
+            )),
+            (None, None) => None,
+            _ => return Err("a client certificate needs both the certificate and the key file".into()),
+        };
+        Ok(TlsMaterial { ca, identity })
     }
 }
 
@@ -102,6 +158,15 @@ pub struct ForwardConfig {
     /// How long a receiver waits for room in a full queue before refusing the batch (backpressure under
     /// saturation; during an outage the queue stays full and batches are refused after this wait).
     pub enqueue_wait: Duration,
+    /// Largest export request a worker builds by combining waiting batches (a single larger batch is sent
+    /// alone, unchanged). The default, 2 MiB, stays under the 4 MiB that gRPC servers (the OpenTelemetry
+    /// Collector, Jaeger) accept by default.
+    pub max_request_bytes: usize,
+    /// Extra headers (lower-case name, value) sent with every request, e.g. `authorization` for a backend
+    /// behind authentication; for gRPC they are request metadata.
+    pub headers: Vec<(String, String)>,
+    /// TLS settings for an `https://` downstream.
+    pub tls: ForwardTls,
 }
 
 impl ForwardConfig {
@@ -117,9 +182,15 @@ impl ForwardConfig {
             request_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(30),
             enqueue_wait: Duration::from_millis(200),
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            headers: Vec::new(),
+            tls: ForwardTls::default(),
         }
     }
 }
+
+/// The default of [`ForwardConfig::max_request_bytes`].
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
 
 /// One export request, as encoded protobuf.
 #[derive(Debug, Clone)]
@@ -161,13 +232,30 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn pop(&self) -> Option<Batch> {
+    /// Waits for a batch, then takes it and the batches behind it while their bodies fit in `max_bytes`
+    /// together.
+    async fn pop_combined(&self, max_bytes: usize) -> Option<Vec<Batch>> {
         loop {
             let notified = self.notify.notified();
             {
                 let mut s = self.lock();
-                if let Some(b) = s.batches.pop_front() {
-                    return Some(b);
+                if let Some(first) = s.batches.pop_front() {
+                    let mut bytes = first.body.len();
+                    let mut taken = vec![first];
+                    while let Some(next) = s.batches.front() {
+                        if bytes + next.body.len() > max_bytes {
+                            break;
+                        }
+                        bytes += next.body.len();
+                        taken.extend(s.batches.pop_front());
+                    }
+                    let more = !s.batches.is_empty();
+                    drop(s);
+                    if more {
+                        // let another worker take what is left while this one sends
+                        self.notify.notify_one();
+                    }
+                    return Some(taken);
                 }
                 if s.closed {
                     return None;
@@ -198,40 +286,165 @@ enum SendError {
 
 #[derive(Clone)]
 enum Client {
-    Grpc(tonic::client::Grpc<tonic::transport::Channel>),
-    Http(reqwest::Client, String),
+    Grpc(
+        tonic::client::Grpc<tonic::transport::Channel>,
+        Arc<tonic::metadata::MetadataMap>,
+    ),
+    Http(Arc<HttpClient>),
+}
+
+/// The OTLP/HTTP client: hyper with rustls (`https://`) or plain TCP (`http://`).
+struct HttpClient {
+    client: hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        http_body_util::Full<Bytes>,
+    >,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+    timeout: Duration,
+}
+
+/// The rustls settings for a downstream: the system's roots plus the CA file's, and the client certificate.
+/// Without TLS material (an `http://` downstream, which the connector reaches over plain TCP) they trust
+/// nothing and are never used.
+fn rustls_config(tls: Option<TlsMaterial>) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    let tls = match tls {
+        Some(t) => {
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            t
+        }
+        None => TlsMaterial {
+            ca: None,
+            identity: None,
+        },
+    };
+    if let Some(ca) = &tls.ca {
+        for cert in CertificateDer::pem_slice_iter(ca) {
+            let cert = cert.map_err(|e| format!("CA file: {e}"))?;
+            roots.add(cert).map_err(|e| format!("CA file: {e}"))?;
+        }
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots);
+    match tls.identity {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(&cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("client certificate: {e}"))?;
+            let key = PrivateKeyDer::from_pem_slice(&key).map_err(|e| format!("client key: {e}"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("client certificate: {e}"))
+        }
+        None => Ok(builder.with_no_client_auth()),
+    }
 }
 
 impl Client {
     fn new(config: &ForwardConfig) -> Result<Client, String> {
         config.downstream.validate()?;
+        let tls = match (config.downstream.is_tls(), config.tls.is_empty()) {
+            (true, _) => Some(TlsMaterial::load(&config.tls)?),
+            (false, true) => None,
+            (false, false) => {
+                return Err(format!(
+                    "TLS settings are given but the downstream {} is not https://",
+                    config.downstream.endpoint()
+                ));
+            }
+        };
         match &config.downstream {
             Downstream::Grpc(endpoint) => {
-                let ep = tonic::transport::Endpoint::from_shared(endpoint.clone())
+                let mut ep = tonic::transport::Endpoint::from_shared(endpoint.clone())
                     .map_err(|e| format!("bad gRPC endpoint {endpoint:?}: {e}"))?
                     .timeout(config.request_timeout)
                     .connect_timeout(Duration::from_secs(2));
-                Ok(Client::Grpc(tonic::client::Grpc::new(ep.connect_lazy())))
+                if let Some(tls) = tls {
+                    let mut t = tonic::transport::ClientTlsConfig::new().with_native_roots();
+                    if let Some(ca) = tls.ca {
+                        t = t.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+                    }
+                    if let Some((cert, key)) = tls.identity {
+                        t = t.identity(tonic::transport::Identity::from_pem(cert, key));
+                    }
+                    if let Some(name) = &config.tls.server_name {
+                        t = t.domain_name(name.clone());
+                    }
+                    ep = ep.tls_config(t).map_err(|e| format!("TLS for {endpoint}: {e}"))?;
+                }
+                let mut metadata = tonic::metadata::MetadataMap::new();
+                for (name, value) in &config.headers {
+                    let key = tonic::metadata::MetadataKey::from_bytes(name.as_bytes())
+                        .map_err(|e| format!("forward header name {name:?}: {e}"))?;
+                    let value = value
+                        .parse()
+                        .map_err(|e| format!("forward header {name}: value: {e}"))?;
+                    metadata.append(key, value);
+                }
+                Ok(Client::Grpc(
+                    tonic::client::Grpc::new(ep.connect_lazy()),
+                    Arc::new(metadata),
+                ))
             }
             Downstream::Http(url) => {
-                let client = reqwest::Client::builder()
-                    .timeout(config.request_timeout)
-                    .connect_timeout(Duration::from_secs(2))
-                    .build()
-                    .map_err(|e| format!("HTTP client: {e}"))?;
-                Ok(Client::Http(client, url.clone()))
+                let mut headers = http::HeaderMap::new();
+                for (name, value) in &config.headers {
+                    let name = http::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| format!("forward header name {name:?}: {e}"))?;
+                    let value =
+                        http::HeaderValue::from_str(value).map_err(|e| format!("forward header {name}: value: {e}"))?;
+                    headers.append(name, value);
+                }
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/x-protobuf"),
+                );
+                let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+                let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+                tcp.enforce_http(false);
+                tcp.set_connect_timeout(Some(Duration::from_secs(2)));
+                tcp.set_nodelay(true);
+                let builder = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(rustls_config(tls)?)
+                    .https_or_http();
+                let builder = match &config.tls.server_name {
+                    Some(name) => {
+                        let name = rustls::pki_types::ServerName::try_from(name.clone())
+                            .map_err(|e| format!("TLS server name {name:?}: {e}"))?;
+                        builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+                    }
+                    None => builder,
+                };
+                let connector = builder.enable_http1().wrap_connector(tcp);
+                let client =
+                    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+                Ok(Client::Http(Arc::new(HttpClient {
+                    client,
+                    uri,
+                    headers,
+                    timeout: config.request_timeout,
+                })))
             }
         }
     }
 
     async fn send(&mut self, body: Bytes) -> Result<(), SendError> {
         match self {
-            Client::Grpc(grpc) => {
+            Client::Grpc(grpc, metadata) => {
                 grpc.ready()
                     .await
                     .map_err(|e| SendError::Retryable(format!("connect: {e}")))?;
                 let path = http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH);
-                match grpc.unary(tonic::Request::new(body), path, RawCodec).await {
+                let mut request = tonic::Request::new(body);
+                if !metadata.is_empty() {
+                    *request.metadata_mut() = metadata.as_ref().clone();
+                }
+                match grpc.unary(request, path, RawCodec).await {
                     Ok(_) => Ok(()),
                     Err(status) => {
                         use tonic::Code::*;
@@ -244,15 +457,19 @@ impl Client {
                     }
                 }
             }
-            Client::Http(client, url) => {
-                let resp = client
-                    .post(url.as_str())
-                    .header(http::header::CONTENT_TYPE, "application/x-protobuf")
-                    .body(body)
-                    .send()
-                    .await
-                    .map_err(|e| SendError::Retryable(e.to_string()))?;
-                let status = resp.status();
+            Client::Http(c) => {
+                let mut request = http::Request::post(c.uri.clone())
+                    .body(http_body_util::Full::new(body))
+                    .map_err(|e| SendError::Permanent(format!("request: {e}")))?;
+                *request.headers_mut() = c.headers.clone();
+                let response = match tokio::time::timeout(c.timeout, c.client.request(request)).await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) => return Err(SendError::Retryable(error_chain(&e))),
+                    Err(_) => return Err(SendError::Retryable(format!("no answer within {:?}", c.timeout))),
+                };
+                let status = response.status();
+                // read the body, so that the connection can carry the next request
+                let _ = tokio::time::timeout(c.timeout, http_body_util::BodyExt::collect(response.into_body())).await;
                 if status.is_success() {
                     Ok(())
                 } else if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
@@ -263,6 +480,18 @@ impl Client {
             }
         }
     }
+}
+
+/// An error with its sources, `a: b: c`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
 }
 
 /// How often a forwarding failure is logged at most: the first failure is, then one warning per interval
@@ -343,9 +572,10 @@ impl Forwarder {
                     warnings.clone(),
                 );
                 tokio::spawn(async move {
-                    while let Some(batch) = queue.pop().await {
-                        let spans = batch.spans;
-                        deliver(&queue, &mut client, &config, &counters, &warnings, batch).await;
+                    while let Some(batches) = queue.pop_combined(config.max_request_bytes).await {
+                        let request = Request::combine(batches);
+                        let spans = request.spans;
+                        deliver(&queue, &mut client, &config, &counters, &warnings, request).await;
                         queue.release(spans);
                     }
                 })
@@ -453,19 +683,49 @@ impl Forwarder {
     }
 }
 
+/// One downstream export request: one or more batches, concatenated.
+struct Request {
+    body: Bytes,
+    spans: usize,
+    batches: usize,
+}
+
+impl Request {
+    fn combine(batches: Vec<Batch>) -> Request {
+        let spans = batches.iter().map(|b| b.spans).sum();
+        let count = batches.len();
+        let body = match <[Batch; 1]>::try_from(batches) {
+            Ok([one]) => one.body,
+            Err(many) => {
+                let mut body = bytes::BytesMut::with_capacity(many.iter().map(|b| b.body.len()).sum());
+                for b in &many {
+                    body.extend_from_slice(&b.body);
+                }
+                body.freeze()
+            }
+        };
+        Request {
+            body,
+            spans,
+            batches: count,
+        }
+    }
+}
+
 async fn deliver(
     queue: &Queue,
     client: &mut Client,
     config: &ForwardConfig,
     counters: &Counters,
     warnings: &Warnings,
-    batch: Batch,
+    batch: Request,
 ) {
     let mut backoff = config.initial_backoff;
     loop {
         match client.send(batch.body.clone()).await {
             Ok(()) => {
-                Counters::add(&counters.forward_batches_sent, 1);
+                Counters::add(&counters.forward_requests_sent, 1);
+                Counters::add(&counters.forward_batches_sent, batch.batches as u64);
                 Counters::add(&counters.forward_spans_sent, batch.spans as u64);
                 return;
             }

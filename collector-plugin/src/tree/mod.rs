@@ -7,6 +7,7 @@
 //! Per-trace data (which indexes one trace touched, in which order, with which payload) lives in
 //! [`traces::TraceStore`]; it feeds the trace view, diffs and the analyses.
 
+pub mod stacks;
 pub mod traces;
 pub mod views;
 
@@ -58,6 +59,9 @@ pub struct NodeStats {
     pub last_seen_ns: u64,
     /// The readable call stack of the first span that carried one.
     pub stack: Option<Vec<String>>,
+    /// The stack digest of the first span that carried one (its frames may come on another span:
+    /// [`stacks::StackFrames`]).
+    pub stack_digest: Option<dei_propagator::StackDigest>,
     /// The last element is preliminary (a stream before rewriting, or whose mapping never came).
     pub preliminary: bool,
 }
@@ -93,6 +97,9 @@ impl NodeStats {
         self.observe_time(o.last_seen_ns);
         if self.stack.is_none() {
             self.stack.clone_from(&o.stack);
+        }
+        if self.stack_digest.is_none() {
+            self.stack_digest = o.stack_digest;
         }
     }
 

@@ -3,6 +3,7 @@
 use crate::analysis::{NamedIndex, trace_hex};
 use crate::analyzer::Analyzer;
 use crate::graph::histogram::Histogram;
+use crate::tree::stacks::StackFrames;
 use crate::tree::traces::{Occurrence, TraceRecord};
 use crate::tree::{Node, NodeId};
 use dei_propagator::Index;
@@ -87,7 +88,7 @@ pub struct NodeView {
 
 impl NodeView {
     /// The view of a node.
-    pub fn of(n: &Node) -> NodeView {
+    pub fn of(n: &Node, stacks: &StackFrames) -> NodeView {
         let s = &n.stats;
         NodeView {
             index: n.index.encode(),
@@ -110,7 +111,11 @@ impl NodeView {
             last_seen_unix_nano: s.last_seen_ns,
             preliminary: s.preliminary,
             children: n.children.len(),
-            stack: s.stack.clone(),
+            stack: s.stack.clone().or_else(|| {
+                s.stack_digest
+                    .and_then(|d| stacks.get(&d))
+                    .map(|frames| frames.to_vec())
+            }),
         }
     }
 }
@@ -139,7 +144,7 @@ pub fn subtree(a: &Analyzer, id: NodeId, max_depth: usize, budget: &mut usize) -
         }
     }
     Some(SubtreeView {
-        node: NodeView::of(n),
+        node: NodeView::of(n, &a.stacks),
         subtree: children,
     })
 }

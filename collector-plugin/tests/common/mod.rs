@@ -139,6 +139,12 @@ pub struct CollectorProcess {
 
 impl CollectorProcess {
     pub fn start(extra: &[&str]) -> CollectorProcess {
+        CollectorProcess::start_with_env(extra, &[])
+    }
+
+    /// Like [`CollectorProcess::start`], with extra environment variables.
+    #[allow(dead_code)]
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> CollectorProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
             .args([
                 "serve",
@@ -150,6 +156,7 @@ impl CollectorProcess {
                 "127.0.0.1:0",
             ])
             .args(extra)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
