@@ -1,13 +1,21 @@
-//! Parallel executions on real services (issue #22): cinema-10 (tonic services on loopback, the in-memory
-//! exporter read through a span router) searched with 4 executions at once, 20 times in each order, gives the
-//! sequential search's effective fault sets, as many executions, and the same canonical report every time;
-//! its JUnit file has one test case per execution. One test: the telemetry is process-wide.
+//! Parallel executions on real services (issue #22), the in-memory exporter read through a span router:
+//! - cinema-10 searched with 4 executions at once, 20 times in each order, gives the sequential search's
+//!   effective fault sets, as many executions, and the same canonical report every time; its JUnit file has
+//!   one test case per execution;
+//! - every corpus program (cinema-3, cinema-9, Figs. 1-4) at N = 4 in both orders reaches the sequential
+//!   search's sets and the brute-force oracle's, with as many executions.
+//!
+//! One test: the telemetry is process-wide, and sequential searches clear the shared exporter.
 
 #[path = "../examples/common/mod.rs"]
 mod common;
 
 use common::cinema::{self, Variant};
-use dei_sfit::{FaultSet, ReplayCommand, Report, Search, SearchOptions, SpanSource, Strategy};
+use common::hello::{self, Figure};
+use dei_propagator::Instantiation;
+use dei_sfit::{
+    FaultCatalog, FaultSet, FunctionalTest, Oracle, ReplayCommand, Report, Search, SearchOptions, SpanSource, Strategy,
+};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -39,8 +47,64 @@ fn listing(report: &Report) -> Vec<String> {
         .collect()
 }
 
+/// At N = 4 in both orders: the sequential search's sets and the oracle's, as many executions, nothing
+/// redundant, unreached or unsettled.
+async fn same_as_sequential(
+    name: &str,
+    test: &dyn FunctionalTest,
+    catalog: FaultCatalog,
+    source: &Arc<dyn SpanSource>,
+) {
+    let options = SearchOptions {
+        catalog,
+        ..SearchOptions::default()
+    };
+    let truth = Oracle::new(options.clone(), source.clone(), 10)
+        .run(test)
+        .await
+        .expect("oracle");
+    for strategy in [Strategy::DepthFirst, Strategy::BreadthFirst] {
+        let options = SearchOptions {
+            strategy,
+            ..options.clone()
+        };
+        let sequential = Search::with_shared_source(options.clone(), source.clone())
+            .run(test)
+            .await
+            .expect("sequential search");
+        let parallel = Search::with_shared_source(
+            SearchOptions {
+                parallelism: 4,
+                ..options
+            },
+            source.clone(),
+        )
+        .run(test)
+        .await
+        .expect("parallel search");
+        let what = format!("{name} {strategy:?}");
+        assert_eq!(parallel.parallelism_used, 4, "{what}: {:?}", parallel.notes);
+        assert_eq!(
+            effective_sets(&parallel),
+            effective_sets(&sequential),
+            "{what}\n{parallel}\n{sequential}"
+        );
+        assert_eq!(
+            parallel.reference_sets(),
+            truth.reference,
+            "{what}: the oracle's sets\n{parallel}"
+        );
+        assert_eq!(parallel.executions.len(), sequential.executions.len(), "{what}");
+        assert_eq!(parallel.failing().len(), sequential.failing().len(), "{what}");
+        assert!(
+            parallel.redundant().is_empty() && parallel.unreached().is_empty() && parallel.unsettled().is_empty(),
+            "{what}\n{parallel}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cinema10_in_parallel_matches_the_sequential_search_20_times_in_both_orders() {
+async fn the_corpus_in_parallel_matches_the_sequential_search() {
     let spans = common::spans();
     let router = spans
         .router()
@@ -116,5 +180,33 @@ async fn cinema10_in_parallel_matches_the_sequential_search_20_times_in_both_ord
         assert!(xml.contains(r#"<property name="dei.parallelism" value="4"/>"#), "{xml}");
         assert!(xml.contains(r##"name="#1 no faults""##), "{xml}");
         assert!(!xml.contains("<failure") && !xml.contains("<skipped"), "{xml}");
+    }
+    // the rest of the corpus, once in each order
+    let config = dei_instrumentation::DeiConfig::builder()
+        .faults(dei_instrumentation::Faults::Accept)
+        .build();
+    for variant in [Variant::Cinema3, Variant::Cinema9] {
+        let cinema = cinema::start(variant, &config).await;
+        same_as_sequential(
+            variant.name(),
+            &cinema::functional_test(cinema),
+            cinema::catalog(),
+            &source,
+        )
+        .await;
+    }
+    let config = hello::config(Instantiation::dei());
+    let (url, client) = hello::start_fig1_http(&config).await;
+    let catalog = FaultCatalog::protocol_defaults().with_rule("GET */helloworld", vec![]);
+    same_as_sequential("fig1", &hello::fig1_test(url, client), catalog, &source).await;
+    for figure in [Figure::Fig2, Figure::Fig3, Figure::Fig4] {
+        let a = hello::start(figure, &config).await;
+        same_as_sequential(
+            &format!("{figure:?}"),
+            &hello::fig_test(figure, a),
+            hello::catalog(),
+            &source,
+        )
+        .await;
     }
 }

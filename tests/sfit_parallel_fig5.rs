@@ -1,8 +1,8 @@
 //! Parallel executions on Fig. 5's streams (issue #22): A opens a bidirectional tonic stream to B and sends
 //! `Hello` and `World` concurrently; the search, with 4 executions at once, reaches the brute-force oracle's
 //! effective fault sets, once each, 20 times in each order, with the same canonical report every time:
-//! reading the in-memory exporter (filtered by each execution's trace: this telemetry has no span router) and
-//! a real dei-collector's API (each execution reads its own trace). One test: the telemetry is process-wide.
+//! reading the in-memory spans through a span router (each execution its own trace's spans) and a real
+//! dei-collector's API (each execution reads its own trace). One test: the telemetry is process-wide.
 
 #[path = "../examples/common/mod.rs"]
 mod common;
@@ -11,10 +11,48 @@ use collector_plugin::server::{self, ServerConfig};
 use common::hello::{self, Figure};
 use dei_propagator::Instantiation;
 use dei_sfit::source::collector::SettleConfig;
-use dei_sfit::{CollectorSpans, FaultSet, InMemorySpans, Oracle, Report, Search, SearchOptions, SpanSource, Strategy};
+use dei_sfit::{
+    CollectorSpans, FaultSet, InMemorySpans, Oracle, Report, Search, SearchOptions, SpanRouter, SpanSource, Strategy,
+};
+use opentelemetry_sdk::trace::{BatchSpanProcessor, InMemorySpanExporter, SdkTracerProvider};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The process's telemetry: every span, as it ends, to an in-memory exporter and a span router, and in
+/// batches over OTLP/HTTP to `otlp_url` (the collector).
+fn telemetry(otlp_url: &str) -> (InMemorySpanExporter, SpanRouter, SdkTracerProvider) {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::WithExportConfig as _;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    dei_propagator::install_global_propagator();
+    let exporter = InMemorySpanExporter::default();
+    let router = SpanRouter::new();
+    let otlp = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(otlp_url)
+        .build()
+        .expect("OTLP exporter");
+    let batch = BatchSpanProcessor::builder(otlp)
+        .with_batch_config(
+            opentelemetry_sdk::trace::BatchConfigBuilder::default()
+                .with_scheduled_delay(Duration::from_millis(10))
+                .build(),
+        )
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .with_span_processor(router.clone())
+        .with_span_processor(batch)
+        .build();
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("dei-fig5"))
+        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).expect("the only subscriber");
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    (exporter, router, provider)
+}
 
 fn effective_sets(report: &Report) -> BTreeSet<FaultSet> {
     report
@@ -74,13 +112,11 @@ fn check(report: &Report, truth: &BTreeSet<FaultSet>, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fig5_streams_in_parallel_through_memory_and_collector() {
     let collector = server::start(ServerConfig::ephemeral()).await.expect("collector");
-    let t =
-        dei_instrumentation::testing::telemetry_over_otlp_http(&format!("http://{}/v1/traces", collector.http_addr));
-    let (memory, provider) = (t.exporter().clone(), t.provider().clone());
+    let (memory, router, provider) = telemetry(&format!("http://{}/v1/traces", collector.http_addr));
     let config = hello::config(Instantiation::dei());
     let a = hello::start(Figure::Fig5, &config).await;
     let test = hello::fig_test(Figure::Fig5, a);
-    let in_memory: Arc<dyn SpanSource> = Arc::new(InMemorySpans::new(memory));
+    let in_memory: Arc<dyn SpanSource> = Arc::new(InMemorySpans::new(memory).with_router(router));
     let options = |strategy, parallelism| SearchOptions {
         catalog: hello::catalog(),
         strategy,

@@ -359,8 +359,22 @@ fn orphans(spans: &[SpanData], root: SpanId) -> usize {
         .count()
 }
 
-/// Polls `spans` (every millisecond, for at most `SETTLE_LIMIT`) until no span misses its parent and every
-/// RPC served under a stream message has its final index.
+/// How a settle step knows that no span of the execution is still open.
+enum Openness {
+    /// Only by the spans themselves: a span whose parent is missing (the sequential source).
+    Orphans,
+    /// Also by a quiet period: the spans must stay unchanged this long (an execution read from the exporter
+    /// by trace, whose open spans cannot be seen: a span tree still wholly open would look complete).
+    Quiet(std::time::Duration),
+    /// By the router's count of the trace's started spans that have not ended.
+    Counted(Arc<dyn Fn() -> usize + Send + Sync>),
+}
+
+/// How long an execution read from the exporter by trace must stay unchanged ([`Openness::Quiet`]).
+const QUIET: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Polls `spans` (every millisecond, for at most `SETTLE_LIMIT`) until no span misses its parent, every RPC
+/// served under a stream message has its final index, and no span is open as `open` tells.
 ///
 /// With `arrivals` (a router's trace), it checks again only when a span arrives instead of every millisecond.
 async fn settle_spans<F>(
@@ -368,11 +382,13 @@ async fn settle_spans<F>(
     messages: MessageTargeting,
     root: SpanId,
     arrivals: Option<Arc<tokio::sync::Notify>>,
+    open: Openness,
 ) -> Result<Settled, SourceError>
 where
     F: Fn() -> Result<Vec<SpanData>, SourceError>,
 {
     let deadline = std::time::Instant::now() + SETTLE_LIMIT;
+    let mut last: Option<(usize, std::time::Instant)> = None;
     loop {
         let spans = spans()?;
         let unresolved = || {
@@ -380,15 +396,32 @@ where
             obs.finalize();
             obs.unresolved()
         };
-        if orphans(&spans, root) == 0 && unresolved() == 0 {
+        let now = std::time::Instant::now();
+        let still_open = match &open {
+            Openness::Orphans => 0,
+            Openness::Counted(count) => count(),
+            Openness::Quiet(quiet) => match last {
+                Some((n, since)) if n == spans.len() => usize::from(now.duration_since(since) < *quiet),
+                _ => {
+                    last = Some((spans.len(), now));
+                    1
+                }
+            },
+        };
+        if orphans(&spans, root) == 0 && unresolved() == 0 && still_open == 0 {
             return Ok(Settled::Complete);
         }
-        if std::time::Instant::now() >= deadline {
+        if now >= deadline {
             let orphans = orphans(&spans, root);
             let unresolved = unresolved();
             let what = format!(
                 "the in-memory spans did not settle in {SETTLE_LIMIT:?}: {orphans} span(s) still wait for \
-                 their parent span to end, {unresolved} RPC(s) still have a preliminary (unresolved) index"
+                 their parent span to end, {unresolved} RPC(s) still have a preliminary (unresolved) index{}",
+                match open {
+                    Openness::Counted(_) => format!(", {still_open} span(s) of the trace are still open"),
+                    Openness::Quiet(_) => ", or spans were still arriving".to_string(),
+                    Openness::Orphans => String::new(),
+                }
             );
             tracing::warn!("dei-sfit: {what}; using what arrived");
             return Ok(Settled::TimedOut(what));
@@ -417,10 +450,12 @@ struct RouterInner {
     unattributed: AtomicU64,
 }
 
-/// One registered trace: its spans so far, and a notification for each one that arrives.
+/// One registered trace: its spans so far, how many of its spans started and did not end yet, and a
+/// notification for each span that starts or ends.
 #[derive(Debug, Default)]
 struct RoutedTrace {
     spans: Vec<SpanData>,
+    open: usize,
     arrived: Arc<tokio::sync::Notify>,
 }
 
@@ -456,19 +491,31 @@ impl SpanRouter {
         self.traces().get(&trace).map(|t| t.spans.clone()).unwrap_or_default()
     }
 
-    /// Notified (one permit kept) whenever a span of `trace` arrives.
+    /// Spans of `trace` that started and have not ended.
+    fn open(&self, trace: TraceId) -> usize {
+        self.traces().get(&trace).map_or(0, |t| t.open)
+    }
+
+    /// Notified (one permit kept) whenever a span of `trace` starts or ends.
     fn arrivals(&self, trace: TraceId) -> Option<Arc<tokio::sync::Notify>> {
         self.traces().get(&trace).map(|t| t.arrived.clone())
     }
 }
 
 impl SpanProcessor for SpanRouter {
-    fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {
+        use opentelemetry::trace::Span as _;
+        if let Some(trace) = self.traces().get_mut(&span.span_context().trace_id()) {
+            trace.open += 1;
+            trace.arrived.notify_one();
+        }
+    }
 
     fn on_end(&self, span: SpanData) {
         self.inner.ended.fetch_add(1, Ordering::Relaxed);
         match self.traces().get_mut(&span.span_context.trace_id()) {
             Some(trace) => {
+                trace.open = trace.open.saturating_sub(1);
                 trace.spans.push(span);
                 trace.arrived.notify_one();
             }
@@ -526,11 +573,19 @@ impl SpanSource for InMemoryExecution {
 
     fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
         let arrivals = self.source.router.as_ref().and_then(|r| r.arrivals(self.key.trace_id));
+        let open = match &self.source.router {
+            Some(router) => {
+                let (router, trace) = (router.clone(), self.key.trace_id);
+                Openness::Counted(Arc::new(move || router.open(trace)))
+            }
+            None => Openness::Quiet(QUIET),
+        };
         Box::pin(settle_spans(
             || self.spans(),
             self.source.messages,
             self.key.span_id,
             arrivals,
+            open,
         ))
     }
 
@@ -570,7 +625,7 @@ impl SpanSource for InMemorySpans {
                 .get_finished_spans()
                 .map_err(|e| SourceError::Backend(e.to_string()))
         };
-        Box::pin(settle_spans(spans, self.messages, SpanId::INVALID, None))
+        Box::pin(settle_spans(spans, self.messages, SpanId::INVALID, None, Openness::Orphans))
     }
 
     /// The execution's spans: those of its trace, from the router when there is one, otherwise filtered

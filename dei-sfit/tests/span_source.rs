@@ -244,3 +244,77 @@ fn a_fault_on_a_stream_message_event_is_that_messages() {
     // no fault anywhere
     assert!(stream_span(None, None).effective().is_empty());
 }
+
+/// A client span with a DEI index in `cx`'s trace.
+fn rpc_span(
+    tracer: &opentelemetry_sdk::trace::SdkTracer,
+    cx: &Context,
+    index: &Index,
+) -> opentelemetry_sdk::trace::Span {
+    tracer
+        .span_builder("rpc")
+        .with_kind(SpanKind::Client)
+        .with_attributes(vec![
+            KeyValue::new(attr::INDEX, index.encode()),
+            KeyValue::new(attr::SIGNATURE, "svc.B/Get"),
+        ])
+        .start_with_context(tracer, cx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_executions_see_only_their_own_trace_with_or_without_a_router() {
+    use dei_sfit::{ExecutionKey, Settled, SpanRouter};
+    let exporter = InMemorySpanExporter::default();
+    let router = SpanRouter::new();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .with_span_processor(router.clone())
+        .build();
+    let tracer = provider.tracer("t");
+    for routed in [true, false] {
+        let source = InMemorySpans::new(exporter.clone());
+        let source = if routed {
+            source.with_router(router.clone())
+        } else {
+            source
+        };
+        let (k1, k2) = (ExecutionKey::new(1), ExecutionKey::new(2));
+        let (e1, e2) = (
+            source.execution(&k1).expect("an execution source"),
+            source.execution(&k2).expect("an execution source"),
+        );
+        let (cx1, cx2) = (
+            e1.execution_context(Context::new()),
+            e2.execution_context(Context::new()),
+        );
+        assert_eq!(cx1.span().span_context().trace_id(), k1.trace_id);
+        let (a, b) = (idx(&[(1, 1)]), idx(&[(2, 1)]));
+        let mut s1 = rpc_span(&tracer, &cx1, &a);
+        let mut s2 = rpc_span(&tracer, &cx2, &b);
+        let mut outside = rpc_span(&tracer, &Context::new(), &b);
+        opentelemetry::trace::Span::end(&mut outside);
+        opentelemetry::trace::Span::end(&mut s2);
+        if routed {
+            // execution 1's span is still open: its settle step waits for it, and says so when it gives up
+            let Settled::TimedOut(what) = e1.settle().await.expect("settle") else {
+                panic!("an open span of the trace was not waited for");
+            };
+            assert!(what.contains("1 span(s) of the trace are still open"), "{what}");
+        }
+        opentelemetry::trace::Span::end(&mut s1);
+        for (e, index) in [(&e1, &a), (&e2, &b)] {
+            assert_eq!(e.settle().await.expect("settle"), Settled::Complete);
+            let obs = e.collect().await.expect("collect");
+            assert_eq!(obs.rpcs.len(), 1, "routed={routed}: {:#?}", obs.rpcs);
+            assert_eq!(&obs.rpcs[0].index, index);
+            assert_eq!(obs.rpcs[0].parent, None, "the execution's remote root is no RPC");
+        }
+        if routed {
+            assert!(
+                router.unattributed() >= 1,
+                "the span outside both traces was dropped, and counted"
+            );
+        }
+        drop((e1, e2));
+    }
+}
