@@ -625,7 +625,13 @@ impl SpanSource for InMemorySpans {
                 .get_finished_spans()
                 .map_err(|e| SourceError::Backend(e.to_string()))
         };
-        Box::pin(settle_spans(spans, self.messages, SpanId::INVALID, None, Openness::Orphans))
+        Box::pin(settle_spans(
+            spans,
+            self.messages,
+            SpanId::INVALID,
+            None,
+            Openness::Orphans,
+        ))
     }
 
     /// The execution's spans: those of its trace, from the router when there is one, otherwise filtered
