@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::task::{Poll, ready};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// What a server layer knew about the request being served, put in the request's extensions.
+/// What a server layer knew about the request being served: [`IncomingCall::current`] in the handler.
 #[derive(Clone, Debug)]
 pub struct IncomingCall {
     /// The incoming index (the root when none came).
@@ -28,6 +28,23 @@ pub struct IncomingCall {
     pub scope: RequestScope,
     /// The request's context (trace, baggage, scope, fault plan).
     pub context: Context,
+}
+
+impl IncomingCall {
+    /// The call being served, from the current `Context`: a handler behind a DEI server layer runs in its
+    /// request's `Context`, whose scope has the incoming index as prefix. `None` outside any request scope
+    /// (and under [`Unsampled::Off`] for a request that opened none). A server-streaming request's scope is
+    /// that of its one message (`…|(x+1)~`), which is what this reports as its index.
+    pub fn current() -> Option<IncomingCall> {
+        let context = Context::current();
+        let scope = context.dei_scope()?.clone();
+        Some(IncomingCall {
+            index: scope.prefix().clone(),
+            instantiation: scope.instantiation().clone(),
+            scope,
+            context,
+        })
+    }
 }
 
 /// A DEI-carrying header whose value is not visible ASCII, so no propagator can read it.
@@ -63,7 +80,8 @@ pub(crate) struct Opened {
     pub(crate) path: Path,
 }
 
-/// Opens the request's scope and starts the server span. `single_request` is true for server-streaming
+/// Opens the request's scope and starts the server span (`rpc`: `rpc.service` and `rpc.method` of a gRPC
+/// request, recorded with the `dei.*` attributes). `single_request` is true for server-streaming
 /// methods, whose one request message is served as message 1 of the stream.
 ///
 /// Malformed `dei`, `baggage` or `dei-faults` values are rejected and counted by the propagator
@@ -81,6 +99,7 @@ pub(crate) fn open(
     incoming: Incoming,
     headers: &http::HeaderMap,
     signature: &Signature,
+    rpc: Option<&(std::sync::Arc<str>, std::sync::Arc<str>)>,
     span: &tracing::Span,
     single_request: bool,
 ) -> Opened {
@@ -138,10 +157,8 @@ pub(crate) fn open(
             path: Path::Off,
         };
     }
-    let (index, wire) = match extracted {
-        Some((index, wire)) => (index, Some(wire)),
-        None => (Index::default(), None),
-    };
+    let extracted_any = extracted.is_some();
+    let index = extracted.unwrap_or_default();
     let prefix = if single_request && index.opens_stream() {
         index.stream_message(1)
     } else {
@@ -160,8 +177,13 @@ pub(crate) fn open(
         _ => Path::Lean,
     };
     if path == Path::Full {
-        let wire = wire.unwrap_or_else(root_wire);
+        let wire = if extracted_any {
+            index.encode_shared()
+        } else {
+            root_wire()
+        };
         let mut attributes = span::Attributes::new();
+        attributes.rpc(rpc);
         attributes.push(span::SIGNATURE, signature.name_shared());
         attributes.index(&index, wire, config.instantiation());
         if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
@@ -195,8 +217,8 @@ fn root_wire() -> std::sync::Arc<str> {
         .clone()
 }
 
-/// Hands the request to the inner service inside the server span and the request's `Context`, the call in its
-/// extensions (for [`crate::grpc::stream::DeiStreaming`]) and, on a sampled span, its body wrapped (by `wrap`,
+/// Hands the request to the inner service inside the server span and the request's `Context` and, on a sampled
+/// span, its body wrapped (by `wrap`,
 /// into the service's body type) in an [`InboundBody`] that digests the payload as it passes (`digest` makes
 /// the digester: the payload digest goes on the span only). `grpc`: the outcome is read from gRPC trailers.
 /// On [`Path::Off`] the request goes to the inner service as it is, inside the span.
@@ -220,16 +242,17 @@ where
     let (request, cx) = match call {
         None => (request, None),
         Some(call) => {
-            let (mut parts, body) = request.into_parts();
-            let body = if record {
+            let request = if record {
+                let (parts, body) = request.into_parts();
                 let digest = digest(&call, &otel, &parts);
-                wrap(InboundBody::new(body, digest, otel.clone(), config.record_payloads()))
+                let body = wrap(InboundBody::new(body, digest, otel.clone(), config.record_payloads()));
+                http::Request::from_parts(parts, body)
             } else {
-                body
+                request
             };
-            let cx = call.context.clone();
-            parts.extensions.insert(call);
-            (http::Request::from_parts(parts, body), Some(cx))
+            // The handler finds the call in its Context (`IncomingCall::current`): nothing goes in the request's
+            // extensions.
+            (request, Some(call.context))
         }
     };
     // The request's Context first, then the span (whose OpenTelemetry context, with the server span, is then

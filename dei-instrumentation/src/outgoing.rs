@@ -114,8 +114,7 @@ pub(crate) struct Outgoing {
     /// The context to inject (the client span, the fault plan and the baggage), with the index: see
     /// [`Outgoing::inject`].
     inject_cx: Context,
-    /// The index's wire form.
-    wire: std::sync::Arc<str>,
+
     /// What to do about a planned fault.
     pub(crate) action: Action,
     /// The scope the index came from (streams issue their messages' final indexes from it).
@@ -141,6 +140,8 @@ impl Outgoing {
 
 /// The components of an outgoing call.
 pub(crate) struct Call<'a> {
+    /// `rpc.service` and `rpc.method` of a gRPC call.
+    pub(crate) rpc: Option<&'a (std::sync::Arc<str>, std::sync::Arc<str>)>,
     pub(crate) signature: Signature,
     pub(crate) payload: PayloadDigest,
     pub(crate) raw_payload: Option<&'a [u8]>,
@@ -167,14 +168,15 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call
     } else {
         cx.clone()
     };
-    // The index goes on the wire without a context of its own (`inject_with_index`): one allocation for its
-    // wire form, shared with `dei.index`, instead of a copy of the context.
+    // The index goes on the wire without a context of its own (`inject_with_index`), and its wire form for
+    // `dei.index` is made only when the span records it.
     let inject_cx = base;
-    let wire = issued.index().encode_shared();
     let pending = record.then(|| {
+        let wire = issued.index().encode_shared();
         let mut attributes = span::Attributes::new();
+        attributes.rpc(call.rpc);
         attributes.push(span::SIGNATURE, call.signature.name_shared());
-        attributes.index(issued.index(), wire.clone(), scope.instantiation());
+        attributes.index(issued.index(), wire, scope.instantiation());
         attributes.payload(&call.payload, call.raw_payload.filter(|_| config.record_payloads()));
         attributes.stack(call.stack, config.stack_frames());
         if let Some(f) = fault {
@@ -188,7 +190,6 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call
     Outgoing {
         issued,
         inject_cx,
-        wire,
         action: Action::for_fault(fault),
         scope,
         otel,
@@ -201,7 +202,7 @@ impl Outgoing {
     /// Injects the call's context and its index through the global propagator into an HTTP header map.
     pub(crate) fn inject(&self, headers: &mut http::HeaderMap) {
         opentelemetry::global::get_text_map_propagator(|p| {
-            dei_propagator::inject_with_index(p, &self.inject_cx, &self.wire, &mut HeaderInjector(headers))
+            dei_propagator::inject_with_index(p, &self.inject_cx, self.issued.index(), &mut HeaderInjector(headers))
         });
     }
 }

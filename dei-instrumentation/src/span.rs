@@ -37,6 +37,11 @@ use opentelemetry::{Context, KeyValue, Value};
 use std::sync::Arc;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+/// `rpc.service` (OpenTelemetry semantic conventions), set with the `dei.*` attributes on gRPC spans.
+pub(crate) const RPC_SERVICE: &str = "rpc.service";
+/// `rpc.method` (OpenTelemetry semantic conventions), set with the `dei.*` attributes on gRPC spans.
+pub(crate) const RPC_METHOD: &str = "rpc.method";
+
 /// `dei.index`: the index, wire form.
 pub const INDEX: &str = "dei.index";
 /// `dei.signature`: the readable RPC signature.
@@ -88,9 +93,9 @@ pub const MESSAGE: &str = "dei.message";
 /// Largest raw payload recorded.
 const PAYLOAD_RECORD_CAP: usize = 1024;
 
-/// Most attributes one span gets at once (a client span: signature, index (4–5), payload (1–2), stack (2–4),
-/// fault, depth limit).
-const MAX_ATTRIBUTES: usize = 16;
+/// Most attributes one span gets at once (a client span: `rpc.service`, `rpc.method`, signature, index (4–5),
+/// payload (1–2), stack (2–4), fault, depth limit).
+const MAX_ATTRIBUTES: usize = 20;
 
 /// The `dei.*` attributes of one span, gathered and then set at once: one lookup of the span's OpenTelemetry
 /// data instead of one per attribute. Gathered on the stack: no allocation of their own.
@@ -115,6 +120,14 @@ impl Attributes {
             self.len += 1;
         } else {
             debug_assert!(false, "more than {MAX_ATTRIBUTES} dei attributes on one span");
+        }
+    }
+
+    /// `rpc.service` and `rpc.method` of a gRPC call, when it is one.
+    pub(crate) fn rpc(&mut self, rpc: Option<&(Arc<str>, Arc<str>)>) {
+        if let Some((service, method)) = rpc {
+            self.push(RPC_SERVICE, service.clone());
+            self.push(RPC_METHOD, method.clone());
         }
     }
 

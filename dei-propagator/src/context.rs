@@ -25,57 +25,84 @@ pub(crate) fn with_decoded_index(cx: &Context, index: Index, wire: &str) -> Cont
 }
 
 thread_local! {
-    /// The wire form of the index that [`inject_with_index`] is writing on this thread, in place of the
-    /// context's.
-    static OUTGOING: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
+    /// While an [`inject_with_index`] call runs on this thread: `true`, with the wire form of its index in the
+    /// buffer (kept between calls, so that writing it allocates nothing once the buffer has grown).
+    static OUTGOING: std::cell::RefCell<(bool, String)> = const { std::cell::RefCell::new((false, String::new())) };
 }
 
-/// The index an [`inject_with_index`] call on this thread is writing, if one is under way.
-pub(crate) fn outgoing_wire() -> Option<Arc<str>> {
-    OUTGOING.try_with(|o| o.borrow().clone()).ok().flatten()
-}
-
-/// Restores the previous outgoing index when an [`inject_with_index`] call ends (however it ends).
-struct Restore(Option<Arc<str>>);
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        let previous = self.0.take();
-        let _ = OUTGOING.try_with(|o| *o.borrow_mut() = previous);
+/// Runs `f` with the wire form of the index an [`inject_with_index`] call on this thread is writing, if one is
+/// under way.
+pub(crate) fn with_outgoing(f: impl FnOnce(Option<&str>)) {
+    let mut f = Some(f);
+    let _ = OUTGOING.try_with(|o| {
+        let o = o.try_borrow().ok();
+        let wire = o.as_ref().filter(|o| o.0).map(|o| o.1.as_str());
+        if let Some(f) = f.take() {
+            f(wire);
+        }
+    });
+    // The thread's locals are gone: no call is under way.
+    if let Some(f) = f {
+        f(None);
     }
 }
 
-/// Injects `cx` through `propagator` as if `cx` carried the index whose wire form is `wire` as its
+/// Ends an [`inject_with_index`] call (however it ends).
+struct EndOutgoing;
+
+impl Drop for EndOutgoing {
+    fn drop(&mut self) {
+        let _ = OUTGOING.try_with(|o| {
+            if let Ok(mut o) = o.try_borrow_mut() {
+                o.0 = false;
+            }
+        });
+    }
+}
+
+/// Injects `cx` through `propagator` as if `cx` carried `index` as its
 /// [`dei_index`](DeiContextExt::dei_index): what an instrumentation does for every outgoing call, without
-/// building a context for it (a context value costs a copy of the context's map and two allocations). The
-/// [`DeiPropagator`](crate::DeiPropagator) (alone or in a composite) writes `wire`; any other propagator
-/// sees `cx` as it is.
+/// building a context for it (a context value costs a copy of the context's map and two allocations) and
+/// with the wire form written into a buffer of the thread's. The [`DeiPropagator`](crate::DeiPropagator)
+/// (alone or in a composite) writes `index`; any other propagator sees `cx` as it is.
 ///
 /// ```
-/// use dei_propagator::{DeiContextExt, Index, inject_with_index};
+/// use dei_propagator::{Index, inject_with_index};
 /// use opentelemetry::Context;
 /// use std::collections::HashMap;
 /// let index = Index::decode("1.AQEBAQEBAQE1").unwrap();
 /// let mut headers = HashMap::new();
-/// inject_with_index(&dei_propagator::composite_propagator(), &Context::new(), &index.encode_shared(), &mut headers);
+/// inject_with_index(&dei_propagator::composite_propagator(), &Context::new(), &index, &mut headers);
 /// assert_eq!(headers["dei"], "1.AQEBAQEBAQE1");
 /// ```
 pub fn inject_with_index(
     propagator: &dyn opentelemetry::propagation::TextMapPropagator,
     cx: &Context,
-    wire: &Arc<str>,
+    index: &Index,
     injector: &mut dyn opentelemetry::propagation::Injector,
 ) {
-    let previous = OUTGOING
-        .try_with(|o| o.borrow_mut().replace(wire.clone()))
-        .ok()
-        .flatten();
-    let _restore = Restore(previous);
+    let started = OUTGOING
+        .try_with(|o| match o.try_borrow_mut() {
+            // Not nested in another call (a propagator that injects from inside its own inject).
+            Ok(mut o) if !o.0 => {
+                o.1.clear();
+                crate::wire::encode_into(index, &mut o.1);
+                o.0 = true;
+                true
+            }
+            _ => false,
+        })
+        .unwrap_or(false);
+    if !started {
+        propagator.inject_context(&cx.with_dei_index(index.clone()), injector);
+        return;
+    }
+    let _end = EndOutgoing;
     propagator.inject_context(cx, injector);
 }
 
-/// An index read by an [`extract_with_index`] call: the index and its wire form.
-type Extracted = Option<(Index, Arc<str>)>;
+/// An index read by an [`extract_with_index`] call.
+type Extracted = Option<Index>;
 
 thread_local! {
     /// While an [`extract_with_index`] call runs on this thread: `Some`, holding the index it read, if any.
@@ -84,11 +111,13 @@ thread_local! {
 
 /// Hands an extracted index to the [`extract_with_index`] call under way on this thread; gives it back when
 /// there is none (the propagator then puts it in the context).
-pub(crate) fn capture_extracted(index: Index, wire: &str) -> Option<Index> {
+pub(crate) fn capture_extracted(index: Index) -> Option<Index> {
     let mut index = Some(index);
     let _ = CAPTURE.try_with(|c| {
-        if let Some(slot) = &mut *c.borrow_mut() {
-            *slot = index.take().map(|i| (i, Arc::from(wire)));
+        if let Ok(mut c) = c.try_borrow_mut()
+            && let Some(slot) = &mut *c
+        {
+            *slot = index.take();
         }
     });
     index
@@ -100,7 +129,11 @@ struct RestoreCapture(Option<Extracted>);
 impl Drop for RestoreCapture {
     fn drop(&mut self) {
         let previous = self.0.take();
-        let _ = CAPTURE.try_with(|c| *c.borrow_mut() = previous);
+        let _ = CAPTURE.try_with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                *c = previous;
+            }
+        });
     }
 }
 
@@ -108,15 +141,14 @@ impl Drop for RestoreCapture {
 /// [`DeiPropagator`](crate::DeiPropagator) reads is handed back with its wire form instead of being put in the
 /// context (a context value costs a copy of the context's map and two allocations): for a server that opens
 /// the request's scope with it at once. The fault plan, the trace context and the baggage are in the context
-/// as usual.
+/// as usual. (The index's wire form is [`Index::encode`]: decoding accepts only canonical text.)
 ///
 /// ```
 /// use dei_propagator::{DeiContextExt, extract_with_index};
 /// use std::collections::HashMap;
 /// let headers = HashMap::from([("dei".to_string(), "1.AQEBAQEBAQE1".to_string())]);
 /// let (cx, index) = extract_with_index(&dei_propagator::composite_propagator(), &headers);
-/// let (index, wire) = index.expect("an index");
-/// assert_eq!((index.encode(), &*wire), ("1.AQEBAQEBAQE1".to_string(), "1.AQEBAQEBAQE1"));
+/// assert_eq!(index.map(|i| i.encode()).as_deref(), Some("1.AQEBAQEBAQE1"));
 /// assert!(cx.dei_index().is_none());
 /// ```
 ///
@@ -125,10 +157,17 @@ pub fn extract_with_index(
     propagator: &dyn opentelemetry::propagation::TextMapPropagator,
     extractor: &dyn opentelemetry::propagation::Extractor,
 ) -> (Context, Extracted) {
-    let previous = CAPTURE.try_with(|c| c.borrow_mut().replace(None)).ok().flatten();
+    let previous = CAPTURE
+        .try_with(|c| c.try_borrow_mut().ok().and_then(|mut c| c.replace(None)))
+        .ok()
+        .flatten();
     let _restore = RestoreCapture(previous);
     let cx = propagator.extract(extractor);
-    let extracted = CAPTURE.try_with(|c| c.borrow_mut().take()).ok().flatten().flatten();
+    let extracted = CAPTURE
+        .try_with(|c| c.try_borrow_mut().ok().and_then(|mut c| c.take()))
+        .ok()
+        .flatten()
+        .flatten();
     (cx, extracted)
 }
 

@@ -314,10 +314,49 @@ impl TextMapPropagator for DeiPropagator {
     /// as a whole `baggage` header: the context's other baggage entries (with their properties) followed by
     /// ours, replacing any `dei`/`dei-faults` entries the context's baggage held (an incoming request's).
     fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
-        // The index of the call being sent (`inject_with_index`), else the context's, whose wire form is encoded
-        // at most once per context value (on first use).
-        let outgoing = crate::context::outgoing_wire();
-        let index: Option<&str> = outgoing.as_deref().or_else(|| cx.dei_index_wire().map(|w| &**w));
+        crate::context::with_outgoing(|outgoing| self.inject_index(cx, outgoing, injector));
+    }
+    /// Reads the index and the fault plan from the carrier by the rule of docs/wire-format.md ("Reading what
+    /// comes in"): the `dei` (`dei-faults`) header when it came exactly once and is valid, else the `dei`
+    /// (`dei-faults`) entry of the carrier's `baggage` values, taken as written, when it is there once, within
+    /// the W3C limits, and valid. Every rejection on the way (a malformed value, a duplicate, an entry beyond the
+    /// limits) is counted and treated as absent; `cx` is returned unchanged apart from the values found. The
+    /// carrier's [`Extractor::get_all`] is used to see repeated headers.
+    fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
+        let baggage = CarrierBaggage::new(extractor);
+        let mut out = cx.clone();
+        let index = read(extractor, &baggage, INDEX_KEY, (Source::Header, Source::Baggage), |v| {
+            wire::decode(v, &self.limits).map_err(|e| e.to_string())
+        });
+        if let Some((index, wire)) = index
+            && let Some(index) = crate::context::capture_extracted(index)
+        {
+            out = crate::context::with_decoded_index(&out, index, wire);
+        }
+        let plan = read(
+            extractor,
+            &baggage,
+            FAULT_PLAN_KEY,
+            (Source::FaultPlan, Source::FaultPlan),
+            |v| FaultPlan::decode_with(v, &self.plan_limits).map_err(|e| e.to_string()),
+        );
+        if let Some((plan, _)) = plan {
+            out = out.with_fault_plan(plan);
+        }
+        without_our_entries(out)
+    }
+
+    fn fields(&self) -> FieldIter<'_> {
+        FieldIter::new(&self.fields)
+    }
+}
+
+impl DeiPropagator {
+    /// [`TextMapPropagator::inject_context`] with the index of the call being sent (`outgoing`, from
+    /// [`crate::inject_with_index`]), else the context's, whose wire form is encoded at most once per context
+    /// value (on first use).
+    fn inject_index(&self, cx: &Context, outgoing: Option<&str>, injector: &mut dyn Injector) {
+        let index: Option<&str> = outgoing.or_else(|| cx.dei_index_wire().map(|w| &**w));
         let plan = cx.fault_plan().filter(|p| !p.is_empty()).map(|p| p.encode());
         let plan = plan.as_deref();
         if index.is_none() && plan.is_none() {
@@ -395,40 +434,6 @@ impl TextMapPropagator for DeiPropagator {
                 injector.set(BAGGAGE_HEADER, header);
             }
         }
-    }
-
-    /// Reads the index and the fault plan from the carrier by the rule of docs/wire-format.md ("Reading what
-    /// comes in"): the `dei` (`dei-faults`) header when it came exactly once and is valid, else the `dei`
-    /// (`dei-faults`) entry of the carrier's `baggage` values, taken as written, when it is there once, within
-    /// the W3C limits, and valid. Every rejection on the way (a malformed value, a duplicate, an entry beyond the
-    /// limits) is counted and treated as absent; `cx` is returned unchanged apart from the values found. The
-    /// carrier's [`Extractor::get_all`] is used to see repeated headers.
-    fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
-        let baggage = CarrierBaggage::new(extractor);
-        let mut out = cx.clone();
-        let index = read(extractor, &baggage, INDEX_KEY, (Source::Header, Source::Baggage), |v| {
-            wire::decode(v, &self.limits).map_err(|e| e.to_string())
-        });
-        if let Some((index, wire)) = index
-            && let Some(index) = crate::context::capture_extracted(index, wire)
-        {
-            out = crate::context::with_decoded_index(&out, index, wire);
-        }
-        let plan = read(
-            extractor,
-            &baggage,
-            FAULT_PLAN_KEY,
-            (Source::FaultPlan, Source::FaultPlan),
-            |v| FaultPlan::decode_with(v, &self.plan_limits).map_err(|e| e.to_string()),
-        );
-        if let Some((plan, _)) = plan {
-            out = out.with_fault_plan(plan);
-        }
-        without_our_entries(out)
-    }
-
-    fn fields(&self) -> FieldIter<'_> {
-        FieldIter::new(&self.fields)
     }
 }
 

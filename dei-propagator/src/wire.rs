@@ -103,6 +103,15 @@ pub fn encode_digest(digest: &ElementDigest) -> String {
     URL_SAFE_NO_PAD.encode(digest.0)
 }
 
+/// Appends the wire form of `index` to `out`.
+pub(crate) fn encode_into(index: &Index, out: &mut String) {
+    out.reserve(1 + index.depth() * MAX_ELEMENT_CHARS);
+    write(index, |bytes| {
+        // every byte written is ASCII
+        out.push_str(std::str::from_utf8(bytes).unwrap_or_default());
+    });
+}
+
 /// Writes the wire form of `index`.
 pub fn encode(index: &Index) -> String {
     let mut out: Vec<u8> = Vec::with_capacity(1 + index.depth() * MAX_ELEMENT_CHARS);

@@ -127,7 +127,6 @@ where
         // its own beyond the inner service's.
         let method = self.config.grpc_method(request.uri().path());
         let kind = method.kind;
-        let (service, rpc_method) = method.service_and_method();
         // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
         // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(
@@ -136,8 +135,9 @@ where
             otel.name = method.signature.name(),
             otel.kind = "client",
             rpc.system = "grpc",
-            rpc.service = service,
-            rpc.method = rpc_method,
+            // set with the `dei.*` attributes, from values made once per method
+            rpc.service = tracing::field::Empty,
+            rpc.method = tracing::field::Empty,
             server.address = tracing::field::Empty,
             dei.signature = tracing::field::Empty,
             dei.index = tracing::field::Empty,
@@ -377,6 +377,7 @@ fn prepare<B>(
         &info.caller_cx,
         info.otel,
         Call {
+            rpc: Some(&info.method.rpc),
             signature: info.method.signature.clone(),
             payload,
             raw_payload: Some(&raw),

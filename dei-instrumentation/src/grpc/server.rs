@@ -94,7 +94,6 @@ where
         let path = request.uri().path();
         let method = self.config.grpc_method(path);
         let kind = method.kind;
-        let (service, rpc_method) = method.service_and_method();
         // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
         // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(
@@ -103,8 +102,9 @@ where
             otel.name = method.signature.name(),
             otel.kind = "server",
             rpc.system = "grpc",
-            rpc.service = service,
-            rpc.method = rpc_method,
+            // set with the `dei.*` attributes, from values made once per method
+            rpc.service = tracing::field::Empty,
+            rpc.method = tracing::field::Empty,
             dei.signature = tracing::field::Empty,
             dei.index = tracing::field::Empty,
             dei.count = tracing::field::Empty,
@@ -119,6 +119,7 @@ where
             self.incoming,
             request.headers(),
             &method.signature,
+            Some(&method.rpc),
             &span,
             single_request,
         );

@@ -4,6 +4,7 @@
 use super::methods::{MethodKind, MethodKinds};
 use dei_propagator::Signature;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::RwLock;
 
 /// At most this many distinct paths are kept; further paths get a fresh signature on every call (a client
@@ -20,21 +21,22 @@ pub(crate) struct GrpcMethod {
     pub(crate) signature: Signature,
     /// Its declared kind, if it was declared.
     pub(crate) kind: Option<MethodKind>,
+    /// `rpc.service` and `rpc.method` as span attribute values, made once: `pkg.Service` and `Method` (empty
+    /// when the path has no `/` after the service).
+    pub(crate) rpc: (Arc<str>, Arc<str>),
 }
 
 impl GrpcMethod {
     fn new(path: &str, kinds: &MethodKinds) -> Self {
+        let signature = Signature::grpc_path(path);
+        let name = signature.name();
+        let (service, method) = name.split_once('/').unwrap_or((name, ""));
+        let rpc = (Arc::from(service), Arc::from(method));
         GrpcMethod {
-            signature: Signature::grpc_path(path),
+            signature,
             kind: kinds.get(path),
+            rpc,
         }
-    }
-
-    /// `rpc.service` and `rpc.method`: `pkg.Service` and `Method` (empty when the path has no `/` after the
-    /// service).
-    pub(crate) fn service_and_method(&self) -> (&str, &str) {
-        let name = self.signature.name();
-        name.split_once('/').unwrap_or((name, ""))
     }
 }
 
@@ -73,7 +75,7 @@ mod tests {
         let cache = GrpcSignatures::default();
         let a = cache.get("/cinema.Bookings/Get", &none);
         assert_eq!(a.signature, Signature::grpc_path("/cinema.Bookings/Get"));
-        assert_eq!(a.service_and_method(), ("cinema.Bookings", "Get"));
+        assert_eq!((&*a.rpc.0, &*a.rpc.1), ("cinema.Bookings", "Get"));
         assert_eq!(
             cache.get("/cinema.Bookings/Get", &none).signature.digest(),
             a.signature.digest()
@@ -90,7 +92,7 @@ mod tests {
         assert_eq!(fresh.get(&long, &none).signature.name(), &long[1..]);
         assert!(fresh.0.read().expect("lock").is_empty(), "long paths are not kept");
         let bare = fresh.get("/NoMethod", &none);
-        assert_eq!(bare.service_and_method(), ("NoMethod", ""));
+        assert_eq!((&*bare.rpc.0, &*bare.rpc.1), ("NoMethod", ""));
     }
 
     #[test]

@@ -179,9 +179,11 @@ pub struct DeiStreaming<T> {
 }
 
 impl<T> DeiStreaming<T> {
-    /// Wraps the stream of a request served behind [`crate::DeiServerLayer`].
+    /// Wraps the stream of a request served behind [`crate::DeiServerLayer`]. Call it in the handler (which
+    /// runs in the request's `Context`: [`IncomingCall::current`]); an [`IncomingCall`] in the request's
+    /// extensions is taken first.
     pub fn new(request: tonic::Request<tonic::Streaming<T>>) -> Self {
-        let call = request.extensions().get::<IncomingCall>().cloned();
+        let call = (request.extensions().get::<IncomingCall>().cloned()).or_else(IncomingCall::current);
         DeiStreaming {
             inner: request.into_inner(),
             call,

@@ -120,6 +120,7 @@ impl Middleware for DeiReqwestMiddleware {
             &cx,
             otel,
             Call {
+                rpc: None,
                 signature,
                 payload: hasher.finish(),
                 raw_payload: Some(body),

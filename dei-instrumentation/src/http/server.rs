@@ -106,7 +106,15 @@ where
             dei.instantiation = tracing::field::Empty,
             dei.payload.digest = tracing::field::Empty,
         );
-        let opened = incoming::open(&self.config, self.incoming, request.headers(), &signature, &span, false);
+        let opened = incoming::open(
+            &self.config,
+            self.incoming,
+            request.headers(),
+            &signature,
+            None,
+            &span,
+            false,
+        );
         let cap = self.config.payload_digest_cap();
         let digest =
             |_: &_, _: &_, parts: &http::request::Parts| InboundDigest::http(parts.uri.query().unwrap_or(""), cap);
