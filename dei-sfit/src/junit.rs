@@ -158,6 +158,7 @@ impl Report {
             ("dei.instantiation", self.options.instantiation.name.to_string()),
             ("dei.strategy", format!("{:?}", self.options.strategy)),
             ("dei.parallelism", self.options.parallelism.max(1).to_string()),
+            ("dei.parallelism_used", self.parallelism_used.to_string()),
             ("dei.redundant", self.redundant().len().to_string()),
             ("dei.skipped_by_reduction", self.skipped.len().to_string()),
             ("dei.truncated", self.truncated.to_string()),
@@ -233,6 +234,9 @@ impl Report {
                 );
             }
             let _ = writeln!(x, "\n    </testcase>");
+        }
+        if !self.notes.is_empty() {
+            let _ = writeln!(x, "    <system-out>{}</system-out>", escape(&self.notes.join("\n")));
         }
         if !self.warnings.is_empty() {
             let _ = writeln!(x, "    <system-err>{}</system-err>", escape(&self.warnings.join("\n")));

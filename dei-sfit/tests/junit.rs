@@ -43,6 +43,7 @@ for s in root.iter("testsuite"):
             "out": c.findtext("system-out"),
         })
     suites.append({"name": s.get("name"), "tests": s.get("tests"), "failures": s.get("failures"),
+                   "out": s.findtext("system-out"),
                    "skipped": s.get("skipped"), "cases": cases,
                    "properties": {p.get("name"): p.get("value") for p in s.iter("property")}})
 print(json.dumps({"valid": True, "suites": suites}))
@@ -97,6 +98,7 @@ fn temp(name: &str) -> PathBuf {
 fn fig1_with_a_bug(recorder: &Recorder) -> impl dei_sfit::FunctionalTest + use<> {
     let r = recorder.clone();
     let runs = Arc::new(AtomicUsize::new(0));
+    // serial-only: the drift counts runs, state shared between executions
     test_fn("fig1 <bug & drift>", move |run| {
         let a = Caller::root(&run, &r);
         let n = runs.fetch_add(1, Ordering::SeqCst);
@@ -122,6 +124,7 @@ fn fig1_with_a_bug(recorder: &Recorder) -> impl dei_sfit::FunctionalTest + use<>
             }
         }
     })
+    .serial()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,6 +135,7 @@ async fn a_junit_report_is_valid_and_carries_failures_skips_and_replay_commands(
         catalog: FaultCatalog::single(Fault::Connection),
         strategy: Strategy::BreadthFirst,
         max_executions: Some(12),
+        parallelism: 4,
         ..SearchOptions::default()
     };
     let report = Search::new(options, rec.clone()).run(&test).await.expect("search");
@@ -160,6 +164,13 @@ async fn a_junit_report_is_valid_and_carries_failures_skips_and_replay_commands(
     assert_eq!(
         suite["properties"]["dei.instantiation"],
         report.options.instantiation.name.to_string()
+    );
+    // the test is serial-only: asked for 4 at once, it ran one at a time, and the file says so
+    assert_eq!(suite["properties"]["dei.parallelism"], "4");
+    assert_eq!(suite["properties"]["dei.parallelism_used"], "1");
+    assert!(
+        suite["out"].as_str().is_some_and(|o| o.contains("serial-only")),
+        "{suite:#}"
     );
     let cases = suite["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), report.executions.len());
