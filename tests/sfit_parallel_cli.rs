@@ -1,6 +1,7 @@
 //! `--parallel N` and `--junit FILE` on the search examples (issue #22), run as real processes: cinema-10
 //! with 4 executions at once writes its report in canonical order and a JUnit file with one test case per
-//! execution; a parallelism of 0 is refused before anything runs; the throughput example prints its usage.
+//! execution, and every execution of that report replays by its canonical number; a parallelism of 0 is
+//! refused before anything runs; the throughput example prints its usage.
 
 mod built_examples;
 use built_examples::example;
@@ -59,6 +60,32 @@ fn cinema10_with_parallel_4_writes_its_junit_file() {
         assert!(
             xml.contains(&format!(r##"<testcase name="#{} {name}""##, e.number)),
             "{name}\n{xml}"
+        );
+    }
+    // the canonical numbers are the ones a replay takes: each execution replays with its whole plan
+    for e in &report.executions {
+        let out = Command::new(example("cinema10"))
+            .arg("--replay")
+            .arg(&json)
+            .arg(e.number.to_string())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("replay");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "#{}: {stdout}{}",
+            e.number,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let n = e.plan.len();
+        assert!(
+            stdout.contains(&format!(
+                "replayed #{} of {}: pass; {n} of {n} planned",
+                e.number,
+                json.display()
+            )),
+            "{stdout}"
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
