@@ -148,7 +148,9 @@ a service that drops plans counts Event::FaultNotApplied";
 /// Why a search that planned no fault at all matters.
 pub const NOTHING_PLANNED_WHY: &str = "the search planned no fault, so it tested nothing beyond the fault-free run: \
 the span source observed no RPC with a DEI index (are the DEI client layers installed, and the span source \
-reading the tracer provider the services export to?), or the fault catalog gives none of them a fault";
+reading the tracer provider the services export to? in a parallel search, does the test issue its requests \
+under TestRun::context(), whose trace tells the source which execution a span belongs to?), or the fault \
+catalog gives none of them a fault";
 
 /// Why an execution with unreached faults matters.
 pub const UNREACHED_WHY: &str = "a planned fault that was not injected means the execution did not test its plan: \

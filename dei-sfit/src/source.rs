@@ -561,7 +561,13 @@ impl InMemoryExecution {
 }
 
 impl SpanSource for InMemoryExecution {
+    /// With a router, clears the exporter as the sequential source does (nothing reads it in a parallel
+    /// search, and it would otherwise hold every span of the search); without one, the exporter is cleared
+    /// only when no execution runs.
     fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {
+        if self.source.router.is_some() {
+            self.source.exporter.reset();
+        }
         Box::pin(async { Ok(()) })
     }
 

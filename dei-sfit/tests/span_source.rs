@@ -318,3 +318,39 @@ async fn parallel_executions_see_only_their_own_trace_with_or_without_a_router()
         drop((e1, e2));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_search_whose_test_ignores_its_context_observes_nothing_and_says_why() {
+    use dei_sfit::{FaultCatalog, Search, SearchOptions, SpanRouter, test_fn};
+    let exporter = InMemorySpanExporter::default();
+    let router = SpanRouter::new();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .with_span_processor(router.clone())
+        .build();
+    let tracer = provider.tracer("t");
+    // the test's RPC runs in a trace of its own, not under run.context()
+    let test = test_fn("no context", move |_run| {
+        let tracer = tracer.clone();
+        async move {
+            let mut s = rpc_span(&tracer, &Context::new(), &idx(&[(1, 1)]));
+            opentelemetry::trace::Span::end(&mut s);
+            Ok(())
+        }
+    });
+    let options = SearchOptions {
+        catalog: FaultCatalog::single(Fault::Connection),
+        parallelism: 2,
+        ..SearchOptions::default()
+    };
+    let source = InMemorySpans::new(exporter).with_router(router.clone());
+    let report = Search::new(options, source).run(&test).await.expect("search");
+    assert_eq!(report.executions.len(), 1);
+    assert!(report.executions[0].rpcs.is_empty(), "{report}");
+    assert!(
+        router.unattributed() >= 1,
+        "the span was counted as belonging to no execution"
+    );
+    let why = report.tested_faults().expect_err("nothing planned");
+    assert!(why.contains("TestRun::context()"), "{why}");
+}
