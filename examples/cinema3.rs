@@ -1,6 +1,6 @@
 //! cinema-3 of the paper's Table 1 as real tonic services on loopback, searched exhaustively.
 //! docs/corpus.md derives its count. Run: `cargo run --example cinema3` (`--bfs`, `--max N`, `--single`,
-//! `--encapsulation`, `--json PATH`, `--replay PATH N`).
+//! `--encapsulation`, `--parallel N`, `--json PATH`, `--junit PATH`, `--replay PATH N`).
 
 #[path = "common/mod.rs"]
 mod common;
