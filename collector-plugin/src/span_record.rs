@@ -176,6 +176,9 @@ pub struct SpanRecord {
     pub status: SpanStatus,
     /// The uninstrumented peer this span talks to, if named by a peer attribute.
     pub peer: Option<(String, PeerSource)>,
+    /// A database call: the span has `db.system`. Its callee makes no span, so the service graph records
+    /// its edge at once instead of waiting for a server half, as the Collector's servicegraph connector does.
+    pub database: bool,
     /// The `dei.*` attributes.
     pub dei: DeiAttributes,
 }
@@ -257,6 +260,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
             break;
         }
     }
+    let database = span.attributes.iter().any(|kv| kv.key == "db.system");
     let issues_before = issues.len();
     let mut dei = DeiAttributes::default();
     let mut status = SpanStatus::default();
@@ -327,6 +331,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         error: span.status.as_ref().is_some_and(|s| s.code == 2),
         status,
         peer,
+        database,
         dei,
     })
 }

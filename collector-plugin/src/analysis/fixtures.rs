@@ -209,6 +209,7 @@ pub fn span(
         error: false,
         status: Default::default(),
         peer: None,
+        database: false,
         dei,
     }
 }

@@ -6,7 +6,9 @@
 //! `client service → server service` records one request, a failure if either half has status ERROR, and
 //! both latencies. Halves that stay unpaired past the TTL expire: a client half that names its peer
 //! (`peer.service`, `server.address`, `rpc.service`, `db.system`) becomes an edge to a *virtual node*; a
-//! server span without a parent becomes an edge from the virtual node `user`.
+//! server span without a parent becomes an edge from the virtual node `user`. A database call (a client span
+//! with `db.system`) makes no server span, so its edge to the database is recorded at once, as the
+//! Collector's connector does, instead of holding the half until the TTL.
 //!
 //! Edges derived from the DEI prefix relation (the caller's index is a prefix of the callee's) are computed
 //! from the prefix tree by [`render::index_edges`].
@@ -175,7 +177,19 @@ impl ServiceGraph {
                     peer: span.peer.clone(),
                     messaging: k == Kind::Producer,
                 };
-                self.offer((span.trace_id, span.span_id), Half::Client(half), now, counters);
+                match (&half.peer, span.database) {
+                    // a database makes no server span: record the edge now instead of holding the half
+                    (Some((peer, _)), true) => {
+                        let key = EdgeKey {
+                            client: half.service.clone(),
+                            server: Arc::from(peer.as_str()),
+                            connection_type: ConnectionType::Database,
+                        };
+                        self.virtual_nodes.insert(key.server.clone(), ConnectionType::Database);
+                        self.record(key, Some(half.seconds), None, half.failed, counters);
+                    }
+                    _ => self.offer((span.trace_id, span.span_id), Half::Client(half), now, counters),
+                }
             }
             k if k.is_callee() => {
                 let half = ServerHalf {
@@ -374,6 +388,7 @@ mod tests {
             error,
             status: Default::default(),
             peer: None,
+            database: false,
             dei: DeiAttributes::default(),
         }
     }
@@ -412,16 +427,47 @@ mod tests {
         });
         let now = Instant::now();
         let mut s = span(1, 2, Some(1), "frontend", Kind::Client, 3, false);
-        s.peer = Some(("postgresql".into(), PeerSource::DbSystem));
+        s.peer = Some(("billing".into(), PeerSource::PeerService));
         g.observe(&s, now, &c);
         g.observe(&span(1, 9, Some(8), "lonely", Kind::Server, 3, false), now, &c);
         assert!(g.edges().is_empty());
         g.expire(now + Duration::from_millis(20), &c);
         let edges = g.edges();
         assert_eq!(edges.len(), 1);
-        assert_eq!(&*edges[0].0.server, "postgresql");
-        assert_eq!(edges[0].0.connection_type, ConnectionType::Database);
+        assert_eq!(&*edges[0].0.server, "billing");
+        assert_eq!(edges[0].0.connection_type, ConnectionType::VirtualNode);
         assert_eq!(c.snapshot().graph_unpaired_expired, 1);
+    }
+
+    #[test]
+    fn a_database_call_is_an_edge_at_once_and_holds_nothing() {
+        let c = Counters::default();
+        let mut g = ServiceGraph::new(GraphConfig::default());
+        let now = Instant::now();
+        for (id, peer) in [
+            (2, ("postgresql", PeerSource::DbSystem)),
+            (3, ("db.internal", PeerSource::ServerAddress)),
+        ] {
+            let mut s = span(1, id, Some(1), "users", Kind::Client, 3, id == 3);
+            s.peer = Some((peer.0.into(), peer.1));
+            s.database = true;
+            g.observe(&s, now, &c);
+        }
+        assert_eq!(g.waiting(), 0, "nothing waits for a database's span");
+        let mut edges = g.edges();
+        edges.sort_by(|a, b| a.0.server.cmp(&b.0.server));
+        let got: Vec<_> = edges
+            .iter()
+            .map(|(k, e)| (&*k.server, k.connection_type, e.requests, e.failed))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("db.internal", ConnectionType::Database, 1, 1),
+                ("postgresql", ConnectionType::Database, 1, 0)
+            ]
+        );
+        assert_eq!(c.snapshot().graph_unpaired_expired, 0);
     }
 
     #[test]
