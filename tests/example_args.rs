@@ -20,7 +20,14 @@ const SEARCHING: [&str; 8] = [
 ];
 
 /// The other examples, each with its own options.
-const OTHERS: [&str; 5] = ["demo", "nondeterminism", "routeguide_sfit", "sfit_overhead", "table1"];
+const OTHERS: [&str; 6] = [
+    "demo",
+    "nondeterminism",
+    "routeguide_sfit",
+    "sfit_overhead",
+    "sfit_parallel_throughput",
+    "table1",
+];
 
 fn run(name: &str, args: &[&str]) -> Output {
     Command::new(example(name))
