@@ -111,10 +111,10 @@ pub struct SpanStatus {
     pub code: StatusCode,
     /// The status message (the description of an error), at most 1 KiB.
     pub message: Option<Arc<str>>,
-    /// `rpc.grpc.status_code`.
-    pub grpc_status_code: Option<i64>,
-    /// `http.response.status_code`.
-    pub http_status_code: Option<i64>,
+    /// `rpc.grpc.status_code` (a value outside `i32` is ignored).
+    pub grpc_status_code: Option<i32>,
+    /// `http.response.status_code` (a value outside `i32` is ignored).
+    pub http_status_code: Option<i32>,
 }
 
 /// The `dei.*` attributes of one span, each `None` when absent or rejected.
@@ -266,8 +266,12 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
     let mut status = SpanStatus::default();
     for kv in &span.attributes {
         match &kv.key[..] {
-            b"rpc.grpc.status_code" => status.grpc_status_code = as_int(kv.value.as_ref()),
-            b"http.response.status_code" => status.http_status_code = as_int(kv.value.as_ref()),
+            b"rpc.grpc.status_code" => {
+                status.grpc_status_code = as_int(kv.value.as_ref()).and_then(|v| i32::try_from(v).ok())
+            }
+            b"http.response.status_code" => {
+                status.http_status_code = as_int(kv.value.as_ref()).and_then(|v| i32::try_from(v).ok())
+            }
             key if key.starts_with(b"dei.") => {
                 if let Err(problem) = apply_attribute(&mut dei, kv) {
                     issues.push(AttributeIssue {
