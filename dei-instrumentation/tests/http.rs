@@ -62,13 +62,14 @@ async fn concurrent_identical_calls_are_flagged_ambiguous() {
     let sys = System::start().await;
     let leaf = sys.leaf_client().await;
     let (_, trace) = in_root(&sys.config, |cx| cx, async {
-        // Same signature, payload and call site, in flight together: scheduling may swap them between runs.
+        // Same signature, payload and call site, in flight together (C answers them as a pair): scheduling may
+        // swap them between runs.
         futures::future::join_all((0..2).map(|_| {
             let mut leaf = leaf.clone();
-            async move { leaf.get(msg("dup")).await }
+            async move { leaf.get(msg(TOGETHER)).await }
         }))
         .await;
-        // Alone, the same call is not ambiguous.
+        // Alone, a call is not ambiguous.
         let mut leaf = leaf.clone();
         leaf.get(msg("dup")).await
     })

@@ -52,6 +52,15 @@ pub fn msg(text: &str) -> Msg {
     }
 }
 
+/// The payload of `Leaf.Get` requests that C answers in pairs (see [`together`]).
+pub const TOGETHER: &str = "together";
+
+/// The barrier that pairs `Leaf.Get` requests whose payload is [`TOGETHER`].
+fn together() -> &'static tokio::sync::Barrier {
+    static BARRIER: std::sync::OnceLock<tokio::sync::Barrier> = std::sync::OnceLock::new();
+    BARRIER.get_or_init(|| tokio::sync::Barrier::new(2))
+}
+
 /// A random delay of 0–3 ms, to shuffle the schedule between runs.
 pub async fn jitter() {
     let micros = rand::rng().random_range(0..3000);
@@ -138,6 +147,11 @@ impl pb::leaf_server::Leaf for Leaf {
     async fn get(&self, request: Request<Msg>) -> Result<Response<Msg>, Status> {
         jitter().await;
         let text = request.into_inner().text;
+        if text == TOGETHER {
+            // Answered only once a second such request arrived: the two are in flight together, however the
+            // caller's task is scheduled.
+            together().wait().await;
+        }
         Ok(Response::new(Msg {
             text: format!("leaf:{text}@{}", served_index()),
             ..Default::default()
