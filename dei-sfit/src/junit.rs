@@ -7,12 +7,20 @@
 //!   command that replays it;
 //! - an execution with unreached faults (planned, never injected) is `<skipped>` with the reason: its verdict
 //!   does not test its plan, so it is neither a pass nor a failure (a failing verdict is quoted in the text);
-//! - redundant executions, unsettled spans and the search's warnings go to `<system-out>` / `<system-err>`.
+//! - an execution whose spans did not settle is an `<error>`: what it observed may be incomplete, whatever
+//!   its verdict (quoted in the text);
+//! - work the search did not do is an `<error>` of a test case named `search`, present only then: nothing
+//!   injected, the execution limit reached with plans pending, spans that ended outside every execution's
+//!   trace in a parallel search;
+//! - redundant executions and the search's notes and warnings go to `<system-out>` / `<system-err>`.
+//!
+//! `errors=` counts the test cases with an `<error>`, so a file for a search that did not do its work is
+//! never green.
 //!
 //! The output is valid against the Jenkins xUnit plugin's `junit-10.xsd` (tested in
 //! `dei-sfit/tests/junit.rs`). Text is escaped, and characters XML 1.0 cannot carry are replaced by U+FFFD.
 
-use crate::report::{ExecutionRecord, Report, TestOutcome, UNREACHED_WHY};
+use crate::report::{ExecutionRecord, Report, TestOutcome, UNATTRIBUTED_WHY, UNREACHED_WHY, UNSETTLED_WHY};
 use crate::test::PlannedFault;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -127,16 +135,52 @@ pub(crate) fn failure_block(e: &ExecutionRecord, message: &str, replay: &str) ->
 }
 
 impl Report {
+    /// What the search as a whole did not do, one sentence each: nothing injected, the execution limit
+    /// reached, spans outside the executions' traces. Empty for a search that did its work.
+    pub fn search_errors(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.nothing_injected {
+            out.push(
+                self.tested_faults()
+                    .err()
+                    .unwrap_or_else(|| "nothing injected".to_string()),
+            );
+        }
+        if self.truncated {
+            out.push(format!(
+                "the search stopped at the execution limit ({} execution(s)) with {} plan(s) pending: the fault \
+                 space was not exhausted",
+                self.executions.len(),
+                self.pending
+            ));
+        }
+        if self.unattributed_spans > 0 {
+            out.push(format!(
+                "{} span(s) outside the executions' traces: {UNATTRIBUTED_WHY}",
+                self.unattributed_spans
+            ));
+        }
+        out
+    }
+
     /// The report as JUnit XML: one test suite (this search), one test case per execution named by its
     /// faults; failures carry the assertion, the injected faults and `replay`'s command; executions with
-    /// unreached faults are skipped with the reason.
+    /// unreached faults are skipped with the reason; executions whose spans did not settle are errors, and so
+    /// is what the search did not do ([`search_errors`](Report::search_errors), a test case named `search`).
     pub fn to_junit(&self, replay: &ReplayCommand) -> String {
-        let tests = self.executions.len();
-        let skipped = self.executions.iter().filter(|e| !e.unreached.is_empty()).count();
+        let search_errors = self.search_errors();
+        let tests = self.executions.len() + usize::from(!search_errors.is_empty());
+        let unsettled = self.executions.iter().filter(|e| e.unsettled.is_some()).count();
+        let errors = unsettled + usize::from(!search_errors.is_empty());
+        let skipped = self
+            .executions
+            .iter()
+            .filter(|e| e.unsettled.is_none() && !e.unreached.is_empty())
+            .count();
         let failures = self
             .executions
             .iter()
-            .filter(|e| e.unreached.is_empty() && !e.outcome.passed())
+            .filter(|e| e.unsettled.is_none() && e.unreached.is_empty() && !e.outcome.passed())
             .count();
         let total_us: u64 = self.executions.iter().map(|e| e.test_us + e.overhead_us).sum();
         let suite = escape(&format!("sfit: {}", self.test));
@@ -145,12 +189,12 @@ impl Report {
         let _ = writeln!(x, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
         let _ = writeln!(
             x,
-            r#"<testsuites name="{suite}" tests="{tests}" failures="{failures}" errors="0" time="{}">"#,
+            r#"<testsuites name="{suite}" tests="{tests}" failures="{failures}" errors="{errors}" time="{}">"#,
             seconds(total_us)
         );
         let _ = writeln!(
             x,
-            r#"  <testsuite name="{suite}" tests="{tests}" failures="{failures}" errors="0" skipped="{skipped}" time="{}">"#,
+            r#"  <testsuite name="{suite}" tests="{tests}" failures="{failures}" errors="{errors}" skipped="{skipped}" time="{}">"#,
             seconds(total_us)
         );
         let _ = writeln!(x, "    <properties>");
@@ -163,6 +207,9 @@ impl Report {
             ("dei.skipped_by_reduction", self.skipped.len().to_string()),
             ("dei.truncated", self.truncated.to_string()),
             ("dei.pending", self.pending.to_string()),
+            ("dei.nothing_injected", self.nothing_injected.to_string()),
+            ("dei.unsettled", unsettled.to_string()),
+            ("dei.unattributed_spans", self.unattributed_spans.to_string()),
         ];
         for (name, value) in props {
             let _ = writeln!(
@@ -181,7 +228,26 @@ impl Report {
                 seconds(e.test_us)
             );
             let replay_cmd = replay.for_execution(e.number);
-            if !e.unreached.is_empty() {
+            if let Some(what) = &e.unsettled {
+                let message = format!("spans did not settle: {what}");
+                let mut text = format!("{message}\n{UNSETTLED_WHY}");
+                match &e.outcome {
+                    TestOutcome::Fail { message } => {
+                        let _ = write!(text, "\nthe test failed: {message}");
+                    }
+                    TestOutcome::Pass => text.push_str("\nthe test passed"),
+                }
+                if !e.unreached.is_empty() {
+                    let _ = write!(text, "\nnot injected: {}", faults_label(None, &e.unreached));
+                }
+                let _ = write!(text, "\nreplay: {replay_cmd}");
+                let _ = write!(
+                    x,
+                    "\n      <error type=\"unsettled\" message=\"{}\">{}</error>",
+                    escape(&message),
+                    escape(&text)
+                );
+            } else if !e.unreached.is_empty() {
                 let mut reason = format!(
                     "{} of {} planned fault(s) not injected: {}",
                     e.unreached.len(),
@@ -226,14 +292,21 @@ impl Report {
                 let _ = write!(out, "; ran while already redundant (in flight): {why}");
             }
             let _ = write!(x, "\n      <system-out>{}</system-out>", escape(&out));
-            if let Some(what) = &e.unsettled {
-                let _ = write!(
-                    x,
-                    "\n      <system-err>{}</system-err>",
-                    escape(&format!("spans did not settle: {what}"))
-                );
-            }
             let _ = writeln!(x, "\n    </testcase>");
+        }
+        if !search_errors.is_empty() {
+            let message = search_errors
+                .iter()
+                .map(|e| e.split(':').next().unwrap_or(e))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let _ = writeln!(
+                x,
+                "    <testcase name=\"search\" classname=\"{classname}\" time=\"0.000\">\n      <error \
+                 type=\"search\" message=\"{}\">{}</error>\n    </testcase>",
+                escape(&message),
+                escape(&search_errors.join("\n"))
+            );
         }
         if !self.notes.is_empty() {
             let _ = writeln!(x, "    <system-out>{}</system-out>", escape(&self.notes.join("\n")));

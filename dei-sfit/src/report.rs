@@ -70,7 +70,7 @@ pub struct ExecutionRecord {
     /// reduction would have skipped it) only after it had been started: why. Such executions are the only
     /// ones a parallel search runs beyond the sequential search's ([`Report::in_flight_redundant`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub in_flight_redundant: Option<String>,
+    pub in_flight_redundant: Option<Witness>,
     /// The RPCs observed.
     pub rpcs: Vec<ObservedRpc>,
     /// Time spent in the test itself, microseconds.
@@ -89,13 +89,41 @@ impl ExecutionRecord {
     }
 }
 
+/// Why service-encapsulation reduction judged a plan redundant: RPC `rpc` returns `outcome` under the
+/// faults `inside` of its subtree, and execution `execution` already ran `ran` (the faults outside) with `rpc`
+/// returning that. The execution is kept as a number, so that renumbering ([`Report::canonical_order`])
+/// renumbers it too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Witness {
+    /// The RPC whose subtree holds the inside faults.
+    pub rpc: String,
+    /// What it returns under them.
+    pub outcome: String,
+    /// The faults inside its subtree.
+    pub inside: String,
+    /// The execution that ran the outside faults with the RPC returning that.
+    pub execution: usize,
+    /// The faults that execution ran.
+    pub ran: String,
+}
+
+impl fmt::Display for Witness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} returns {} under {}; execution #{} ran {} with it returning that",
+            self.rpc, self.outcome, self.inside, self.execution, self.ran
+        )
+    }
+}
+
 /// A plan that service-encapsulation reduction skipped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkippedPlan {
     /// The plan.
     pub plan: String,
     /// Why it is redundant.
-    pub witness: String,
+    pub witness: Witness,
 }
 
 /// The result of searching one functional test.
@@ -133,6 +161,11 @@ pub struct Report {
     /// How many executions could run at once (1: one at a time).
     #[serde(default = "one")]
     pub parallelism_used: usize,
+    /// Spans that ended, while a parallel search ran, in no execution's trace: requests a test issued outside
+    /// [`TestRun::context`](crate::TestRun::context), or spans that ended after their execution was collected.
+    /// The search did not see them; a non-zero count has its warning ([`UNATTRIBUTED_WHY`]).
+    #[serde(default)]
+    pub unattributed_spans: u64,
 }
 
 fn one() -> usize {
@@ -163,7 +196,44 @@ that did not arrive";
 pub const UNSETTLED_WHY: &str = "the span source gave up waiting for some executions' spans: their observed RPCs \
 and injected faults may be incomplete, so faults may be reported unreached and RPCs left unplanned";
 
+/// Why spans outside the executions' traces in a parallel search matter.
+pub const UNATTRIBUTED_WHY: &str = "spans ended in no running execution's trace while the parallel search ran, so \
+no execution saw them: a test that issues requests outside TestRun::context() (whose trace tells the source \
+which execution a span belongs to), work that outlived its execution, or another search on the same tracer \
+provider. Their RPCs were neither observed nor planned";
+
+/// Why a parallel search over a source that cannot count spans outside the executions' traces matters.
+pub const UNATTRIBUTED_UNKNOWN_WHY: &str = "this span source cannot count the spans that end outside the \
+executions' traces (only InMemorySpans with a SpanRouter and Recorder can): spans of requests issued outside \
+TestRun::context() would be missed without a trace of it";
+
 impl Report {
+    /// Records the spans a parallel search saw end outside every execution's trace: `Some(n)` counted, `None`
+    /// when the source cannot count them. Either adds a warning unless `Some(0)`.
+    pub fn record_unattributed(&mut self, counted: Option<u64>) {
+        match counted {
+            Some(0) => {}
+            Some(n) => {
+                self.unattributed_spans = n;
+                tracing::warn!("dei-sfit: {n} span(s) outside the executions' traces: {UNATTRIBUTED_WHY}");
+                self.warnings.push(format!(
+                    "{n} span(s) outside the executions' traces: {UNATTRIBUTED_WHY}"
+                ));
+            }
+            None => self.warnings.push(format!(
+                "spans outside the executions' traces not counted: {UNATTRIBUTED_UNKNOWN_WHY}"
+            )),
+        }
+    }
+
+    /// The warning saying that nothing was injected, if any.
+    fn nothing_injected_warning(&self) -> Option<&str> {
+        self.warnings
+            .iter()
+            .find(|w| w.starts_with("nothing injected"))
+            .map(String::as_str)
+    }
+
     /// A report of these executions.
     pub fn new(
         test: &str,
@@ -209,14 +279,17 @@ impl Report {
             warnings,
             notes: Vec::new(),
             parallelism_used: 1,
+            unattributed_spans: 0,
         }
     }
 
     /// Sorts the executions in canonical order and renumbers them 1, 2, …: by number of planned faults, then
     /// by the planned (index, fault) pairs. The fault-free run stays #1. `scheduled_by` follows the new
     /// numbers, and `redundant_with` names the first execution in this order with the same effective fault
-    /// set. A parallel search's report comes in this order (its executions finish in any order), so two
-    /// reports of the same search can be diffed; apply it to a sequential report to compare the two.
+    /// set; witnesses of redundancy (skipped plans, executions redundant in flight) name the new numbers, and
+    /// skipped plans are sorted by plan. A parallel search's report comes in this order (its executions finish
+    /// in any order), so two reports of the same search can be diffed; apply it to a sequential report to
+    /// compare the two.
     pub fn canonical_order(&mut self) {
         let key = |e: &ExecutionRecord| -> (usize, Vec<(Index, Fault)>) {
             let mut plan: Vec<(Index, Fault)> = e.plan.iter().map(|p| (p.index.clone(), p.fault)).collect();
@@ -253,7 +326,18 @@ impl Report {
                     }
                 }
             }
+            if let Some(w) = &mut e.in_flight_redundant {
+                w.execution = renumber.get(&w.execution).copied().unwrap_or(w.execution);
+            }
         }
+        for s in &mut self.skipped {
+            s.witness.execution = renumber
+                .get(&s.witness.execution)
+                .copied()
+                .unwrap_or(s.witness.execution);
+        }
+        self.skipped
+            .sort_by_cached_key(|s| (s.plan.clone(), s.witness.to_string()));
     }
 
     /// An error saying why, when no execution injected a fault (the search tested nothing beyond the fault-free
@@ -274,9 +358,8 @@ impl Report {
     pub fn tested_faults(&self) -> Result<(), String> {
         if self.nothing_injected {
             Err(self
-                .warnings
-                .last()
-                .cloned()
+                .nothing_injected_warning()
+                .map(str::to_string)
                 .unwrap_or_else(|| format!("nothing injected: {NOTHING_INJECTED_WHY}")))
         } else {
             Ok(())
@@ -375,6 +458,13 @@ impl fmt::Display for Report {
                 "  WARNING: {unsettled} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
             )?;
         }
+        if self.unattributed_spans > 0 {
+            writeln!(
+                f,
+                "  WARNING: {} span(s) outside the executions' traces: {UNATTRIBUTED_WHY}",
+                self.unattributed_spans
+            )?;
+        }
         for note in &self.notes {
             writeln!(f, "  NOTE: {note}")?;
         }
@@ -391,7 +481,7 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  WARNING: {}",
-                self.warnings.last().map(String::as_str).unwrap_or("nothing injected")
+                self.nothing_injected_warning().unwrap_or("nothing injected")
             )?;
         }
         for e in &self.executions {

@@ -17,7 +17,7 @@
 
 use crate::catalog::FaultCatalog;
 use crate::observation::{FaultSet, Observation, ObservedRpc, Outcome, describe_set};
-use crate::report::{ExecutionRecord, Report, SkippedPlan, TestOutcome};
+use crate::report::{ExecutionRecord, Report, SkippedPlan, TestOutcome, Witness};
 use crate::source::{ExecutionKey, Settled, SourceError, SpanSource};
 use crate::test::{FunctionalTest, PlannedFault, TestRun};
 use dei_propagator::{FaultPlan, Index, Instantiation, PathMode};
@@ -87,7 +87,7 @@ pub struct SearchOptions {
     /// Run up to this many executions at once (0 and 1: one at a time). Each execution is its own root with
     /// its own fault plan and trace; the span source must tell executions apart
     /// ([`SpanSource::execution`]), and the functional test must allow it ([`FunctionalTest::serial_only`]).
-    /// Otherwise the search runs one at a time and says so in the report's warnings.
+    /// Otherwise the search runs one at a time and says why in the report's notes ([`Report::notes`]).
     #[serde(default = "one")]
     pub parallelism: usize,
 }
@@ -235,6 +235,15 @@ pub struct Search {
     source: Arc<dyn SpanSource>,
 }
 
+/// A test's task, aborted when dropped: an abandoned execution does not keep running.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<(), String>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The search's progress: the plans queued and seen, the executions done, what they taught.
 #[derive(Default)]
 struct State {
@@ -320,14 +329,20 @@ impl Search {
         };
         let test_started = Instant::now();
         let fut = test.run(run);
-        let handle = tokio::spawn(fut);
+        // aborted when this execution is abandoned (the search failed, or its future was dropped)
+        let mut task = AbortOnDrop(tokio::spawn(fut));
         let verdict = match self.options.timeout {
-            Some(t) => match tokio::time::timeout(t, handle).await {
+            Some(t) => match tokio::time::timeout(t, &mut task.0).await {
                 Ok(joined) => joined,
-                Err(_) => Ok(Err(format!("timed out after {t:?}"))),
+                Err(_) => {
+                    // a timed-out test does not keep running beside the next executions
+                    task.0.abort();
+                    Ok(Err(format!("timed out after {t:?}")))
+                }
             },
-            None => handle.await,
+            None => (&mut task.0).await,
         };
+        drop(task);
         let outcome = match verdict {
             Ok(Ok(())) => TestOutcome::Pass,
             Ok(Err(message)) => TestOutcome::Fail { message },
@@ -431,17 +446,20 @@ impl Search {
         }
         if parallelism > 1 && self.source.execution(&ExecutionKey::new(0)).is_none() {
             let why = format!(
-                "parallelism {parallelism} requested, executions ran one at a time: the span source cannot \
-                 attribute spans to concurrent executions (SpanSource::execution)"
+                "parallelism {parallelism} requested, executions ran one at a time: {}",
+                self.source.why_not_parallel()
             );
             tracing::warn!("dei-sfit: {why}");
             notes.push(why);
             parallelism = 1;
         }
+        let mut unattributed = None;
         if parallelism == 1 {
             self.run_sequential(test, &mut state).await?;
         } else {
+            let before = self.source.unattributed();
             self.run_parallel(test, &mut state, parallelism).await?;
+            unattributed = Some(before.zip(self.source.unattributed()).map(|(b, a)| a.saturating_sub(b)));
         }
         let State {
             queue,
@@ -453,6 +471,9 @@ impl Search {
         let mut report = Report::new(test.name(), opts.clone(), executions, skipped, truncated, queue.len());
         report.notes = notes;
         report.parallelism_used = parallelism;
+        if let Some(counted) = unattributed {
+            report.record_unattributed(counted);
+        }
         if parallelism > 1 {
             report.canonical_order();
         }
@@ -519,6 +540,8 @@ impl Search {
                 started += 1;
                 let key = ExecutionKey::new(started);
                 let Some(source) = self.source.execution(&key) else {
+                    // dropping `running` aborts the executions still in flight (AbortOnDrop)
+                    drop(running);
                     return Err(SearchError::Source(SourceError::Backend(
                         "the span source stopped attributing spans to executions".into(),
                     )));
@@ -532,7 +555,14 @@ impl Search {
             let Some((record, plan, from)) = running.next().await else {
                 break;
             };
-            let record = record?;
+            let record = match record {
+                Ok(record) => record,
+                Err(e) => {
+                    // the others are abandoned: dropping them aborts their tests (AbortOnDrop)
+                    drop(running);
+                    return Err(e);
+                }
+            };
             // was the plan made redundant by an execution that finished while this one ran?
             let late = self.witness(&plan, &state.know, &state.executions, None);
             self.absorb(test, state, record, &plan, from, late);
@@ -547,7 +577,7 @@ impl Search {
         know: &Knowledge,
         executions: &[ExecutionRecord],
         current: Option<&ExecutionRecord>,
-    ) -> Option<String> {
+    ) -> Option<Witness> {
         match self.options.reduction {
             Reduction::ServiceEncapsulation { compare_responses } => {
                 self.encapsulated(plan, know, executions, current, compare_responses)
@@ -564,7 +594,7 @@ impl Search {
         mut record: ExecutionRecord,
         plan: &FaultSet,
         from: Option<usize>,
-        in_flight_redundant: Option<String>,
+        in_flight_redundant: Option<Witness>,
     ) {
         let opts = &self.options;
         let sched_started = Instant::now();
@@ -736,7 +766,7 @@ impl Search {
         executions: &[ExecutionRecord],
         current: Option<&ExecutionRecord>,
         compare_responses: bool,
-    ) -> Option<String> {
+    ) -> Option<Witness> {
         let same = |a: &Outcome, b: &Outcome| match (a, b) {
             (Outcome::Ok { response: x }, Outcome::Ok { response: y }) => !compare_responses || x == y,
             _ => a == b,
@@ -779,13 +809,13 @@ impl Search {
                     continue;
                 };
                 if rec.rpcs.iter().any(|r| r.index == p && same(&r.outcome, o)) {
-                    return Some(format!(
-                        "{} returns {o} under {}; execution #{} ran {} with it returning that",
-                        p,
-                        describe_set(&inside),
-                        rec.number,
-                        describe_set(&alt)
-                    ));
+                    return Some(Witness {
+                        rpc: p.to_string(),
+                        outcome: o.to_string(),
+                        inside: describe_set(&inside),
+                        execution: rec.number,
+                        ran: describe_set(&alt),
+                    });
                 }
             }
         }

@@ -91,6 +91,17 @@ pub trait SpanSource: Send + Sync {
         let _ = key;
         None
     }
+    /// Why [`execution`](SpanSource::execution) returns `None`, for the report's note.
+    fn why_not_parallel(&self) -> String {
+        "the span source cannot attribute spans to concurrent executions (SpanSource::execution)".to_string()
+    }
+    /// How many spans (or RPCs) this source saw end outside every execution's trace so far, a monotonic
+    /// count: a parallel search reads it before and after and warns about the difference (such spans are
+    /// seen by no execution). `None` (the default): the source cannot count them, and a parallel search's
+    /// report says so in its warnings.
+    fn unattributed(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// One execution of a parallel search: its number (in the order executions were started) and the trace its
@@ -158,6 +169,8 @@ fn next_tick() -> u64 {
 pub struct Recorder {
     inner: Arc<Mutex<Observation>>,
     executions: Arc<Mutex<HashMap<TraceId, Recorder>>>,
+    /// RPCs ever recorded here (not reset by `begin`).
+    started: Arc<AtomicU64>,
 }
 
 impl Recorder {
@@ -185,6 +198,7 @@ impl Recorder {
 
     /// Records an RPC that starts now; returns its position for [`finish`](Recorder::finish).
     pub fn start(&self, index: Index, invocation: InvocationSignature, parent: Option<usize>) -> usize {
+        self.started.fetch_add(1, Ordering::Relaxed);
         let mut obs = self.lock();
         obs.rpcs.push(ObservedRpc {
             index,
@@ -241,6 +255,12 @@ impl SpanSource for Recorder {
         Box::pin(async move { Ok(obs) })
     }
 
+    /// The RPCs recorded into this recorder itself rather than an execution's own: in a parallel search, RPCs
+    /// of a test that records outside [`Recorder::for_run`].
+    fn unattributed(&self) -> Option<u64> {
+        Some(self.started.load(Ordering::Relaxed))
+    }
+
     /// A recorder of its own for the execution, registered until the returned source is dropped.
     fn execution(&self, key: &ExecutionKey) -> Option<Arc<dyn SpanSource>> {
         let own = Recorder::new();
@@ -290,18 +310,17 @@ const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
 /// Use it with a simple (synchronous) span processor so that a span is exported when it ends; then an
 /// execution's spans are complete when the functional test returns.
 ///
-/// In a parallel search each execution reads the spans of its own trace ([`SpanSource::execution`]): from a
-/// [`SpanRouter`] when the tracer provider has one ([`with_router`](InMemorySpans::with_router); the cost of a
-/// read is then the execution's own spans), otherwise by filtering the exporter's spans by trace (every read
-/// copies every span exported since no execution was running: fine for small searches).
+/// In a parallel search each execution reads the spans of its own trace ([`SpanSource::execution`]) from a
+/// [`SpanRouter`], which must be a span processor of the tracer provider
+/// ([`with_router`](InMemorySpans::with_router)). Without a router the search runs one execution at a time
+/// and says why in the report's notes: read from the exporter, an execution's spans that are still open
+/// cannot be seen, so there is no sound way to know that its spans have all arrived.
 #[derive(Clone, Debug)]
 pub struct InMemorySpans {
     exporter: InMemorySpanExporter,
     provider: Option<SdkTracerProvider>,
     messages: MessageTargeting,
     router: Option<SpanRouter>,
-    /// Executions running on the exporter without a router; the exporter is cleared when it drops to 0.
-    running: Arc<Mutex<usize>>,
 }
 
 impl InMemorySpans {
@@ -312,7 +331,6 @@ impl InMemorySpans {
             provider: None,
             messages: MessageTargeting::default(),
             router: None,
-            running: Arc::default(),
         }
     }
 
@@ -363,15 +381,9 @@ fn orphans(spans: &[SpanData], root: SpanId) -> usize {
 enum Openness {
     /// Only by the spans themselves: a span whose parent is missing (the sequential source).
     Orphans,
-    /// Also by a quiet period: the spans must stay unchanged this long (an execution read from the exporter
-    /// by trace, whose open spans cannot be seen: a span tree still wholly open would look complete).
-    Quiet(std::time::Duration),
     /// By the router's count of the trace's started spans that have not ended.
     Counted(Arc<dyn Fn() -> usize + Send + Sync>),
 }
-
-/// How long an execution read from the exporter by trace must stay unchanged ([`Openness::Quiet`]).
-const QUIET: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Polls `spans` (every millisecond, for at most `SETTLE_LIMIT`) until no span misses its parent, every RPC
 /// served under a stream message has its final index, and no span is open as `open` tells.
@@ -388,7 +400,6 @@ where
     F: Fn() -> Result<Vec<SpanData>, SourceError>,
 {
     let deadline = std::time::Instant::now() + SETTLE_LIMIT;
-    let mut last: Option<(usize, std::time::Instant)> = None;
     loop {
         let spans = spans()?;
         let unresolved = || {
@@ -400,13 +411,6 @@ where
         let still_open = match &open {
             Openness::Orphans => 0,
             Openness::Counted(count) => count(),
-            Openness::Quiet(quiet) => match last {
-                Some((n, since)) if n == spans.len() => usize::from(now.duration_since(since) < *quiet),
-                _ => {
-                    last = Some((spans.len(), now));
-                    1
-                }
-            },
         };
         if orphans(&spans, root) == 0 && unresolved() == 0 && still_open == 0 {
             return Ok(Settled::Complete);
@@ -419,7 +423,6 @@ where
                  their parent span to end, {unresolved} RPC(s) still have a preliminary (unresolved) index{}",
                 match open {
                     Openness::Counted(_) => format!(", {still_open} span(s) of the trace are still open"),
-                    Openness::Quiet(_) => ", or spans were still arriving".to_string(),
                     Openness::Orphans => String::new(),
                 }
             );
@@ -537,57 +540,39 @@ impl SpanProcessor for SpanRouter {
 /// One execution of a parallel search over [`InMemorySpans`]: the spans of its trace.
 struct InMemoryExecution {
     source: InMemorySpans,
+    router: SpanRouter,
     key: ExecutionKey,
 }
 
 impl InMemoryExecution {
-    fn spans(&self) -> Result<Vec<SpanData>, SourceError> {
-        if let Some(router) = &self.source.router {
-            return Ok(router.spans_of(self.key.trace_id));
-        }
-        if let Some(p) = &self.source.provider {
-            let _ = p.force_flush();
-        }
-        let all = self
-            .source
-            .exporter
-            .get_finished_spans()
-            .map_err(|e| SourceError::Backend(e.to_string()))?;
-        Ok(all
-            .into_iter()
-            .filter(|s| s.span_context.trace_id() == self.key.trace_id)
-            .collect())
+    fn spans(&self) -> Vec<SpanData> {
+        self.router.spans_of(self.key.trace_id)
     }
 }
 
 impl SpanSource for InMemoryExecution {
-    /// With a router, clears the exporter as the sequential source does (nothing reads it in a parallel
-    /// search, and it would otherwise hold every span of the search); without one, the exporter is cleared
-    /// only when no execution runs.
+    /// Clears the exporter as the sequential source does (nothing reads it in a parallel search, and it would
+    /// otherwise hold every span of the search).
     fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {
-        if self.source.router.is_some() {
-            self.source.exporter.reset();
-        }
+        self.source.exporter.reset();
         Box::pin(async { Ok(()) })
     }
 
     fn collect(&self) -> BoxFuture<'_, Result<Observation, SourceError>> {
         let spans = self.spans();
         let messages = self.source.messages;
-        Box::pin(async move { Ok(observation_from_spans_with(&spans?, messages)) })
+        Box::pin(async move { Ok(observation_from_spans_with(&spans, messages)) })
     }
 
+    /// Waits (for at most `SETTLE_LIMIT`) until the router counts no open span of the trace, no span misses
+    /// its parent and every stream message's index is resolved, checking again whenever a span of the trace
+    /// starts or ends.
     fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
-        let arrivals = self.source.router.as_ref().and_then(|r| r.arrivals(self.key.trace_id));
-        let open = match &self.source.router {
-            Some(router) => {
-                let (router, trace) = (router.clone(), self.key.trace_id);
-                Openness::Counted(Arc::new(move || router.open(trace)))
-            }
-            None => Openness::Quiet(QUIET),
-        };
+        let arrivals = self.router.arrivals(self.key.trace_id);
+        let (router, trace) = (self.router.clone(), self.key.trace_id);
+        let open = Openness::Counted(Arc::new(move || router.open(trace)));
         Box::pin(settle_spans(
-            || self.spans(),
+            || Ok(self.spans()),
             self.source.messages,
             self.key.span_id,
             arrivals,
@@ -602,17 +587,7 @@ impl SpanSource for InMemoryExecution {
 
 impl Drop for InMemoryExecution {
     fn drop(&mut self) {
-        match &self.source.router {
-            Some(router) => router.unregister(self.key.trace_id),
-            None => {
-                let mut running = self.source.running.lock().unwrap_or_else(|p| p.into_inner());
-                *running = running.saturating_sub(1);
-                if *running == 0 {
-                    // no execution runs: what the exporter holds belongs to none, and later reads stay small
-                    self.source.exporter.reset();
-                }
-            }
-        }
+        self.router.unregister(self.key.trace_id);
     }
 }
 
@@ -640,17 +615,29 @@ impl SpanSource for InMemorySpans {
         ))
     }
 
-    /// The execution's spans: those of its trace, from the router when there is one, otherwise filtered
-    /// from the exporter (which is then cleared only when no execution runs).
+    /// The execution's spans: those of its trace, from the router. `None` without a router: read from the
+    /// exporter, an execution's open spans cannot be seen (a span whose parent already ended, or a tree
+    /// still wholly open, would look complete), so the search runs one execution at a time.
     fn execution(&self, key: &ExecutionKey) -> Option<Arc<dyn SpanSource>> {
-        match &self.router {
-            Some(router) => router.register(key.trace_id),
-            None => *self.running.lock().unwrap_or_else(|p| p.into_inner()) += 1,
-        }
+        let router = self.router.clone()?;
+        router.register(key.trace_id);
         Some(Arc::new(InMemoryExecution {
             source: self.clone(),
+            router,
             key: *key,
         }))
+    }
+
+    fn why_not_parallel(&self) -> String {
+        "InMemorySpans has no SpanRouter (InMemorySpans::with_router, installed as a span processor of the \
+         tracer provider): read from the exporter, an execution's still-open spans cannot be seen, so its \
+         spans could not be known to have all arrived"
+            .to_string()
+    }
+
+    /// The router's count of spans that ended in no registered trace; `None` without a router.
+    fn unattributed(&self) -> Option<u64> {
+        self.router.as_ref().map(SpanRouter::unattributed)
     }
 
     fn begin(&self) -> BoxFuture<'_, Result<(), SourceError>> {

@@ -53,7 +53,18 @@ async fn a_collapsing_instantiation_shows_its_repeated_fault_sets_as_redundant()
         .iter()
         .filter(|e| e.redundant_by_reference_with.is_some())
         .collect();
-    assert!(!hidden.is_empty(), "{coarse}");
+    // depth-first: #2 fails the second echo, which in an even execution is Hello; #3 fails the first echo,
+    // which in an odd one is Hello again: the same RPC by reference index, under a different coarse index.
+    // #4 fails both.
+    assert_eq!(coarse.executions.len(), 4, "{coarse}");
+    assert_eq!(
+        hidden
+            .iter()
+            .map(|e| (e.number, e.redundant_by_reference_with))
+            .collect::<Vec<_>>(),
+        vec![(3, Some(2))],
+        "{coarse}"
+    );
     for e in &hidden {
         let first = e.redundant_by_reference_with.expect("set");
         let earlier = coarse

@@ -35,7 +35,9 @@ for s in root.iter("testsuite"):
     for c in s.iter("testcase"):
         f = c.find("failure")
         k = c.find("skipped")
+        r = c.find("error")
         cases.append({
+            "error": None if r is None else {"message": r.get("message"), "type": r.get("type"), "text": r.text},
             "name": c.get("name"),
             "classname": c.get("classname"),
             "failure": None if f is None else {"message": f.get("message"), "type": f.get("type"), "text": f.text},
@@ -43,10 +45,11 @@ for s in root.iter("testsuite"):
             "out": c.findtext("system-out"),
         })
     suites.append({"name": s.get("name"), "tests": s.get("tests"), "failures": s.get("failures"),
+                   "errors": s.get("errors"),
                    "out": s.findtext("system-out"),
                    "skipped": s.get("skipped"), "cases": cases,
                    "properties": {p.get("name"): p.get("value") for p in s.iter("property")}})
-print(json.dumps({"valid": True, "suites": suites}))
+print(json.dumps({"valid": True, "suites": suites, "errors": root.get("errors"), "tests": root.get("tests")}))
 "#;
 
 fn required() -> bool {
@@ -158,9 +161,12 @@ async fn a_junit_report_is_valid_and_carries_failures_skips_and_replay_commands(
     assert_eq!(parsed["valid"], true, "{parsed:#}");
     let suite = &parsed["suites"][0];
     assert_eq!(suite["name"], "sfit: fig1 <bug & drift>");
-    assert_eq!(suite["tests"], report.executions.len().to_string());
+    // the limit of 12 stops the search with plans pending: one more test case, `search`, with that error
+    assert!(report.truncated, "{report}");
+    assert_eq!(suite["tests"], (report.executions.len() + 1).to_string());
     assert_eq!(suite["failures"], failing.len().to_string());
     assert_eq!(suite["skipped"], unreached.len().to_string());
+    assert_eq!(suite["errors"], "1", "the search did not finish: {suite:#}");
     assert_eq!(
         suite["properties"]["dei.instantiation"],
         report.options.instantiation.name.to_string()
@@ -173,7 +179,14 @@ async fn a_junit_report_is_valid_and_carries_failures_skips_and_replay_commands(
         "{suite:#}"
     );
     let cases = suite["cases"].as_array().expect("cases");
-    assert_eq!(cases.len(), report.executions.len());
+    assert_eq!(cases.len(), report.executions.len() + 1);
+    assert_eq!(cases[report.executions.len()]["name"], "search");
+    assert!(
+        cases[report.executions.len()]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("execution limit")),
+        "{suite:#}"
+    );
     for (case, e) in cases.iter().zip(&report.executions) {
         let name = case["name"].as_str().expect("name");
         assert!(name.starts_with(&format!("#{} ", e.number)), "{name}");
@@ -289,4 +302,136 @@ async fn text_that_xml_cannot_carry_is_replaced_and_the_file_stays_valid() {
     assert_eq!(parsed["valid"], true, "{parsed:#}");
     let failure = &parsed["suites"][0]["cases"][1]["failure"];
     assert_eq!(failure["message"], "bell \u{FFFD} and ]]> and \"quotes\"\nsecond line");
+}
+
+/// A source whose settle step always gives up: every execution's spans are unsettled.
+struct NeverSettles(Recorder);
+
+impl dei_sfit::SpanSource for NeverSettles {
+    fn begin(&self) -> futures::future::BoxFuture<'_, Result<(), dei_sfit::SourceError>> {
+        self.0.begin()
+    }
+    fn collect(&self) -> futures::future::BoxFuture<'_, Result<dei_sfit::Observation, dei_sfit::SourceError>> {
+        self.0.collect()
+    }
+    fn settle(&self) -> futures::future::BoxFuture<'_, Result<dei_sfit::Settled, dei_sfit::SourceError>> {
+        Box::pin(async { Ok(dei_sfit::Settled::TimedOut("1 span never arrived".into())) })
+    }
+}
+
+/// Writes `report`'s JUnit file, validates it and returns its (only) suite; `None` when not validated.
+fn junit_suite(report: &Report, name: &str) -> Option<Value> {
+    let path = temp(name);
+    report.write_junit(&path, &ReplayCommand::Api).expect("write");
+    let parsed = validate(&path);
+    let _ = std::fs::remove_file(&path);
+    let parsed = parsed?;
+    assert_eq!(parsed["valid"], true, "{parsed:#}");
+    assert_eq!(parsed["errors"], parsed["suites"][0]["errors"], "{parsed:#}");
+    assert_eq!(parsed["tests"], parsed["suites"][0]["tests"], "{parsed:#}");
+    Some(parsed["suites"][0].clone())
+}
+
+/// The synthetic `search` test case and its error.
+fn search_case(suite: &Value) -> &Value {
+    let cases = suite["cases"].as_array().expect("cases");
+    let search: Vec<&Value> = cases.iter().filter(|c| c["name"] == "search").collect();
+    assert_eq!(search.len(), 1, "one `search` test case: {suite:#}");
+    search[0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_the_search_did_not_do_is_an_error_never_green() {
+    // nothing injected: a catalog without faults plans none
+    let rec = Recorder::new();
+    let options = SearchOptions {
+        catalog: FaultCatalog::none(),
+        ..SearchOptions::default()
+    };
+    let report = Search::new(options, rec.clone())
+        .run(&dei_sfit::model::programs::FIG2.test(&rec))
+        .await
+        .expect("search");
+    assert!(report.nothing_injected && report.failing().is_empty(), "{report}");
+    if let Some(suite) = junit_suite(&report, "nothing.xml") {
+        assert_eq!(suite["errors"], "1", "{suite:#}");
+        assert_eq!(suite["failures"], "0", "{suite:#}");
+        assert_eq!(suite["tests"], (report.executions.len() + 1).to_string());
+        let error = &search_case(&suite)["error"];
+        assert_eq!(error["type"], "search");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("nothing injected")),
+            "{error:#}"
+        );
+        assert!(
+            error["text"].as_str().is_some_and(|t| t.contains("planned no fault")),
+            "{error:#}"
+        );
+    }
+
+    // truncated: the execution limit stopped the search with plans pending
+    let rec = Recorder::new();
+    let options = SearchOptions {
+        catalog: FaultCatalog::single(Fault::Connection),
+        max_executions: Some(2),
+        ..SearchOptions::default()
+    };
+    let report = Search::new(options, rec.clone())
+        .run(&dei_sfit::model::programs::FIG2.test(&rec))
+        .await
+        .expect("search");
+    assert!(
+        report.truncated && report.pending > 0 && !report.nothing_injected,
+        "{report}"
+    );
+    assert!(report.failing().is_empty(), "{report}");
+    if let Some(suite) = junit_suite(&report, "truncated.xml") {
+        assert_eq!(suite["errors"], "1", "{suite:#}");
+        assert_eq!(suite["tests"], "3", "{suite:#}");
+        let error = &search_case(&suite)["error"];
+        assert!(
+            error["message"].as_str().is_some_and(|m| m.contains("execution limit")),
+            "{error:#}"
+        );
+        let text = error["text"].as_str().expect("text");
+        assert!(
+            text.contains(&format!("with {} plan(s) pending", report.pending)),
+            "{text}"
+        );
+    }
+
+    // unsettled: every execution's spans did not settle, so each is an error, whatever its verdict
+    let rec = Recorder::new();
+    let options = SearchOptions {
+        catalog: FaultCatalog::single(Fault::Connection),
+        ..SearchOptions::default()
+    };
+    let report = Search::new(options, NeverSettles(rec.clone()))
+        .run(&dei_sfit::model::programs::FIG2.test(&rec))
+        .await
+        .expect("search");
+    assert!(report.executions.len() > 1, "{report}");
+    assert_eq!(report.unsettled().len(), report.executions.len(), "{report}");
+    if let Some(suite) = junit_suite(&report, "unsettled.xml") {
+        assert_eq!(suite["errors"], report.executions.len().to_string(), "{suite:#}");
+        assert_eq!(suite["tests"], report.executions.len().to_string(), "{suite:#}");
+        assert_eq!(suite["skipped"], "0", "{suite:#}");
+        for (case, e) in suite["cases"].as_array().expect("cases").iter().zip(&report.executions) {
+            let error = &case["error"];
+            assert_eq!(error["type"], "unsettled", "{case:#}");
+            assert_eq!(
+                error["message"], "spans did not settle: 1 span never arrived",
+                "{case:#}"
+            );
+            assert!(
+                error["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(&format!(", {}, source)", e.number))),
+                "{case:#}"
+            );
+            assert!(case["failure"].is_null() && case["skipped"].is_null(), "{case:#}");
+        }
+    }
 }

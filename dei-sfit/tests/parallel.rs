@@ -46,6 +46,32 @@ fn listing(report: &Report) -> Vec<String> {
         .collect()
 }
 
+/// The whole report as JSON, without the fields that legitimately differ between two runs of the same
+/// search: timings (`test_us`, `collect_us`, `overhead_us`; an RPC's `start` and `end`, ticks of a
+/// process-wide clock), `scheduled_by` (which of the executions that observed an RPC finished first), and
+/// with `all_options` the parallelism asked and used and the notes (to compare with a sequential search).
+fn canonical_json(report: &Report, all_options: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(report).expect("json");
+    for e in v["executions"].as_array_mut().expect("executions") {
+        let e = e.as_object_mut().expect("an execution");
+        for k in ["test_us", "collect_us", "overhead_us", "scheduled_by"] {
+            e.remove(k);
+        }
+        for r in e["rpcs"].as_array_mut().expect("rpcs") {
+            let r = r.as_object_mut().expect("an rpc");
+            r.remove("start");
+            r.remove("end");
+        }
+    }
+    if all_options {
+        let o = v.as_object_mut().expect("a report");
+        o.remove("parallelism_used");
+        o.remove("notes");
+        o["options"].as_object_mut().expect("options").remove("parallelism");
+    }
+    v
+}
+
 async fn search(p: &programs::ModelProgram, options: SearchOptions) -> Report {
     let rec = Recorder::new();
     Search::new(options, rec.clone())
@@ -148,12 +174,19 @@ async fn repeated_parallel_searches_give_the_same_canonical_report() {
                 "{}: canonical sequential = parallel",
                 p.name
             );
+            assert_eq!(
+                canonical_json(&first, true),
+                canonical_json(&sequential, true),
+                "{}: the whole canonical report, sequential = parallel",
+                p.name
+            );
+            let first_json = canonical_json(&first, false);
             for round in 1..20 {
                 let again = search(&p, options.clone()).await;
                 assert_eq!(
-                    listing(&again),
-                    listing(&first),
-                    "{} {strategy:?} round {round}",
+                    canonical_json(&again, false),
+                    first_json,
+                    "{} {strategy:?} round {round}: the whole canonical report",
                     p.name
                 );
             }
@@ -287,9 +320,77 @@ async fn a_source_that_cannot_tell_executions_apart_runs_them_one_at_a_time_and_
     );
 }
 
+/// What happened when, in a parallel search: an execution started (by its start number) or was collected
+/// (with its effective fault set), in the order the search did it.
+#[derive(Clone, Debug)]
+enum Event {
+    Started(usize),
+    Collected(usize, FaultSet),
+}
+
+/// A recorder that logs when each parallel execution starts (its source is made as it is dispatched) and
+/// when its spans are collected (just before the search absorbs it).
+#[derive(Clone)]
+struct Timeline {
+    rec: Recorder,
+    events: Arc<std::sync::Mutex<Vec<Event>>>,
+}
+
+struct TimedExecution {
+    inner: Arc<dyn SpanSource>,
+    number: usize,
+    events: Arc<std::sync::Mutex<Vec<Event>>>,
+}
+
+impl SpanSource for Timeline {
+    fn begin(&self) -> futures::future::BoxFuture<'_, Result<(), SourceError>> {
+        self.rec.begin()
+    }
+    fn collect(&self) -> futures::future::BoxFuture<'_, Result<Observation, SourceError>> {
+        self.rec.collect()
+    }
+    fn execution(&self, key: &ExecutionKey) -> Option<Arc<dyn SpanSource>> {
+        let inner = self.rec.execution(key)?;
+        self.events.lock().expect("events").push(Event::Started(key.number));
+        Some(Arc::new(TimedExecution {
+            inner,
+            number: key.number,
+            events: self.events.clone(),
+        }))
+    }
+}
+
+impl SpanSource for TimedExecution {
+    fn begin(&self) -> futures::future::BoxFuture<'_, Result<(), SourceError>> {
+        self.inner.begin()
+    }
+    fn collect(&self) -> futures::future::BoxFuture<'_, Result<Observation, SourceError>> {
+        Box::pin(async move {
+            let obs = self.inner.collect().await?;
+            self.events
+                .lock()
+                .expect("events")
+                .push(Event::Collected(self.number, obs.effective()));
+            Ok(obs)
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_encapsulation_reduction_late_redundancy_is_reported_and_bounded() {
     let p = programs::ENCAPSULATION;
+    let rec = Recorder::new();
+    let unreduced_options = SearchOptions {
+        catalog: p.catalog(),
+        ..SearchOptions::default()
+    };
+    let truth = Oracle::new(unreduced_options.clone(), Arc::new(rec.clone()), 12)
+        .run(&p.test(&rec))
+        .await
+        .expect("oracle");
+    let unreduced = search(&p, unreduced_options).await;
+    assert_eq!(effective_sets(&unreduced), truth.effective, "{unreduced}");
+    let mut any_late = 0;
     for strategy in [Strategy::DepthFirst, Strategy::BreadthFirst] {
         let options = SearchOptions {
             catalog: p.catalog(),
@@ -301,70 +402,113 @@ async fn with_encapsulation_reduction_late_redundancy_is_reported_and_bounded() 
         };
         let sequential = search(&p, options.clone()).await;
         for n in [2, 4] {
-            let parallel = search(
-                &p,
+            let timeline = Timeline {
+                rec: Recorder::new(),
+                events: Arc::default(),
+            };
+            let parallel = Search::new(
                 SearchOptions {
                     parallelism: n,
                     ..options.clone()
                 },
+                timeline.clone(),
             )
-            .await;
+            .run(&p.test(&timeline.rec))
+            .await
+            .expect("search");
+            let what = format!("{strategy:?} N={n}");
+            let events = timeline.events.lock().expect("events").clone();
+            // start number -> (position of its start, position of its collection, effective set)
+            let at = |effective: &FaultSet| -> (usize, usize) {
+                let (pos, number) = events
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, e)| match e {
+                        Event::Collected(k, set) if set == effective => Some((i, *k)),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| panic!("{what}: no execution collected {effective:?}"));
+                let start = events
+                    .iter()
+                    .position(|e| matches!(e, Event::Started(k) if *k == number))
+                    .expect("started");
+                (start, pos)
+            };
             let late = parallel.in_flight_redundant();
-            // each late one ran only because it had started before the knowledge that skips it arrived: at
-            // most n - 1 others run beside any execution
-            assert!(
-                late.len() <= (n - 1) * parallel.executions.len().saturating_sub(late.len()),
-                "{strategy:?} N={n}\n{parallel}"
-            );
-            // the reduction only removes executions: never more than the unreduced search's, and every plan
-            // it did not run has its witness (which plans those are depends on the order, as between DFS and
-            // BFS sequentially)
-            let unreduced = search(
-                &p,
-                SearchOptions {
-                    parallelism: n,
-                    reduction: Reduction::None,
-                    ..options.clone()
-                },
-            )
-            .await;
-            assert!(
-                parallel.executions.len() <= unreduced.executions.len(),
-                "{strategy:?} N={n}\n{parallel}"
-            );
-            assert!(parallel.skipped.iter().all(|s| !s.witness.is_empty()));
+            any_late += late.len();
+            for e in &late {
+                let w = e.in_flight_redundant.as_ref().expect("a witness");
+                let witness = parallel
+                    .executions
+                    .iter()
+                    .find(|x| x.number == w.execution)
+                    .unwrap_or_else(|| panic!("{what}: #{} names no execution #{}", e.number, w.execution));
+                assert_eq!(
+                    w.ran,
+                    fault_set_label(&witness.effective),
+                    "{what}: the witness #{} names what it injected",
+                    witness.number
+                );
+                let (e_start, e_end) = at(&search::fault_set(&e.effective));
+                let (_, w_end) = at(&search::fault_set(&witness.effective));
+                // the witness finished before this execution was absorbed ...
+                assert!(
+                    w_end < e_end,
+                    "{what}: #{} before its witness #{}",
+                    e.number,
+                    witness.number
+                );
+                // ... and the knowledge that made it redundant came from an execution that finished while
+                // this one ran (otherwise the plan would have been skipped when it was dispatched)
+                assert!(
+                    events[e_start..e_end]
+                        .iter()
+                        .any(|ev| matches!(ev, Event::Collected(..))),
+                    "{what}: #{} overlapped no execution's finish: {events:?}",
+                    e.number
+                );
+            }
             // beyond the sequential search's executions, only those that became redundant in flight
             assert!(
                 parallel.executions.len() <= sequential.executions.len() + late.len(),
-                "{strategy:?} N={n}\n{parallel}\n{sequential}"
+                "{what}\n{parallel}\n{sequential}"
             );
-            assert_eq!(
-                effective_sets(&unreduced),
-                effective_sets(
-                    &search(
-                        &p,
-                        SearchOptions {
-                            reduction: Reduction::None,
-                            ..options.clone()
-                        }
-                    )
-                    .await
-                )
-            );
+            // the reduction only removes executions: every set it ran is one the unreduced search and the
+            // oracle reach, and every plan it skipped is one of those it did not run
+            let sets = effective_sets(&parallel);
+            assert!(sets.is_subset(&truth.effective), "{what}\n{parallel}");
+            let ran: BTreeSet<String> = sets.iter().map(observation::describe_set).collect();
+            let reachable: BTreeSet<String> = truth.effective.iter().map(observation::describe_set).collect();
+            for s in &parallel.skipped {
+                assert!(
+                    reachable.contains(&s.plan),
+                    "{what}: skipped {} is not reachable",
+                    s.plan
+                );
+                assert!(!ran.contains(&s.plan), "{what}: skipped {} yet ran it", s.plan);
+                assert!(
+                    parallel.executions.iter().any(|x| x.number == s.witness.execution),
+                    "{what}: {} names no execution",
+                    s.witness
+                );
+            }
+            // so does the sequential search with the same reduction (which plans it skips depends on the order)
+            let seq_sets = effective_sets(&sequential);
+            assert!(seq_sets.is_subset(&truth.effective), "{what}\n{sequential}");
             eprintln!(
-                "{strategy:?} N={n}: {} executions ({} in flight when they became redundant), {} skipped; sequential: {} and {}",
+                "{what}: {} executions ({} in flight when they became redundant), {} skipped; sequential: {} and {}",
                 parallel.executions.len(),
                 late.len(),
                 parallel.skipped.len(),
                 sequential.executions.len(),
                 sequential.skipped.len()
             );
-            for e in late {
-                assert!(
-                    e.in_flight_redundant.as_deref().is_some_and(|w| w.contains("returns")),
-                    "{e:?}"
-                );
-            }
         }
     }
+    eprintln!("{any_late} execution(s) in all became redundant in flight");
+}
+
+/// The effective faults as `describe_set` writes them.
+fn fault_set_label(faults: &[PlannedFault]) -> String {
+    observation::describe_set(&search::fault_set(faults))
 }
