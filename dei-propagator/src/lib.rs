@@ -14,7 +14,10 @@
 //! - [`RequestScope`], the per-request counters shared by reference by every task and thread that serves one
 //!   request, carried in the OpenTelemetry [`Context`](opentelemetry::Context) ([`DeiContextExt`]) and across
 //!   [`spawn`], [`spawn_blocking`] and [`spawn_thread`];
-//! - [`DeiPropagator`], a [`TextMapPropagator`](opentelemetry::propagation::TextMapPropagator);
+//! - [`DeiPropagator`], a [`TextMapPropagator`](opentelemetry::propagation::TextMapPropagator); the crate's
+//!   [`composite_propagator`] writes the `dei` header only, and the baggage copy is opt-in
+//!   ([`composite_propagator_with`]`(`[`Carriers::HEADER_AND_BAGGAGE`]`)`); [`inject_with_index`] and
+//!   [`extract_with_index`] carry an RPC's index without a `Context` value of its own;
 //! - [`FaultPlan`]s that ride on the same context.
 //!
 //! Instrumentation that fills in payloads and stacks for tonic, axum and reqwest lives in
