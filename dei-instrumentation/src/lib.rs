@@ -27,7 +27,7 @@
 //! # Features
 //! `tonic`, `axum` and `reqwest` (all on by default) each bring one integration; a service that uses one
 //! turns the others off (`default-features = false, features = ["tonic"]`) and does not compile them.
-//! `testing` adds [`testing`].
+//! `testing` adds the `testing` module (test telemetry with an in-memory exporter).
 //!
 //! # Example
 //! An axum service called through reqwest, inside a root scope with a fault plan:

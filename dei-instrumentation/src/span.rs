@@ -10,7 +10,7 @@
 //! | `dei.signature` | `pkg.Service/Method`, `METHOD authority/path` | `pkg.Service/Method`, `METHOD /route/{template}` |
 //! | `dei.payload.digest` | SHA-256 of the payload, 64 hex | the same, digested from the received body |
 //! | `dei.stack.digest`, `dei.stack.mode`, `dei.stack.walker` | the caller's application stack | — (the callee cannot see it) |
-//! | `dei.stack` | the readable frames of that stack: once per distinct `dei.stack.digest` per process, on the first sampled client span that carries it ([`StackFrames`](crate::config::StackFrames)) | — |
+//! | `dei.stack` | the readable frames of that stack: once per distinct `dei.stack.digest` per process, on the first sampled client span that carries it ([`StackFrames`]) | — |
 //! | `dei.count`, `dei.depth` | of the index | of the index |
 //! | `dei.instantiation` | the scope's instantiation | the server's |
 //! | `dei.preliminary` | `true` on streams | `true` on streams |
@@ -21,7 +21,7 @@
 //! | `dei.depth_limited` | `true` when the index could not grow past 64 elements | — |
 //!
 //! Only sampled (or recording) spans get them: on a trace that is not sampled the layers compute and
-//! propagate the index but record nothing ([`Unsampled`](crate::config::Unsampled)).
+//! propagate the index but record nothing ([`Unsampled`]).
 //!
 //! Streams add one span event per message sent, [`STREAM_MESSAGE_EVENT`], with [`PRELIMINARY_INDEX`],
 //! [`INDEX`] and [`MESSAGE`] (the 1-based position k): the mapping from the preliminary to the final index.
