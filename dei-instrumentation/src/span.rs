@@ -288,3 +288,55 @@ pub(crate) fn record_stream_message(
     }
     span.add_event(STREAM_MESSAGE_EVENT, attributes);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stack::{StackCapturer, StackConfig};
+
+    /// One call site, captured by whichever capturer is given.
+    #[inline(never)]
+    fn site(c: &StackCapturer) -> CapturedStack {
+        c.capture()
+    }
+
+    #[inline(never)]
+    fn other_site(c: &StackCapturer) -> CapturedStack {
+        c.capture()
+    }
+
+    fn has_frames(stack: &CapturedStack, frames: StackFrames) -> bool {
+        let mut a = Attributes::new();
+        a.stack(stack, frames);
+        let keys: Vec<&str> = a.items.iter().flatten().map(|kv| kv.key.as_str()).collect();
+        assert!(keys.contains(&STACK_DIGEST), "the digest goes on every span: {keys:?}");
+        keys.contains(&STACK)
+    }
+
+    #[test]
+    fn readable_frames_once_per_stack_in_the_process_on_every_span_or_never() {
+        let config = || StackConfig::default().allow("src/span.rs");
+        let (c, another) = (StackCapturer::new(config()), StackCapturer::new(config()));
+        // One call site (the loop's line is in the stack too): twice through `c`, once through another
+        // configuration's capturer.
+        let stacks: Vec<CapturedStack> = [&c, &c, &another].into_iter().map(site).collect();
+        let stack = &stacks[0];
+        assert!(!stack.is_empty(), "{}", stack.readable());
+        assert!(stacks.iter().all(|s| s.digest() == stack.digest()));
+        assert!(has_frames(stack, StackFrames::EverySpan));
+        assert!(has_frames(stack, StackFrames::EverySpan));
+        assert!(!has_frames(stack, StackFrames::Never));
+        assert!(
+            has_frames(stack, StackFrames::OncePerStack),
+            "the first span with this stack"
+        );
+        assert!(!has_frames(&stacks[1], StackFrames::OncePerStack), "not again");
+        // Once per process, not per capturer.
+        assert!(!has_frames(&stacks[2], StackFrames::OncePerStack));
+        // A stack not seen before gets them.
+        let other = other_site(&c);
+        assert_ne!(other.digest(), stack.digest());
+        assert!(!has_frames(&other, StackFrames::Never));
+        assert!(has_frames(&other, StackFrames::OncePerStack));
+    }
+}
