@@ -6,8 +6,10 @@
 //! - `wide-K-5ms`: the same shape, with handlers that wait 5 ms before answering (A and B each), like a real
 //!   service would.
 //!
-//! Every search must give the same effective fault sets as the N = 1 search of its workload, with no failing,
-//! redundant or unreached execution; the example exits 1 otherwise. Run on an idle machine:
+//! Every search must give the same effective fault sets as a sequential (N = 1) search of its workload, run
+//! first whatever `--parallel` lists, and the known number of executions (6 for cinema-10, 2^K for wide-K),
+//! with no failing, redundant, unreached or unsettled execution, something injected, no execution limit hit
+//! and no warning (such as spans outside the executions' traces); the example exits 1 otherwise. Run on an idle machine:
 //! `cargo run --release --example sfit_parallel_throughput` (`--k K`, `--rounds R`, `--parallel 1,2,4,8`,
 //! `--only cinema|wide|slow`).
 
@@ -35,7 +37,9 @@ const USAGE: &str =
 
 Executions per second of the search at N executions at once (default 1,2,4,8) on cinema-10 (searched R times,
 default 20), on the wide example of K strings (2^K executions, default K = 10) and on the same with handlers
-that wait 5 ms. Exits 1 when a parallel search does not give the sequential search's effective fault sets.";
+that wait 5 ms. Exits 1 when a search does not give the sequential search's effective fault sets and the known
+number of executions (6 for cinema-10, 2^K for the wide workloads), or is not clean (failing, redundant,
+unreached or unsettled executions, nothing injected, truncated, warnings).";
 
 struct Args {
     k: usize,
@@ -169,7 +173,38 @@ fn sets(report: &Report) -> BTreeSet<FaultSet> {
         .collect()
 }
 
-/// Runs `rounds` searches at each N and prints a row each; false when a search is not the sequential one's.
+/// Why `report` is not a clean search of `expected` executions at parallelism `n`, if it is not.
+fn unclean(report: &Report, n: usize, expected: usize) -> Option<String> {
+    let mut why = Vec::new();
+    if report.executions.len() != expected {
+        why.push(format!("{} executions, not {expected}", report.executions.len()));
+    }
+    if report.nothing_injected {
+        why.push("nothing injected".to_string());
+    }
+    if report.truncated {
+        why.push("stopped at the execution limit".to_string());
+    }
+    if !report.failing().is_empty() || !report.redundant().is_empty() {
+        why.push("failing or redundant executions".to_string());
+    }
+    if !report.unreached().is_empty() || !report.unsettled().is_empty() {
+        why.push("unreached or unsettled executions".to_string());
+    }
+    if !report.warnings.is_empty() {
+        why.push(format!("warnings: {:?}", report.warnings));
+    }
+    if report.parallelism_used != n {
+        why.push(format!(
+            "ran at {} not {n}: {:?}",
+            report.parallelism_used, report.notes
+        ));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// Runs a sequential search for reference (untimed), then `rounds` searches at each N, and prints a row each;
+/// false when a search is not clean or not the sequential one's.
 async fn measure(
     name: &str,
     test: &dyn FunctionalTest,
@@ -177,9 +212,30 @@ async fn measure(
     source: &Arc<dyn SpanSource>,
     rounds: usize,
     parallel: &[usize],
+    expected: usize,
 ) -> bool {
     let mut ok = true;
-    let mut reference: Option<BTreeSet<FaultSet>> = None;
+    let sequential = match Search::with_shared_source(
+        SearchOptions {
+            parallelism: 1,
+            ..base.clone()
+        },
+        source.clone(),
+    )
+    .run(test)
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{name} N=1 (reference): the search failed: {e}");
+            return false;
+        }
+    };
+    if let Some(why) = unclean(&sequential, 1, expected) {
+        eprintln!("{name} N=1 (reference): {why}\n{sequential}");
+        return false;
+    }
+    let reference = sets(&sequential);
     let mut sequential_rate = None;
     for &n in parallel {
         let options = SearchOptions {
@@ -198,14 +254,12 @@ async fn measure(
                 }
             };
             executions += report.executions.len();
-            let clean = report.failing().is_empty()
-                && report.redundant().is_empty()
-                && report.unreached().is_empty()
-                && report.unsettled().is_empty()
-                && report.parallelism_used == n;
-            let same = reference.get_or_insert_with(|| sets(&report)) == &sets(&report);
-            if !clean || !same {
-                eprintln!("{name} N={n}: NOT the sequential search's result:\n{report}");
+            if let Some(why) = unclean(&report, n, expected) {
+                eprintln!("{name} N={n}: not a clean search: {why}\n{report}");
+                ok = false;
+            }
+            if sets(&report) != reference {
+                eprintln!("{name} N={n}: NOT the sequential search's effective fault sets:\n{report}");
                 ok = false;
             }
         }
@@ -244,7 +298,7 @@ async fn main() {
             catalog: cinema::catalog(),
             ..SearchOptions::default()
         };
-        ok &= measure("cinema-10", &test, options, &source, args.rounds, &args.parallel).await;
+        ok &= measure("cinema-10", &test, options, &source, args.rounds, &args.parallel, 6).await;
     }
     let config = hello::config(Instantiation::dei());
     let options = SearchOptions {
@@ -261,6 +315,7 @@ async fn main() {
             &source,
             1,
             &args.parallel,
+            1 << args.k,
         )
         .await;
     }
@@ -268,7 +323,7 @@ async fn main() {
         let a = start_slow(&config, Duration::from_millis(5)).await;
         let name = format!("wide-{}-5ms", args.k);
         let test = wide_test(name.clone(), a, args.k);
-        ok &= measure(&name, &test, options, &source, 1, &args.parallel).await;
+        ok &= measure(&name, &test, options, &source, 1, &args.parallel, 1 << args.k).await;
     }
     if !ok {
         std::process::exit(1);

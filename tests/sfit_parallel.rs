@@ -47,6 +47,48 @@ fn listing(report: &Report) -> Vec<String> {
         .collect()
 }
 
+/// The whole canonical report as JSON, without what legitimately differs between two runs of the same
+/// search: timings (`test_us`, `collect_us`, `overhead_us`, an RPC's `start` and `end`), `scheduled_by`
+/// (which of the executions that observed an RPC finished first), and the order in which an execution's
+/// spans ended (its RPCs are sorted by index, each parent named by its index instead of its position); with
+/// `all_options` also the parallelism asked and used, the notes and the warnings (to compare with a
+/// sequential search or another span source).
+fn canonical_json(report: &Report, all_options: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(report).expect("json");
+    for e in v["executions"].as_array_mut().expect("executions") {
+        let e = e.as_object_mut().expect("an execution");
+        for k in ["test_us", "collect_us", "overhead_us", "scheduled_by"] {
+            e.remove(k);
+        }
+        let rpcs = e["rpcs"].as_array().expect("rpcs").clone();
+        let mut sorted: Vec<serde_json::Value> = rpcs
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                let o = r.as_object_mut().expect("an rpc");
+                o.remove("start");
+                o.remove("end");
+                let parent = o
+                    .get("parent")
+                    .and_then(serde_json::Value::as_u64)
+                    .map(|p| rpcs[p as usize]["index"].clone());
+                o.insert("parent".into(), parent.unwrap_or(serde_json::Value::Null));
+                r
+            })
+            .collect();
+        sorted.sort_by_key(|r| r.to_string());
+        e.insert("rpcs".into(), serde_json::Value::Array(sorted));
+    }
+    if all_options {
+        let o = v.as_object_mut().expect("a report");
+        for k in ["parallelism_used", "notes", "warnings"] {
+            o.remove(k);
+        }
+        o["options"].as_object_mut().expect("options").remove("parallelism");
+    }
+    v
+}
+
 /// At N = 4 in both orders: the sequential search's sets and the oracle's, as many executions, nothing
 /// redundant, unreached or unsettled.
 async fn same_as_sequential(
@@ -165,8 +207,18 @@ async fn the_corpus_in_parallel_matches_the_sequential_search() {
                 assert_eq!(p.outcome, s.outcome, "{what}: #{}", p.number);
             }
             assert_eq!(listing(&report), listing(&sequential), "{what}: the canonical report");
+            assert!(report.warnings.is_empty(), "{what}: {:?}", report.warnings);
+            assert_eq!(
+                canonical_json(&report, true),
+                canonical_json(&sequential, true),
+                "{what}: the whole canonical report, parallel = sequential"
+            );
             if let Some(first) = &first {
-                assert_eq!(listing(&report), listing(first), "{what}");
+                assert_eq!(
+                    canonical_json(&report, false),
+                    canonical_json(first, false),
+                    "{what}: the whole canonical report, every round"
+                );
             } else {
                 first = Some(report);
             }
@@ -179,7 +231,11 @@ async fn the_corpus_in_parallel_matches_the_sequential_search() {
         assert_eq!(xml.matches("<testcase ").count(), 6, "{xml}");
         assert!(xml.contains(r#"<property name="dei.parallelism" value="4"/>"#), "{xml}");
         assert!(xml.contains(r##"name="#1 no faults""##), "{xml}");
-        assert!(!xml.contains("<failure") && !xml.contains("<skipped"), "{xml}");
+        assert!(
+            !xml.contains("<failure") && !xml.contains("<skipped") && !xml.contains("<error"),
+            "{xml}"
+        );
+        assert!(xml.contains(r#"errors="0""#), "{xml}");
     }
     // the rest of the corpus, once in each order
     let config = dei_instrumentation::DeiConfig::builder()

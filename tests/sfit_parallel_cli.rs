@@ -10,9 +10,10 @@ use std::process::Command;
 
 #[test]
 fn cinema10_with_parallel_4_writes_its_junit_file() {
-    let dir = std::env::temp_dir().join(format!("dei-sfit-parallel-cli-{}", std::process::id()));
+    // a directory with a space; the JUnit file's directory does not exist yet (--junit creates it)
+    let dir = std::env::temp_dir().join(format!("dei-sfit parallel-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let (json, junit) = (dir.join("cinema10.json"), dir.join("cinema10.xml"));
+    let (json, junit) = (dir.join("cinema10.json"), dir.join("junit files").join("cinema10.xml"));
     let out = Command::new(example("cinema10"))
         .args(["--parallel", "4", "--quiet", "--json"])
         .arg(&json)

@@ -80,6 +80,80 @@ fn listing(report: &Report) -> Vec<String> {
         .collect()
 }
 
+/// The whole canonical report as JSON, without what legitimately differs between two runs of the same
+/// search: timings (`test_us`, `collect_us`, `overhead_us`, an RPC's `start` and `end`), `scheduled_by`
+/// (which of the executions that observed an RPC finished first), and the order in which an execution's
+/// spans ended (its RPCs are sorted by index, each parent named by its index instead of its position); with
+/// `all_options` also the parallelism asked and used, the notes and the warnings (to compare with a
+/// sequential search or another span source).
+fn canonical_json(report: &Report, all_options: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(report).expect("json");
+    for e in v["executions"].as_array_mut().expect("executions") {
+        let e = e.as_object_mut().expect("an execution");
+        for k in ["test_us", "collect_us", "overhead_us", "scheduled_by"] {
+            e.remove(k);
+        }
+        let rpcs = e["rpcs"].as_array().expect("rpcs").clone();
+        let mut sorted: Vec<serde_json::Value> = rpcs
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                let o = r.as_object_mut().expect("an rpc");
+                o.remove("start");
+                o.remove("end");
+                let parent = o
+                    .get("parent")
+                    .and_then(serde_json::Value::as_u64)
+                    .map(|p| rpcs[p as usize]["index"].clone());
+                o.insert("parent".into(), parent.unwrap_or(serde_json::Value::Null));
+                r
+            })
+            .collect();
+        sorted.sort_by_key(|r| r.to_string());
+        e.insert("rpcs".into(), serde_json::Value::Array(sorted));
+    }
+    if all_options {
+        let o = v.as_object_mut().expect("a report");
+        for k in ["parallelism_used", "notes", "warnings"] {
+            o.remove(k);
+        }
+        o["options"].as_object_mut().expect("options").remove("parallelism");
+    }
+    v
+}
+
+/// [`canonical_json`] for Fig. 5, without what its program makes vary on purpose: A sends the stream's
+/// messages concurrently (the figure's point), so which messages B served before a failed one, and their
+/// numbers, vary from run to run: an execution's observed `rpcs` are left out (`check` tests the message
+/// numbers the report shows). A failing verdict quotes the gRPC status with its `date` header, replaced by
+/// `<date>`.
+fn fig5_json(report: &Report) -> serde_json::Value {
+    let mut v = canonical_json(report, false);
+    for e in v["executions"].as_array_mut().expect("executions") {
+        let e = e.as_object_mut().expect("an execution");
+        e.remove("rpcs");
+        if let Some(serde_json::Value::String(m)) = e.get_mut("outcome").and_then(|o| o.get_mut("message")) {
+            *m = without_dates(m);
+        }
+    }
+    v
+}
+
+/// `text` with the value of every `"date": "…"` replaced by `<date>`.
+fn without_dates(text: &str) -> String {
+    const KEY: &str = "\"date\": \"";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(KEY) {
+        out.push_str(&rest[..at + KEY.len()]);
+        out.push_str("<date>");
+        rest = &rest[at + KEY.len()..];
+        rest = rest.find('"').map_or("", |end| &rest[end..]);
+    }
+    out.push_str(rest);
+    out
+}
+
 fn check(report: &Report, truth: &BTreeSet<FaultSet>, what: &str) {
     assert_eq!(report.parallelism_used, 4, "{what}: {:?}", report.notes);
     assert_eq!(&effective_sets(report), truth, "{what}\n{report}");
@@ -131,6 +205,7 @@ async fn fig5_streams_in_parallel_through_memory_and_collector() {
 
     for strategy in [Strategy::DepthFirst, Strategy::BreadthFirst] {
         let mut first: Option<Vec<String>> = None;
+        let mut first_json = None;
         for round in 0..20 {
             let report = Search::with_shared_source(options(strategy, 4), in_memory.clone())
                 .run(&test)
@@ -138,9 +213,17 @@ async fn fig5_streams_in_parallel_through_memory_and_collector() {
                 .expect("in-memory parallel search");
             let what = format!("in-memory {strategy:?} round {round}");
             check(&report, &truth.effective, &what);
+            assert!(report.warnings.is_empty(), "{what}: {:?}", report.warnings);
+            let json = fig5_json(&report);
             match &first {
-                Some(f) => assert_eq!(&listing(&report), f, "{what}"),
-                None => first = Some(listing(&report)),
+                Some(f) => {
+                    assert_eq!(&listing(&report), f, "{what}");
+                    assert_eq!(Some(&json), first_json.as_ref(), "{what}: the whole canonical report");
+                }
+                None => {
+                    first = Some(listing(&report));
+                    first_json = Some(json);
+                }
             }
         }
 
@@ -154,6 +237,7 @@ async fn fig5_streams_in_parallel_through_memory_and_collector() {
             .with_flush(move || {
                 let _ = flush.force_flush();
             });
+        let mut collector_json = None;
         for round in 0..5 {
             let report = Search::new(options(strategy, 4), source.clone())
                 .run(&test)
@@ -161,6 +245,17 @@ async fn fig5_streams_in_parallel_through_memory_and_collector() {
                 .expect("collector parallel search");
             let what = format!("collector {strategy:?} round {round}");
             check(&report, &truth.effective, &what);
+            // the collector cannot count spans outside the executions' traces, and the report says so
+            assert!(
+                report.warnings.iter().any(|w| w.contains("not counted")),
+                "{what}: {:?}",
+                report.warnings
+            );
+            let json = fig5_json(&report);
+            match &collector_json {
+                Some(f) => assert_eq!(&json, f, "{what}: the whole canonical report"),
+                None => collector_json = Some(json),
+            }
             assert_eq!(
                 Some(listing(&report)),
                 first,

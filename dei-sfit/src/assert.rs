@@ -8,7 +8,10 @@
 //! stopped the search before the fault space was exhausted.
 //!
 //! The report is saved as `<dir>/<test name>.json`, where `<dir>` is `DEI_SFIT_REPORT_DIR` or
-//! `<temp dir>/dei-sfit`. Run the test again with `DEI_SFIT_REPLAY=N` and the helper replays execution `N` of
+//! `<temp dir>/dei-sfit/<package>` (the package from cargo's `CARGO_PKG_NAME`). The path must outlive the
+//! process (the replay reads it), so it is not unique per process: two runs of the same test at once on one
+//! machine (parallel CI jobs sharing the temp dir) write the same file, the last one wins (each write is
+//! whole: written aside, then renamed). Give such jobs their own `DEI_SFIT_REPORT_DIR`. Run the test again with `DEI_SFIT_REPLAY=N` and the helper replays execution `N` of
 //! that report instead of searching: the replay command in each block does exactly that.
 
 use crate::junit::{ReplayCommand, case_name, failure_block, faults_label};
@@ -24,12 +27,21 @@ pub const REPLAY_ENV: &str = "DEI_SFIT_REPLAY";
 pub const REPORT_DIR_ENV: &str = "DEI_SFIT_REPORT_DIR";
 
 /// Where the report of functional test `test` is saved.
+/// Shared by every process that runs the same test (see the [module](self) docs).
 pub fn report_path(test: &str) -> PathBuf {
-    let dir = std::env::var_os(REPORT_DIR_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("dei-sfit"));
-    let file: String = test
-        .chars()
+    let dir = std::env::var_os(REPORT_DIR_ENV).map(PathBuf::from).unwrap_or_else(|| {
+        let base = std::env::temp_dir().join("dei-sfit");
+        match std::env::var("CARGO_PKG_NAME") {
+            Ok(pkg) if !pkg.is_empty() => base.join(file_name(&pkg)),
+            _ => base,
+        }
+    });
+    dir.join(format!("{}.json", file_name(test)))
+}
+
+/// `s` with every character but ASCII letters, digits, `-` and `_` replaced by `_`.
+fn file_name(s: &str) -> String {
+    s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
@@ -37,8 +49,18 @@ pub fn report_path(test: &str) -> PathBuf {
                 '_'
             }
         })
-        .collect();
-    dir.join(format!("{file}.json"))
+        .collect()
+}
+
+/// True when a thread name looks like a libtest test path (`module::test_name`): cargo test names each
+/// test's thread so; runtime worker threads (`tokio-runtime-worker`) and `main` do not look like one.
+fn looks_like_test_path(name: &str) -> bool {
+    name != "main"
+        && !name.is_empty()
+        && name.split("::").all(|part| {
+            part.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                && part.chars().all(|c| c.is_alphanumeric() || c == '_')
+        })
 }
 
 /// The command that reruns the current `cargo test` test with [`REPLAY_ENV`] set to `{n}`: the package, the
@@ -46,7 +68,9 @@ pub fn report_path(test: &str) -> PathBuf {
 /// thread's name.
 fn replay_command() -> ReplayCommand {
     let thread = std::thread::current();
-    let name = thread.name().filter(|n| *n != "main").map(str::to_string);
+    // a test path only from cargo test's own thread; a search asserted from a runtime worker (or any other
+    // thread) gets the generic template
+    let name = thread.name().filter(|n| looks_like_test_path(n)).map(str::to_string);
     let Some(name) = name else {
         return ReplayCommand::Template(format!("rerun this test with {REPLAY_ENV}={{n}}"));
     };
@@ -104,6 +128,13 @@ pub fn check_exhaustive(report: &Report, replay: &ReplayCommand) -> Result<(), S
     }
     if report.nothing_injected {
         blocks.push(report.tested_faults().err().unwrap_or_default());
+    }
+    if report.unattributed_spans > 0 {
+        blocks.push(format!(
+            "{} span(s) ended outside the executions' traces, seen by no execution: {}",
+            report.unattributed_spans,
+            crate::report::UNATTRIBUTED_WHY
+        ));
     }
     if report.truncated {
         blocks.push(format!(
@@ -178,11 +209,14 @@ impl Search {
             Ok(r) => r,
             Err(e) => panic!("sfit: {}: the search could not run: {e}", test.name()),
         };
+        // written aside and renamed: another process saving the same test's report never leaves a torn file
+        let aside = path.with_extension(format!("json.{}.tmp", std::process::id()));
         let saved = path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| report.to_json().map_err(std::io::Error::other))
-            .and_then(|json| std::fs::write(&path, json));
+            .and_then(|json| std::fs::write(&aside, json))
+            .and_then(|()| std::fs::rename(&aside, &path));
         let saved = match saved {
             Ok(()) => format!("report: {}", path.display()),
             Err(e) => format!(
@@ -204,4 +238,19 @@ pub async fn assert_exhaustive(test: &dyn FunctionalTest, options: crate::Search
     Search::new(options, crate::testing::in_process_spans())
         .assert_exhaustive(test)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_test_paths_name_the_test_to_rerun() {
+        assert!(looks_like_test_path("a_search_fails"));
+        assert!(looks_like_test_path("tests::a_search_fails"));
+        assert!(!looks_like_test_path("tokio-runtime-worker"));
+        assert!(!looks_like_test_path("main"));
+        assert!(!looks_like_test_path(""));
+        assert!(!looks_like_test_path("a b"));
+    }
 }

@@ -512,3 +512,45 @@ async fn with_encapsulation_reduction_late_redundancy_is_reported_and_bounded() 
 fn fault_set_label(faults: &[PlannedFault]) -> String {
     observation::describe_set(&search::fault_set(faults))
 }
+
+/// Sends on drop: tells when a test's future was dropped (its task aborted).
+struct DropSignal(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timed_out_test_is_aborted_not_left_running() {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
+    let test = test_fn("hangs", move |_run| {
+        let signal = DropSignal(tx.lock().expect("sender").take());
+        async move {
+            let _signal = signal;
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+    });
+    let options = SearchOptions {
+        timeout: Some(std::time::Duration::from_millis(50)),
+        parallelism: 2,
+        ..SearchOptions::default()
+    };
+    let report = Search::new(options, Recorder::new()).run(&test).await.expect("search");
+    assert_eq!(report.failing().len(), 1, "{report}");
+    assert!(
+        matches!(&report.executions[0].outcome, TestOutcome::Fail { message } if message.contains("timed out")),
+        "{report}"
+    );
+    // the hung test's future is dropped once its task is aborted (the bound only keeps a broken build from
+    // hanging the test run)
+    tokio::time::timeout(std::time::Duration::from_secs(30), rx)
+        .await
+        .expect("the timed-out test task is still running")
+        .expect("the signal");
+}

@@ -350,7 +350,18 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
         }
     }
     if let Some(junit) = &args.junit {
-        let replay = dei_sfit::ReplayCommand::Template(format!("cargo run --example {name} -- --replay {path} {{n}}"));
+        let replay = dei_sfit::ReplayCommand::Template(format!(
+            "cargo run --example {name} -- --replay {} {{n}}",
+            shell_quote(&path)
+        ));
+        if let Some(dir) = std::path::Path::new(junit)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            && let Err(e) = std::fs::create_dir_all(dir)
+        {
+            eprintln!("cannot create {}: {e}", dir.display());
+            std::process::exit(2);
+        }
         match report.write_junit(junit, &replay) {
             Ok(()) => println!("JUnit report: {junit}"),
             Err(e) => {
@@ -358,5 +369,18 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
                 std::process::exit(2);
             }
         }
+    }
+}
+
+/// `s` as one POSIX shell word: unchanged when it holds only characters the shell leaves alone, otherwise in
+/// single quotes (a quote inside written `'\''`).
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+' | ',' | ':' | '='))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
