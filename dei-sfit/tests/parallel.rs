@@ -486,9 +486,16 @@ async fn with_encapsulation_reduction_late_redundancy_is_reported_and_bounded() 
                     s.plan
                 );
                 assert!(!ran.contains(&s.plan), "{what}: skipped {} yet ran it", s.plan);
-                assert!(
-                    parallel.executions.iter().any(|x| x.number == s.witness.execution),
-                    "{what}: {} names no execution",
+                // the witness names its execution by its canonical number: the one that ran what it says
+                let witness = parallel
+                    .executions
+                    .iter()
+                    .find(|x| x.number == s.witness.execution)
+                    .unwrap_or_else(|| panic!("{what}: {} names no execution", s.witness));
+                assert_eq!(
+                    s.witness.ran,
+                    fault_set_label(&witness.effective),
+                    "{what}: {}",
                     s.witness
                 );
             }
@@ -553,4 +560,63 @@ async fn a_timed_out_test_is_aborted_not_left_running() {
         .await
         .expect("the timed-out test task is still running")
         .expect("the signal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rpcs_recorded_outside_the_executions_are_a_counted_warning() {
+    // the test records into the search's recorder itself, not the execution's (Recorder::for_run): no
+    // execution sees those RPCs, and the report must not look clean
+    let rec = Recorder::new();
+    let r = rec.clone();
+    let test = test_fn("outside", move |run| {
+        let own = Caller::root(&run, &r);
+        let r = r.clone();
+        async move {
+            let _ = own.call("B/echo", "inside", &[1], |_| async { Ok(()) }).await;
+            let p = r.start(
+                Index::root(),
+                dei_propagator::InvocationSignature::new(
+                    dei_propagator::Signature::from_name("C/log"),
+                    dei_propagator::PayloadDigest::of(b"outside"),
+                    dei_propagator::CallStack::new(Vec::new()).digest(),
+                ),
+                None,
+            );
+            r.finish(p, None, Outcome::ok());
+            Ok(())
+        }
+    });
+    let options = SearchOptions {
+        catalog: FaultCatalog::single(Fault::Connection),
+        parallelism: 2,
+        ..SearchOptions::default()
+    };
+    let report = Search::new(options.clone(), rec.clone())
+        .run(&test)
+        .await
+        .expect("search");
+    assert_eq!(report.executions.len(), 2, "{report}");
+    assert_eq!(report.unattributed_spans, 2, "one outside RPC per execution\n{report}");
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("2 span(s) outside the executions' traces")),
+        "{:?}",
+        report.warnings
+    );
+    assert!(check_exhaustive(&report, &ReplayCommand::Api).is_err());
+    // one at a time, the recorder is the execution's: nothing is outside
+    let report = Search::new(
+        SearchOptions {
+            parallelism: 1,
+            ..options
+        },
+        rec,
+    )
+    .run(&test)
+    .await
+    .expect("search");
+    assert_eq!(report.unattributed_spans, 0);
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
 }
