@@ -1,9 +1,9 @@
 //! Heap allocations per unary call: the DEI layers against the same call with only minimal OpenTelemetry
 //! layers (issue #18's goal: at most 10 more; see [`ALLOWED_EXTRA`] for where it stands).
 //!
-//! What is counted: every allocation (`alloc`, `alloc_zeroed` and `realloc` each count one) made on the thread
-//! that runs a current-thread tokio runtime, while it runs a window of calls. On that runtime everything the
-//! call does runs on that one thread: the client's code and layers, tonic's channel and its buffer worker, the
+//! What is counted: every allocation (dhat's `total_blocks`: an allocation or a reallocation each count one)
+//! while a current-thread tokio runtime runs a window of calls. On that runtime everything the call does
+//! runs on that one thread: the client's code and layers, tonic's channel and its buffer worker, the
 //! hyper/h2 connection tasks of both sides, the server's layers and handler, and the span processor, which
 //! exports each span synchronously when it ends (to an exporter that drops it). So the count is the whole
 //! call, both sides. A current-thread runtime is used for the measurement only: the same layers run on
@@ -13,8 +13,6 @@
 //! same process, interleaved, each measured as the smallest mean over several windows (a window may catch
 //! a connection's buffer growing); calls are made from one request scope, as a handler makes them. The
 //! sampled path is measured (every span sampled and exported), which does the most work.
-
-#![allow(unsafe_code)]
 
 #[path = "common/otel_layers.rs"]
 mod otel_layers;
@@ -31,8 +29,6 @@ use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use otel_layers::{OtelClientLayer, OtelServerLayer};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,62 +37,18 @@ use tower::ServiceBuilder;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 
-thread_local! {
-    /// True while this thread's allocations are counted.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    /// This thread's allocations while counting.
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-/// The system allocator, counting the allocations of threads that asked for it.
-struct Counting;
-
-fn count_one() {
-    // `try_with`: the thread's locals may be gone (a thread exiting); those allocations are not counted.
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s guarantees
-// are this allocator's; counting touches only const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which `System.alloc` shares.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        // SAFETY: `ptr` was allocated by this allocator, that is by `System`, with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by this allocator, that is by `System`, with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// dhat's heap profiler as the global allocator: it counts every allocation of the process
+/// ([`dhat::HeapStats`]'s `total_blocks`), and keeps the `unsafe` of a global allocator in that crate.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 
-/// Counts the allocations this thread makes while running `f`.
+/// Counts the allocations made while running `f`. The process's, not only this thread's: the measurement runs
+/// everything on one current-thread runtime, this file holds one test, and no other thread of the test
+/// binary allocates while it runs.
 fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
-    ALLOCATIONS.with(|n| n.set(0));
-    COUNTING.with(|on| on.set(true));
+    let before = dhat::HeapStats::get().total_blocks;
     let out = f();
-    COUNTING.with(|on| on.set(false));
-    (out, ALLOCATIONS.with(Cell::get))
+    (out, dhat::HeapStats::get().total_blocks - before)
 }
 
 /// Counts spans and drops them.
@@ -160,6 +112,8 @@ fn message() -> pb::Msg {
 
 #[test]
 fn a_dei_call_allocates_little_more_than_the_opentelemetry_baseline() {
+    // testing mode: counts, and writes no profile file
+    let _profiler = dhat::Profiler::builder().testing().build();
     dei_propagator::install_global_propagator();
     let exported = Arc::new(AtomicU64::new(0));
     let provider = SdkTracerProvider::builder()
