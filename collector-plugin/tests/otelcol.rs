@@ -678,52 +678,14 @@ fn without_the_token_or_the_ca_nothing_counts_as_sent() {
 /// either side.
 #[test]
 fn the_collectors_exporter_retries_refused_batches_until_the_queue_drains() {
-    use collector_plugin::forward::{Downstream as Target, ForwardConfig};
-    use collector_plugin::server::{self, ServerConfig};
     use opentelemetry::trace::{Tracer, TracerProvider as _};
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
     let Some(bin) = otelcol_bin() else {
         return;
     };
     let rt = runtime();
     // dei-collector with room for 10 spans, all held by its one worker while the downstream is down
-    let (mut downstream, running) = rt.block_on(async {
-        let mut downstream = Downstream::start().await;
-        downstream.stop().await;
-        let mut config = ServerConfig::ephemeral();
-        let mut f = ForwardConfig::new(Target::Grpc(downstream.endpoint()));
-        f.capacity_spans = 10;
-        f.workers = 1;
-        f.initial_backoff = Duration::from_millis(20);
-        f.max_backoff = Duration::from_millis(100);
-        f.enqueue_wait = Duration::from_millis(20);
-        config.forward = Some(f);
-        let running = server::start(config).await.unwrap();
-        let filler = ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans: (1..=10u8)
-                        .map(|i| Span {
-                            trace_id: vec![9; 16],
-                            span_id: vec![0, 0, 0, 0, 0, 0, 2, i],
-                            name: "fill".into(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        };
-        let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
-            .await
-            .unwrap();
-        client.export(filler).await.expect("room for the first batch");
-        (downstream, running)
-    });
+    let (mut downstream, running) = rt.block_on(common::full_collector());
     assert_eq!(running.collector.queued_spans(), 10);
     let o = Otelcol::start(&bin, IN_FRONT, &[("DEI_COLLECTOR_OTLP", running.grpc_addr.to_string())]);
     let provider = {

@@ -8,15 +8,11 @@
 
 mod common;
 
-use collector_plugin::forward::{Downstream as Target, ForwardConfig};
-use collector_plugin::server::{self, ServerConfig};
-use common::Downstream;
+use collector_plugin::server;
 use common::chain::{python, unavailable};
+use common::{Downstream, full_collector};
 use opentelemetry::trace::{Tracer, TracerProvider as _};
 use opentelemetry_otlp::{RetryPolicy, SpanExporter, WithExportConfig, WithTonicConfig};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::process::{Command, Stdio};
@@ -45,47 +41,6 @@ p.shutdown()
 print(results)
 sys.exit(0 if results == [SpanExportResult.SUCCESS] else 1)
 "#;
-
-fn filler() -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans: (1..=10u8)
-                    .map(|i| Span {
-                        trace_id: vec![9; 16],
-                        span_id: vec![0, 0, 0, 0, 0, 0, 1, i],
-                        name: "fill".into(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-}
-
-/// A collector whose forwarding queue (10 spans) is full: its one worker holds a batch of 10 while the
-/// downstream is down.
-async fn full_collector() -> (Downstream, server::Running) {
-    let mut downstream = Downstream::start().await;
-    downstream.stop().await;
-    let mut config = ServerConfig::ephemeral();
-    let mut f = ForwardConfig::new(Target::Grpc(downstream.endpoint()));
-    f.capacity_spans = 10;
-    f.workers = 1;
-    f.initial_backoff = Duration::from_millis(20);
-    f.max_backoff = Duration::from_millis(100);
-    f.enqueue_wait = Duration::from_millis(20);
-    config.forward = Some(f);
-    let running = server::start(config).await.unwrap();
-    let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
-        .await
-        .unwrap();
-    client.export(filler()).await.expect("room for the first batch");
-    assert_eq!(running.collector.queued_spans(), 10);
-    (downstream, running)
-}
 
 /// Waits until the collector has refused at least one request for a full queue.
 async fn wait_for_refusal(running: &server::Running) {

@@ -5,8 +5,12 @@
 
 pub mod chain;
 
+use collector_plugin::forward::{Downstream as Target, ForwardConfig};
+use collector_plugin::server;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -234,4 +238,46 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     f()
+}
+
+/// A request of 10 spans named `fill`.
+fn filler() -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: (1..=10u8)
+                    .map(|i| Span {
+                        trace_id: vec![9; 16],
+                        span_id: vec![0, 0, 0, 0, 0, 0, 1, i],
+                        name: "fill".into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// A collector whose forwarding queue (10 spans) is full: its one worker holds a batch of 10 while the
+/// downstream is down.
+pub async fn full_collector() -> (Downstream, server::Running) {
+    let mut downstream = Downstream::start().await;
+    downstream.stop().await;
+    let mut config = server::ServerConfig::ephemeral();
+    let mut f = ForwardConfig::new(Target::Grpc(downstream.endpoint()));
+    f.capacity_spans = 10;
+    f.workers = 1;
+    f.initial_backoff = Duration::from_millis(20);
+    f.max_backoff = Duration::from_millis(100);
+    f.enqueue_wait = Duration::from_millis(20);
+    config.forward = Some(f);
+    let running = server::start(config).await.unwrap();
+    let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
+        .await
+        .unwrap();
+    client.export(filler()).await.expect("room for the first batch");
+    assert_eq!(running.collector.queued_spans(), 10);
+    (downstream, running)
 }
