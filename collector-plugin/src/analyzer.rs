@@ -359,6 +359,9 @@ impl Analyzer {
         if occ.stack_digest.is_none() {
             occ.stack_digest = span.dei.stack_digest;
         }
+        if occ.payload_preview.is_none() {
+            occ.payload_preview.clone_from(&span.dei.payload_preview);
+        }
         let new_error = span.error && !occ.error;
         occ.error |= span.error;
         // a fault on one of a stream's messages is on its event (applied to the message), not on the span

@@ -146,7 +146,13 @@ pub struct DeiAttributes {
     pub stream_messages: Vec<StreamMapping>,
     /// `dei.stream.message` events past [`MAX_STREAM_MESSAGES`], ignored.
     pub stream_messages_dropped: u64,
+    /// The start of `dei.payload` (the request's payload as text, recorded only when the service opts in with
+    /// `record_payloads`), at most [`PAYLOAD_PREVIEW_CHARS`] characters, `…` marking a cut.
+    pub payload_preview: Option<Arc<str>>,
 }
+
+/// The most characters of a recorded payload kept as its preview.
+pub const PAYLOAD_PREVIEW_CHARS: usize = 64;
 
 /// Most `dei.stream.message` events kept per span: the analysis stores each (memory stays bounded).
 pub const MAX_STREAM_MESSAGES: usize = 10_000;
@@ -407,6 +413,15 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
             dei.index = Some(Index::decode(s).map_err(|e| format!("malformed index: {e}"))?);
         }
         b"dei.signature" => dei.signature = Some(Arc::from(bounded(want_str(kv)?)?)),
+        b"dei.payload" => {
+            let text = want_str(kv)?;
+            let mut chars = text.chars();
+            let mut preview: String = chars.by_ref().take(PAYLOAD_PREVIEW_CHARS).collect();
+            if chars.next().is_some() {
+                preview.push('…');
+            }
+            dei.payload_preview = Some(Arc::from(preview));
+        }
         b"dei.payload.digest" => {
             let s = want_str(kv)?;
             dei.payload_digest = Some(PayloadDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
@@ -650,6 +665,25 @@ mod tests {
                 let mut a = crate::analyzer::Analyzer::new(Default::default(), Default::default());
                 a.ingest(spans, std::time::Instant::now());
             }
+        }
+    }
+
+    #[test]
+    fn a_recorded_payload_is_kept_as_a_bounded_preview() {
+        let long = "x".repeat(70);
+        for (payload, preview) in [
+            ("{\"user\":\"ann\"}", "{\"user\":\"ann\"}".to_string()),
+            (long.as_str(), format!("{}…", "x".repeat(64))),
+        ] {
+            let mut dei = DeiAttributes::default();
+            let kv = KeyValue {
+                key: bytes::Bytes::from_static(b"dei.payload"),
+                value: Some(AnyValue {
+                    value: Some(Value::StringValue(bytes::Bytes::copy_from_slice(payload.as_bytes()))),
+                }),
+            };
+            apply_attribute(&mut dei, &kv).unwrap();
+            assert_eq!(dei.payload_preview.as_deref(), Some(preview.as_str()));
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct Occurrence {
     /// `dei.payload.digest`.
     #[serde(serialize_with = "crate::serde_index::digest_opt")]
     pub payload: Option<PayloadDigest>,
+    /// The start of the request's payload, when the caller recorded it (`dei.payload`, opt-in).
+    pub payload_preview: Option<Arc<str>>,
     /// `dei.stack.digest` (of the client span).
     #[serde(serialize_with = "crate::serde_index::stack_digest_opt")]
     pub stack_digest: Option<StackDigest>,
@@ -133,6 +135,7 @@ impl TraceRecord {
             caller_span: None,
             signature: None,
             payload: None,
+            payload_preview: None,
             stack_digest: None,
             preliminary: false,
             client_status: None,

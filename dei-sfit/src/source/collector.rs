@@ -326,6 +326,9 @@ pub struct TraceNode {
     /// `dei.payload.digest`, hex.
     #[serde(default)]
     pub payload: Option<String>,
+    /// The start of the request's payload, when the caller recorded it (`dei.payload`, opt-in).
+    #[serde(default)]
+    pub payload_preview: Option<String>,
     /// `dei.stack.digest` of the client span, hex.
     #[serde(default)]
     pub stack_digest: Option<String>,
@@ -523,8 +526,8 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
             injectable: true,
             reference: None,
             message: None,
-            // the trace view carries the payload's digest, not the payload
-            payload_preview: None,
+            // the collector keeps a preview as short as this crate's, when the caller recorded the payload
+            payload_preview: n.payload_preview.as_deref().map(crate::observation::payload_preview),
         });
     }
     for (stream, m, index) in messages {
@@ -699,7 +702,7 @@ mod tests {
         let json = format!(
             r#"{{"trace_id":"0102030405060708090a0b0c0d0e0f10","start_unix_nano":5,"rpcs":1,"pending_preliminary":0,
             "tree":[{{"index":"{}","rpc":"0102030405060708","caller_span":null,"signature":"GET /x","payload":null,
-            "stack_digest":null,"preliminary":false,"client_status":{{"code":"error","message":"Service Unavailable",
+            "payload_preview":"{{\"user\":\"ann\"}}","stack_digest":null,"preliminary":false,"client_status":{{"code":"error","message":"Service Unavailable",
             "grpc_status_code":null,"http_status_code":503}},"server_status":null,
             "client_service":"t","server_service":"s","client_time":[5,9],"server_time":null,"error":true,
             "fault":null,"ambiguous":false,"messages":[],"stream":null,"children":[]}}]}}"#,
@@ -711,6 +714,7 @@ mod tests {
         assert_eq!(obs.rpcs[0].fault, None);
         assert_eq!(obs.rpcs[0].outcome, Outcome::Err { code: "h503".into() });
         assert_eq!((obs.rpcs[0].start, obs.rpcs[0].end), (5, 9));
+        assert_eq!(obs.rpcs[0].payload_preview.as_deref(), Some(r#"{"user":"ann"}"#));
         assert!(Fingerprint::of(&view).complete);
         assert!(serde_json::from_str::<TraceView>(r#"{"tree":[{"rpc":"x"}]}"#).is_err());
     }
