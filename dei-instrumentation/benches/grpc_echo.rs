@@ -284,6 +284,23 @@ enum Variant {
     Baseline(BaselineClient),
     Semconv(SemconvClient),
     Dei(DeiClient),
+    /// The same client, each call made in a trace that is not sampled (under a remote parent whose sampled
+    /// flag is off, as a service sees an incoming request that an upstream sampler dropped).
+    Unsampled(Box<Variant>),
+}
+
+/// A context whose remote parent span is not sampled: the default `ParentBased` sampler then drops every span
+/// of the call, on both sides (the trace context goes out with the flag off).
+fn unsampled_context() -> opentelemetry::Context {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
+    let parent = SpanContext::new(
+        TraceId::from(0x5eed_0000_0000_0000_0000_0000_0000_0001u128),
+        SpanId::from(0x5eed_0000_0000_0001u64),
+        TraceFlags::default(),
+        true,
+        TraceState::default(),
+    );
+    opentelemetry::Context::new().with_remote_span_context(parent)
 }
 
 impl Variant {
@@ -293,6 +310,10 @@ impl Variant {
             Variant::Baseline(c) => c.clone().work(payload()).await.map(drop),
             Variant::Semconv(c) => c.clone().work(payload()).await.map(drop),
             Variant::Dei(c) => c.clone().work(payload()).await.map(drop),
+            Variant::Unsampled(inner) => {
+                use opentelemetry::context::FutureExt as _;
+                Box::pin(inner.call()).with_context(unsampled_context()).await
+            }
         }
     }
 }
@@ -392,6 +413,27 @@ fn bench(c: &mut Criterion) {
         // `rpc.method`, `server.address`, …) that the DEI layers record too and the minimal `otel_only` layers
         // leave out. `DEI_ECHO_VARIANTS=otel_semconv,otel_plus_dei,…` measures DEI against it.
         ("otel_semconv", Variant::Semconv(rt.block_on(start_semconv()))),
+        // Traces that are not sampled (issue #18's `Unsampled` modes): the minimal layers unsampled as their
+        // baseline, DEI's default `Lean` (the index computed and propagated, nothing recorded) and `Off`.
+        (
+            "otel_only_unsampled",
+            Variant::Unsampled(Box::new(Variant::Baseline(baseline.clone()))),
+        ),
+        (
+            "otel_plus_dei_unsampled_lean",
+            Variant::Unsampled(Box::new(Variant::Dei(dei.clone()))),
+        ),
+        (
+            "otel_plus_dei_unsampled_off",
+            Variant::Unsampled(Box::new(Variant::Dei(
+                rt.block_on(start(
+                    DeiConfig::builder()
+                        .unsampled(dei_instrumentation::Unsampled::Off)
+                        .build(),
+                ))
+                .dei,
+            ))),
+        ),
     ];
     if let Ok(variant) = std::env::var("DEI_ECHO_PROFILE") {
         let Some((_, client)) = variants.into_iter().find(|(name, _)| *name == variant) else {
