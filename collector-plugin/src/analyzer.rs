@@ -6,11 +6,12 @@
 
 use crate::counters::Counters;
 use crate::graph::{GraphConfig, ServiceGraph};
-use crate::span_record::{SpanRecord, StreamMapping, TraceId};
+use crate::span_record::{SpanRecord, SpanStatus, StreamMapping, TraceId};
+use crate::tree::interner::Interner;
 use crate::tree::stacks::StackFrames;
 use crate::tree::traces::{MessageOf, StreamMessage, TraceStore, TraceStoreConfig};
-use crate::tree::{PrefixTree, bump};
-use dei_propagator::Index;
+use crate::tree::{NodeId, PrefixTree, bump};
+use dei_propagator::{Index, StackDigest};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,8 +51,14 @@ pub struct Analyzer {
     pub traces: TraceStore,
     /// Readable call stacks by digest (`dei.stack` comes once per stack, `dei.stack.digest` on every span).
     pub stacks: StackFrames,
+    /// The trace store's statuses and stack digests, each distinct one held once.
+    statuses: Interner<SpanStatus>,
+    stack_digests: Interner<StackDigest>,
     counters: Arc<Counters>,
 }
+
+/// Most distinct statuses, and stack digests, shared through an interner at once.
+const INTERNED: usize = 4096;
 
 enum Resolution {
     Ready(Index, bool),
@@ -75,6 +82,8 @@ impl Analyzer {
             tree: PrefixTree::new(config.max_nodes),
             traces: TraceStore::new(config.traces),
             stacks: StackFrames::new(config.max_stacks),
+            statuses: Interner::new(INTERNED),
+            stack_digests: Interner::new(INTERNED),
             counters,
         }
     }
@@ -236,7 +245,7 @@ impl Analyzer {
             Counters::add(&self.counters.trace_occurrences_dropped, 1);
             return;
         };
-        let first_in_trace = created && trace.indexes.insert(final_index.clone());
+        let first_in_trace = created && trace.occurrences_at(final_index) == 1;
         let occ = &mut trace.occurrences[oi];
         occ.client_service = Some(span.service.clone());
         occ.caller_span = span.parent_span_id;
@@ -250,19 +259,19 @@ impl Analyzer {
         }
         let new_fault = match (&occ.fault, &m.fault) {
             (None, Some(f)) => {
-                occ.fault = Some(f.clone());
+                occ.fault = Some(f.as_str().into());
                 occ.error = true;
                 Some(f.clone())
             }
             _ => None,
         };
         if occ.stream.is_none() {
-            occ.stream = Some(MessageOf {
+            occ.stream = Some(Box::new(MessageOf {
                 // the stream's own index, as resolved when its span is applied
                 index: span.dei.index.clone().unwrap_or_else(Index::root),
                 k: m.k,
                 time_unix_nano: m.time_ns,
-            });
+            }));
         }
         let id = self.tree.get_or_insert(final_index);
         if let Some(s) = self.tree.stats_mut(id) {
@@ -297,7 +306,7 @@ impl Analyzer {
             Counters::add(&self.counters.trace_occurrences_dropped, 1);
             return;
         };
-        let first_in_trace = created && trace.indexes.insert(index.clone());
+        let first_in_trace = created && trace.occurrences_at(&index) == 1;
         // the stream's messages: listed on the stream's occurrence, each pointing back at it
         let finals: Vec<Index> = if span.kind.is_callee() {
             Vec::new()
@@ -320,12 +329,12 @@ impl Analyzer {
         if callee {
             occ.server_time = Some((span.start_ns, span.end_ns));
             occ.server_service = Some(span.service.clone());
-            occ.server_status = Some(span.status.clone());
+            occ.server_status = Some(self.statuses.intern(span.status.clone()));
         } else {
             occ.client_time = Some((span.start_ns, span.end_ns));
             occ.client_service = Some(span.service.clone());
             occ.caller_span = span.parent_span_id;
-            occ.client_status = Some(span.status.clone());
+            occ.client_status = Some(self.statuses.intern(span.status.clone()));
             if occ.server_service.is_none() {
                 occ.server_service = span.peer.as_ref().map(|(p, _)| Arc::from(p.as_str()));
             }
@@ -357,7 +366,7 @@ impl Analyzer {
             occ.payload = span.dei.payload_digest;
         }
         if occ.stack_digest.is_none() {
-            occ.stack_digest = span.dei.stack_digest;
+            occ.stack_digest = span.dei.stack_digest.map(|d| self.stack_digests.intern(d));
         }
         if occ.payload_preview.is_none() {
             occ.payload_preview.clone_from(&span.dei.payload_preview);
@@ -367,7 +376,7 @@ impl Analyzer {
         // a fault on one of a stream's messages is on its event (applied to the message), not on the span
         let new_fault = match (&occ.fault, &span.dei.fault) {
             (None, Some(f)) => {
-                occ.fault = Some(f.clone());
+                occ.fault = Some(f.as_str().into());
                 Some(f.clone())
             }
             _ => None,
@@ -380,13 +389,33 @@ impl Analyzer {
             new_error,
             new_fault,
         };
-        self.update_node(span, &index, update);
+        let node = self.update_node(span, &index, update);
+        if created {
+            self.share_with_node(span.trace_id, oi, node);
+        }
     }
 
-    fn update_node(&mut self, span: &SpanRecord, index: &Index, u: Update) {
+    /// A new occurrence holds its node's index and signature instead of its own copies: a trace store at its
+    /// limit then holds each distinct index and signature once, not once per occurrence.
+    fn share_with_node(&mut self, trace_id: TraceId, oi: usize, node: NodeId) {
+        let (Some(n), Some(t)) = (self.tree.node(node), self.traces.get_mut(&trace_id)) else {
+            return;
+        };
+        let Some(o) = t.occurrences.get_mut(oi) else {
+            return;
+        };
+        if o.index == n.index {
+            o.index = n.index.clone();
+        }
+        if o.signature.is_some() && o.signature == n.stats.signature {
+            o.signature.clone_from(&n.stats.signature);
+        }
+    }
+
+    fn update_node(&mut self, span: &SpanRecord, index: &Index, u: Update) -> NodeId {
         let id = self.tree.get_or_insert(index);
         let Some(s) = self.tree.stats_mut(id) else {
-            return;
+            return id;
         };
         s.seen += u.created as u64;
         s.traces += u.first_in_trace as u64;
@@ -426,6 +455,7 @@ impl Analyzer {
             }
         }
         s.observe_time(span.start_ns);
+        id
     }
 
     /// The retained record of one trace.

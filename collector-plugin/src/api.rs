@@ -169,7 +169,7 @@ async fn readyz(State(c): State<Arc<Collector>>) -> Response {
 }
 
 async fn metrics(State(c): State<Arc<Collector>>) -> Response {
-    let queued = c.queued_spans() as u64;
+    let queued = c.queue_depth();
     let counters = c.counters().snapshot();
     let body = prometheus::render(&c.analyzer(), &counters, queued, c.config().metrics_max_histogram_edges);
     (
@@ -180,19 +180,24 @@ async fn metrics(State(c): State<Arc<Collector>>) -> Response {
 }
 
 /// A JSON snapshot of the counters and the sizes of the state.
-pub fn stats_json(a: &Analyzer, counters: &crate::counters::CountersSnapshot, queued: usize) -> serde_json::Value {
+pub fn stats_json(
+    a: &Analyzer,
+    counters: &crate::counters::CountersSnapshot,
+    queued: crate::forward::QueueDepth,
+) -> serde_json::Value {
     json!({
         "counters": counters,
         "tree_nodes": a.tree.len(),
         "traces_retained": a.traces.len(),
         "graph_edges": a.graph.edges().len(),
         "graph_waiting_spans": a.graph.waiting(),
-        "forward_queue_spans": queued,
+        "forward_queue_spans": queued.spans,
+        "forward_queue_bytes": queued.bytes,
     })
 }
 
 async fn stats(State(c): State<Arc<Collector>>) -> Response {
-    let queued = c.queued_spans();
+    let queued = c.queue_depth();
     let counters = c.counters().snapshot();
     Json(stats_json(&c.analyzer(), &counters, queued)).into_response()
 }
@@ -439,7 +444,7 @@ async fn node_traces(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>
         .ordered()
         .iter()
         .rev()
-        .filter(|t| t.indexes.contains(&index))
+        .filter(|t| t.contains_index(&index))
         .take(limit)
         .map(|t| hex::encode(t.trace_id))
         .collect();

@@ -4,7 +4,7 @@
 use crate::analyzer::{Analyzer, AnalyzerConfig};
 use crate::counters::{Counters, RateLimitedLog};
 use crate::forward::{Batch, Forwarder};
-use crate::otlp::{self, Rejection, lite};
+use crate::otlp::{self, Rejection};
 use crate::span_record::{self, AttributeIssue, SpanRecord};
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
@@ -56,6 +56,14 @@ impl Default for IngestConfig {
             metrics_max_histogram_edges: crate::graph::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES,
         }
     }
+}
+
+/// A decoded request: its span count and what analysis reads of it (the body is forwarded as is).
+struct Read {
+    spans: usize,
+    records: Vec<SpanRecord>,
+    skipped: usize,
+    issues: Vec<AttributeIssue>,
 }
 
 /// What an accepted request produced.
@@ -218,6 +226,11 @@ impl Collector {
         self.forwarder.as_ref().map_or(0, |f| f.queued_spans())
     }
 
+    /// Spans and bytes in the forwarding queue, counting the batches the workers hold.
+    pub fn queue_depth(&self) -> crate::forward::QueueDepth {
+        self.forwarder.as_ref().map(|f| f.depth()).unwrap_or_default()
+    }
+
     /// Marks that a receiver stopped serving (`/readyz` then answers 503).
     pub fn receiver_stopped(&self) {
         self.receivers_stopped.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -283,8 +296,8 @@ impl Collector {
                 limit: self.config.max_body_bytes,
             }));
         }
-        let req = otlp::decode_lite(body.clone()).map_err(|r| self.reject(r))?;
-        self.accept(req, body).await
+        let read = self.read(&body)?;
+        self.accept(read, body).await
     }
 
     /// Accepts an OTLP/JSON body (already decompressed); it is forwarded re-encoded as protobuf.
@@ -297,14 +310,13 @@ impl Collector {
         let full = otlp::decode_json(body).map_err(|r| self.reject(r))?;
         let encoded = otlp::encode_protobuf(&full);
         drop(full);
-        let req = otlp::decode_lite(encoded.clone()).map_err(|r| self.reject(r))?;
-        self.accept(req, encoded).await
+        let read = self.read(&encoded)?;
+        self.accept(read, encoded).await
     }
 
-    /// `body` is the protobuf encoding of `req`, forwarded as is. The batch is queued for forwarding first;
-    /// only a batch the queue took is counted and analyzed, so that a refused one (which the client sends
-    /// again) is analyzed once.
-    async fn accept(&self, req: lite::Request, body: Bytes) -> Result<Accepted, Rejection> {
+    /// Decodes a protobuf body (borrowing from it), checks its ids and extracts what analysis reads.
+    fn read(&self, body: &[u8]) -> Result<Read, Rejection> {
+        let req = otlp::decode_lite(body).map_err(|r| self.reject(r))?;
         let spans = otlp::validate_lite_ids(&req).map_err(|r| self.reject(r))?;
         let mut issues: Vec<AttributeIssue> = Vec::new();
         let (records, skipped) = if self.config.analyze || self.config.strict_attributes {
@@ -312,7 +324,24 @@ impl Collector {
         } else {
             (Vec::new(), 0)
         };
-        drop(req);
+        Ok(Read {
+            spans,
+            records,
+            skipped,
+            issues,
+        })
+    }
+
+    /// `body` is the protobuf encoding that was `read`, forwarded as is. The batch is queued for forwarding
+    /// first; only a batch the queue took is counted and analyzed, so that a refused one (which the client
+    /// sends again) is analyzed once.
+    async fn accept(&self, read: Read, body: Bytes) -> Result<Accepted, Rejection> {
+        let Read {
+            spans,
+            records,
+            skipped,
+            issues,
+        } = read;
         if self.config.strict_attributes && !issues.is_empty() {
             return Err(self.reject(Rejection::BadAttributes(issues[0].to_string())));
         }

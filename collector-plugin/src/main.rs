@@ -87,6 +87,10 @@ struct ServeArgs {
     /// Forwarding queue capacity, in spans, counting the batches the workers are sending.
     #[arg(long, default_value_t = 100_000)]
     queue_spans: usize,
+    /// Forwarding queue capacity, in bytes of request bodies, counting the batches the workers are sending:
+    /// what the queue costs in memory. A batch is refused (retryably) when either capacity is reached.
+    #[arg(long, default_value_t = collector_plugin::forward::DEFAULT_QUEUE_BYTES)]
+    queue_bytes: usize,
     /// Concurrent forwarding workers.
     #[arg(long, default_value_t = 4)]
     forward_workers: usize,
@@ -405,6 +409,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     config.forward = downstream.map(|d| {
         let mut f = ForwardConfig::new(d);
         f.capacity_spans = a.queue_spans;
+        f.capacity_bytes = a.queue_bytes;
         f.workers = a.forward_workers;
         f.drain_timeout = Duration::from_secs(a.drain_timeout_secs);
         f.enqueue_wait = Duration::from_millis(a.enqueue_wait_ms);

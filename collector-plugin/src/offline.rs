@@ -220,13 +220,17 @@ impl<R: Read> Read for CountingReader<R> {
 
 /// Ingests one export request; a request with invalid ids is counted as bad and its reason returned.
 fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary) -> Result<(), String> {
-    let lite = otlp::to_lite(req);
-    if let Err(e) = otlp::validate_lite_ids(&lite) {
-        bad(a, s);
-        return Err(e.to_string());
-    }
     let mut issues = Vec::new();
-    let records = span_record::extract_lite(&lite, &mut issues);
+    let extracted = otlp::with_lite(req, |lite| {
+        otlp::validate_lite_ids(lite).map(|_| span_record::extract_lite(lite, &mut issues))
+    });
+    let records = match extracted.and_then(|r| r) {
+        Ok(records) => records,
+        Err(e) => {
+            bad(a, s);
+            return Err(e.to_string());
+        }
+    };
     s.documents += 1;
     s.spans += records.len() as u64;
     s.ignored_attributes += issues.len() as u64;
@@ -365,7 +369,7 @@ pub fn json_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instan
     let mut budget = 100_000;
     json!({
         "summary": s,
-        "stats": crate::api::stats_json(a, &a.counters().snapshot(), 0),
+        "stats": crate::api::stats_json(a, &a.counters().snapshot(), Default::default()),
         "graph": render::graph_view(a),
         "tree": views::subtree(a, crate::tree::ROOT, tree_depth, &mut budget),
         "analyses": analysis::report(a, extra),

@@ -30,9 +30,12 @@ pub fn digest_opt<S: Serializer>(d: &Option<PayloadDigest>, s: S) -> Result<S::O
 }
 
 /// An optional stack digest as 64 hex characters or null.
-pub fn stack_digest_opt<S: Serializer>(d: &Option<StackDigest>, s: S) -> Result<S::Ok, S::Error> {
+pub fn stack_digest_opt<S: Serializer, D: std::borrow::Borrow<StackDigest>>(
+    d: &Option<D>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     match d {
-        Some(d) => s.serialize_str(&d.to_hex()),
+        Some(d) => s.serialize_str(&d.borrow().to_hex()),
         None => s.serialize_none(),
     }
 }

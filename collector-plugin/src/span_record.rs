@@ -92,7 +92,7 @@ pub struct StreamMapping {
 }
 
 /// An OTLP span status code.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StatusCode {
     /// `STATUS_CODE_UNSET`.
@@ -105,7 +105,7 @@ pub enum StatusCode {
 }
 
 /// A span's status and the protocol status its caller saw.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct SpanStatus {
     /// The OTLP status code.
     pub code: StatusCode,
@@ -213,8 +213,18 @@ impl std::fmt::Display for AttributeIssue {
 
 /// Extracts every span of a fully decoded request whose ids were validated by
 /// [`crate::otlp::validate_ids`]. Spans with invalid ids are skipped.
+/// A request the receivers would refuse (array values nested too deeply) gives no span and one issue.
 pub fn extract(req: &ExportTraceServiceRequest, issues: &mut Vec<AttributeIssue>) -> Vec<SpanRecord> {
-    extract_lite(&crate::otlp::to_lite(req), issues)
+    let mut found = Vec::new();
+    let out = crate::otlp::with_lite(req, |lite| extract_lite(lite, &mut found));
+    issues.append(&mut found);
+    out.unwrap_or_else(|refused| {
+        issues.push(AttributeIssue {
+            key: String::new(),
+            problem: refused.to_string(),
+        });
+        Vec::new()
+    })
 }
 
 /// Extracts every span of a [`lite`] request (the receivers' hot path).
@@ -230,7 +240,7 @@ pub fn extract_lite_counted(req: &lite::Request, issues: &mut Vec<AttributeIssue
         let service: Arc<str> = rs
             .resource
             .as_ref()
-            .and_then(|r| r.attributes.iter().find(|kv| &kv.key[..] == b"service.name"))
+            .and_then(|r| r.attributes.iter().find(|kv| kv.key == b"service.name"))
             .and_then(|kv| as_str(kv.value.as_ref()))
             .map(Arc::from)
             .unwrap_or_else(|| Arc::from("unknown_service"));
@@ -258,7 +268,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         if let Some(v) = span
             .attributes
             .iter()
-            .find(|kv| kv.key == key)
+            .find(|kv| kv.key == key.as_bytes())
             .and_then(|kv| as_str(kv.value.as_ref()))
             && !v.is_empty()
         {
@@ -266,12 +276,12 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
             break;
         }
     }
-    let database = span.attributes.iter().any(|kv| kv.key == "db.system");
+    let database = span.attributes.iter().any(|kv| kv.key == b"db.system");
     let issues_before = issues.len();
     let mut dei = DeiAttributes::default();
     let mut status = SpanStatus::default();
     for kv in &span.attributes {
-        match &kv.key[..] {
+        match kv.key {
             b"rpc.grpc.status_code" => {
                 status.grpc_status_code = as_int(kv.value.as_ref()).and_then(|v| i32::try_from(v).ok())
             }
@@ -281,7 +291,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
             key if key.starts_with(b"dei.") => {
                 if let Err(problem) = apply_attribute(&mut dei, kv) {
                     issues.push(AttributeIssue {
-                        key: String::from_utf8_lossy(&kv.key).into_owned(),
+                        key: String::from_utf8_lossy(kv.key).into_owned(),
                         problem,
                     });
                 }
@@ -308,7 +318,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
             problem: format!("{depth} does not match the index depth {}", index.depth()),
         });
     }
-    for event in span.events.iter().filter(|e| e.name == "dei.stream.message") {
+    for event in span.events.iter().filter(|e| e.name == b"dei.stream.message") {
         if dei.stream_messages.len() >= MAX_STREAM_MESSAGES {
             dei.stream_messages_dropped += 1;
             continue;
@@ -331,7 +341,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         service: service.clone(),
         // only needed as a fallback signature
         name: if dei.index.is_some() && dei.signature.is_none() {
-            String::from_utf8_lossy(&span.name).into_owned()
+            String::from_utf8_lossy(span.name).into_owned()
         } else {
             String::new()
         },
@@ -346,7 +356,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
     })
 }
 
-fn as_str(v: Option<&AnyValue>) -> Option<&str> {
+fn as_str<'a>(v: Option<&AnyValue<'a>>) -> Option<&'a str> {
     match v?.value.as_ref()? {
         Value::StringValue(s) => std::str::from_utf8(s).ok(),
         _ => None,
@@ -375,7 +385,7 @@ fn type_name(v: Option<&AnyValue>) -> &'static str {
     }
 }
 
-fn want_str(kv: &KeyValue) -> Result<&str, String> {
+fn want_str<'a>(kv: &KeyValue<'a>) -> Result<&'a str, String> {
     as_str(kv.value.as_ref()).ok_or_else(|| format!("expected a string, got {}", type_name(kv.value.as_ref())))
 }
 
@@ -407,7 +417,7 @@ fn bounded(s: &str) -> Result<&str, String> {
 }
 
 fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String> {
-    match &kv.key[..] {
+    match kv.key {
         b"dei.index" => {
             let s = want_str(kv)?;
             dei.index = Some(Index::decode(s).map_err(|e| format!("malformed index: {e}"))?);
@@ -497,7 +507,7 @@ fn stream_mapping(attrs: &[KeyValue], time_ns: u64) -> Result<StreamMapping, Str
     let get = |key: &str| -> Result<Index, String> {
         let kv = attrs
             .iter()
-            .find(|kv| kv.key == key)
+            .find(|kv| kv.key == key.as_bytes())
             .ok_or_else(|| format!("missing {key}"))?;
         let s = want_str(kv).map_err(|e| format!("{key}: {e}"))?;
         Index::decode(s).map_err(|e| format!("{key}: malformed index: {e}"))
@@ -510,14 +520,14 @@ fn stream_mapping(attrs: &[KeyValue], time_ns: u64) -> Result<StreamMapping, Str
     if final_index.last().is_none_or(|e| e.preliminary) {
         return Err("dei.index of a stream message must end in a final element".into());
     }
-    let k = match attrs.iter().find(|kv| kv.key == "dei.message") {
+    let k = match attrs.iter().find(|kv| kv.key == b"dei.message") {
         Some(kv) => match want_u32(kv).map_err(|e| format!("dei.message: {e}"))? {
             0 => return Err("dei.message: positions start at 1".into()),
             k => Some(k),
         },
         None => None,
     };
-    let fault = match attrs.iter().find(|kv| kv.key == "dei.fault") {
+    let fault = match attrs.iter().find(|kv| kv.key == b"dei.fault") {
         Some(kv) => {
             let s = want_str(kv).map_err(|e| format!("dei.fault: {e}"))?;
             s.parse::<dei_propagator::Fault>()
@@ -677,9 +687,9 @@ mod tests {
         ] {
             let mut dei = DeiAttributes::default();
             let kv = KeyValue {
-                key: bytes::Bytes::from_static(b"dei.payload"),
+                key: b"dei.payload",
                 value: Some(AnyValue {
-                    value: Some(Value::StringValue(bytes::Bytes::copy_from_slice(payload.as_bytes()))),
+                    value: Some(Value::StringValue(payload.as_bytes())),
                 }),
             };
             apply_attribute(&mut dei, &kv).unwrap();

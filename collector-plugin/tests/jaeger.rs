@@ -14,8 +14,7 @@
 //! fail.
 
 mod common;
-#[path = "peers/mod.rs"]
-mod peers;
+use common::chain::peers;
 
 use common::chain::{assert_frontend_users_edge, element, frontend_to_users_trace};
 use common::{CollectorProcess, eventually, get_text};

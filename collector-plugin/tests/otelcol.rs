@@ -20,8 +20,7 @@
 
 mod common;
 
-#[path = "peers/mod.rs"]
-mod peers;
+use common::chain::peers;
 
 use common::chain::{assert_frontend_users_edge, element, free_port, frontend_to_users_trace};
 use common::{CollectorProcess, Downstream, eventually, get_text};

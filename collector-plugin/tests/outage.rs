@@ -50,9 +50,14 @@ fn batch(batch: u32, n: u32) -> ExportTraceServiceRequest {
 }
 
 async fn collector(downstream: &Downstream, capacity: usize) -> server::Running {
+    collector_with(downstream, capacity, collector_plugin::forward::DEFAULT_QUEUE_BYTES).await
+}
+
+async fn collector_with(downstream: &Downstream, capacity: usize, capacity_bytes: usize) -> server::Running {
     let mut config = ServerConfig::ephemeral();
     let mut f = ForwardConfig::new(Target::Grpc(downstream.endpoint()));
     f.capacity_spans = capacity;
+    f.capacity_bytes = capacity_bytes;
     f.initial_backoff = Duration::from_millis(20);
     f.max_backoff = Duration::from_millis(200);
     f.request_timeout = Duration::from_secs(2);
@@ -92,6 +97,57 @@ async fn downstream_outage_under_steady_load_loses_nothing_within_capacity() {
     assert_eq!(c.forward_spans_dropped_rejected, 0);
     assert_eq!(c.forward_spans_sent, total as u64);
     running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_bounded_in_bytes_too() {
+    use prost::Message as _;
+    let mut downstream = Downstream::start().await;
+    downstream.stop().await;
+    let size = batch(0, 10).encoded_len();
+    // room for 3 batches' bytes, and for many more spans
+    let running = collector_with(&downstream, 100_000, 3 * size).await;
+    let mut client = TraceServiceClient::connect(format!("http://{}", running.grpc_addr))
+        .await
+        .unwrap();
+    let mut accepted = 0;
+    for b in 0..8 {
+        match client.export(batch(b, 10)).await {
+            Ok(_) => accepted += 1,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(status.message().contains(&format!("{} bytes", 3 * size)), "{status:?}");
+            }
+        }
+    }
+    assert_eq!(accepted, 3, "exactly the byte capacity was accepted");
+    let depth = running.collector.queue_depth();
+    assert_eq!(
+        (depth.spans, depth.bytes),
+        (30, 3 * size),
+        "the batches workers hold count"
+    );
+    let metrics = reqwest::get(format!("http://{}/metrics", running.api_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!("\ndei_forward_queue_bytes {}\n", 3 * size)),
+        "{metrics}"
+    );
+    let c = running.collector.counters().snapshot();
+    assert_eq!((c.rejected_queue_full, c.spans_refused), (5, 50), "{c:?}");
+    downstream.restart().await;
+    running.collector.shutdown().await;
+    let c = running.collector.counters().snapshot();
+    assert_eq!(c.forward_spans_sent, 30, "{c:?}");
+    assert_eq!(
+        running.collector.queue_depth(),
+        Default::default(),
+        "delivered: the room is free"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -97,11 +97,11 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
             }
         };
         for t in &traces {
-            let fault_here: Vec<&String> = t
+            let fault_here: Vec<&str> = t
                 .occurrences
                 .iter()
                 .filter(|o| o.index == index)
-                .filter_map(|o| o.fault.as_ref())
+                .filter_map(|o| o.fault.as_deref())
                 .collect();
             if !fault_here.is_empty() {
                 if let Some(lf) = last_fault.filter(|_| !absent.is_empty()) {
@@ -111,16 +111,16 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
                 }
                 absent.clear();
                 fault_traces += 1;
-                faults.extend(fault_here.into_iter().cloned());
+                faults.extend(fault_here.into_iter().map(String::from));
                 last_fault = Some(t.trace_id);
                 continue;
             }
             let Some(lf) = last_fault else { continue };
-            let comparable = top_level || t.indexes.contains(&parent);
+            let comparable = top_level || t.contains_index(&parent);
             if !comparable {
                 continue;
             }
-            let present = t.indexes.iter().any(|i| i.starts_with(&index));
+            let present = t.indexes().any(|i| i.starts_with(&index));
             if present {
                 close(&mut out, fault_traces, &faults, lf, &absent, Some(t.trace_id));
                 last_fault = None;

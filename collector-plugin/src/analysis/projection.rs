@@ -94,7 +94,7 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
             let invocation = InvocationSignature::new(
                 Signature::from_name(o.signature.as_deref().unwrap_or_default()),
                 o.payload.unwrap_or_else(PayloadDigest::empty),
-                o.stack_digest.unwrap_or(StackDigest([0; 32])),
+                o.stack_digest.as_deref().copied().unwrap_or(StackDigest([0; 32])),
             );
             let parent = o.index.parent().and_then(|p| pos.get(&p).copied());
             pos.entry(&o.index).or_insert(rpcs.len());

@@ -24,7 +24,7 @@ pub struct SinkCounts {
 
 impl SinkCounts {
     fn count(&self, body: &Bytes) -> bool {
-        match crate::otlp::decode_lite(body.clone()) {
+        match crate::otlp::decode_lite(body) {
             Ok(req) => {
                 let n = req.span_count();
                 self.spans.fetch_add(n as u64, Ordering::Relaxed);

@@ -1,12 +1,12 @@
 //! Forwarding: every accepted batch goes on, unchanged, to a downstream OTLP endpoint (Jaeger, an
 //! OpenTelemetry Collector, another dei-collector) over gRPC or HTTP.
 //!
-//! Batches wait in a bounded [queue](Forwarder::enqueue) measured in spans; its capacity covers the batches
-//! waiting and those the workers hold (being sent or retried). A worker takes every batch waiting, up to
-//! [`ForwardConfig::max_request_bytes`], and sends them as one export request: the concatenation of encoded
-//! `ExportTraceServiceRequest`s is itself one (protobuf appends repeated fields), so combining costs a copy
-//! and no re-encoding, and a busy collector sends fewer, larger requests instead of waiting on one round
-//! trip per incoming request. Workers send them with retry and exponential
+//! Batches wait in a bounded [queue](Forwarder::enqueue) measured in spans and in bytes; its capacity covers
+//! the batches waiting and those the workers hold (being sent or retried). A worker takes every batch
+//! waiting, up to [`ForwardConfig::max_request_bytes`], and sends them as one export request: the
+//! concatenation of encoded `ExportTraceServiceRequest`s is itself one (protobuf appends repeated fields), so
+//! combining re-encodes nothing (over gRPC the parts are written straight into the frame), and a busy
+//! collector sends fewer, larger requests instead of waiting on one round trip per incoming request. Workers send them with retry and exponential
 //! backoff for as long as the downstream fails with a retryable error, so no span within the queue's capacity
 //! is lost during an outage; a batch that does not fit is refused ([`QueueFull`]) so that the receiver can
 //! tell its client to retry, and nothing is dropped on arrival. A permanent
@@ -17,7 +17,7 @@ pub mod codec;
 
 use crate::counters::Counters;
 use bytes::Bytes;
-use codec::RawCodec;
+use codec::ConcatCodec;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -145,6 +145,9 @@ pub struct ForwardConfig {
     pub downstream: Downstream,
     /// Most spans in the queue, counting the batches the workers hold.
     pub capacity_spans: usize,
+    /// Most bytes of request bodies in the queue, counting the batches the workers hold: what the queue
+    /// costs in memory (a span's size varies a hundredfold, with its attributes and events).
+    pub capacity_bytes: usize,
     /// Concurrent senders.
     pub workers: usize,
     /// First retry delay.
@@ -170,12 +173,13 @@ pub struct ForwardConfig {
 }
 
 impl ForwardConfig {
-    /// Defaults for a downstream: 100 000 spans, 4 workers, 50 ms..5 s backoff, 10 s attempts, 30 s drain,
-    /// 200 ms wait for room.
+    /// Defaults for a downstream: 100 000 spans and 32 MiB, 4 workers, 50 ms..5 s backoff, 10 s attempts,
+    /// 30 s drain, 200 ms wait for room.
     pub fn new(downstream: Downstream) -> Self {
         ForwardConfig {
             downstream,
             capacity_spans: 100_000,
+            capacity_bytes: DEFAULT_QUEUE_BYTES,
             workers: 4,
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(5),
@@ -189,6 +193,9 @@ impl ForwardConfig {
     }
 }
 
+/// The default of [`ForwardConfig::capacity_bytes`]: 32 MiB.
+pub const DEFAULT_QUEUE_BYTES: usize = 32 * 1024 * 1024;
+
 /// The default of [`ForwardConfig::max_request_bytes`].
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
 
@@ -201,13 +208,27 @@ pub struct Batch {
     pub spans: usize,
 }
 
+/// What the forwarding queue holds: waiting, or held by a worker (being sent or retried).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueDepth {
+    /// Spans.
+    pub spans: usize,
+    /// Request body bytes.
+    pub bytes: usize,
+}
+
 /// A batch did not fit in the forwarding queue (or the forwarder is shutting down): nothing was queued, and
 /// the client should retry later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the forwarding queue is full ({capacity} spans, counting batches being sent); retry later")]
+#[error(
+    "the forwarding queue is full ({capacity} spans or {capacity_bytes} bytes, counting batches being sent); \
+     retry later"
+)]
 pub struct QueueFull {
     /// The queue's capacity in spans.
     pub capacity: usize,
+    /// The queue's capacity in bytes.
+    pub capacity_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -215,6 +236,8 @@ struct QueueState {
     batches: VecDeque<Batch>,
     /// Spans waiting plus spans held by workers.
     spans: usize,
+    /// Body bytes waiting plus those held by workers.
+    bytes: usize,
     closed: bool,
     deadline: Option<Instant>,
 }
@@ -225,6 +248,7 @@ struct Queue {
     notify: Notify,
     space: Notify,
     capacity: usize,
+    capacity_bytes: usize,
 }
 
 impl Queue {
@@ -265,11 +289,12 @@ impl Queue {
         }
     }
 
-    /// A worker is done with a batch of `spans` (delivered or dropped): its room is free.
-    fn release(&self, spans: usize) {
+    /// A worker is done with a request (delivered or dropped): its room is free.
+    fn release(&self, spans: usize, bytes: usize) {
         {
             let mut s = self.lock();
             s.spans = s.spans.saturating_sub(spans);
+            s.bytes = s.bytes.saturating_sub(bytes);
         }
         self.space.notify_waiters();
     }
@@ -433,18 +458,19 @@ impl Client {
         }
     }
 
-    async fn send(&mut self, body: Bytes) -> Result<(), SendError> {
+    /// Sends one export request given as its parts (see [`Request`]).
+    async fn send(&mut self, parts: Vec<Bytes>) -> Result<(), SendError> {
         match self {
             Client::Grpc(grpc, metadata) => {
                 grpc.ready()
                     .await
                     .map_err(|e| SendError::Retryable(format!("connect: {e}")))?;
                 let path = http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH);
-                let mut request = tonic::Request::new(body);
+                let mut request = tonic::Request::new(parts);
                 if !metadata.is_empty() {
                     *request.metadata_mut() = metadata.as_ref().clone();
                 }
-                match grpc.unary(request, path, RawCodec).await {
+                match grpc.unary(request, path, ConcatCodec).await {
                     Ok(_) => Ok(()),
                     Err(status) => {
                         use tonic::Code::*;
@@ -458,6 +484,10 @@ impl Client {
                 }
             }
             Client::Http(c) => {
+                let body = match <[Bytes; 1]>::try_from(parts) {
+                    Ok([one]) => one,
+                    Err(parts) => parts.concat().into(),
+                };
                 let mut request = http::Request::post(c.uri.clone())
                     .body(http_body_util::Full::new(body))
                     .map_err(|e| SendError::Permanent(format!("request: {e}")))?;
@@ -561,6 +591,7 @@ impl Forwarder {
             notify: Notify::new(),
             space: Notify::new(),
             capacity: config.capacity_spans,
+            capacity_bytes: config.capacity_bytes,
         });
         let workers = (0..config.workers.max(1))
             .map(|_| {
@@ -574,9 +605,9 @@ impl Forwarder {
                 tokio::spawn(async move {
                     while let Some(batches) = queue.pop_combined(config.max_request_bytes).await {
                         let request = Request::combine(batches);
-                        let spans = request.spans;
+                        let (spans, bytes) = (request.spans, request.bytes());
                         deliver(&queue, &mut client, &config, &counters, &warnings, request).await;
-                        queue.release(spans);
+                        queue.release(spans, bytes);
                     }
                 })
             })
@@ -601,9 +632,12 @@ impl Forwarder {
             let space = self.queue.space.notified();
             {
                 let mut s = self.queue.lock();
-                let fits = s.spans + batch.spans <= self.queue.capacity || s.spans == 0;
+                let fits = (s.spans + batch.spans <= self.queue.capacity
+                    && s.bytes + batch.body.len() <= self.queue.capacity_bytes)
+                    || (s.spans == 0 && s.bytes == 0);
                 if !s.closed && fits {
                     s.spans += batch.spans;
+                    s.bytes += batch.body.len();
                     s.batches.push_back(batch);
                     drop(s);
                     Counters::add(&self.counters.forward_batches_queued, 1);
@@ -623,6 +657,7 @@ impl Forwarder {
     fn full(&self) -> QueueFull {
         QueueFull {
             capacity: self.queue.capacity,
+            capacity_bytes: self.queue.capacity_bytes,
         }
     }
 
@@ -634,6 +669,20 @@ impl Forwarder {
     /// The queue's capacity in spans.
     pub fn capacity_spans(&self) -> usize {
         self.queue.capacity
+    }
+
+    /// Spans and bytes in the queue: waiting, or held by a worker.
+    pub fn depth(&self) -> QueueDepth {
+        let s = self.queue.lock();
+        QueueDepth {
+            spans: s.spans,
+            bytes: s.bytes,
+        }
+    }
+
+    /// The queue's capacity in bytes.
+    pub fn capacity_bytes(&self) -> usize {
+        self.queue.capacity_bytes
     }
 
     /// The downstream endpoint.
@@ -677,38 +726,30 @@ impl Forwarder {
         }
         let mut s = self.queue.lock();
         let left: usize = s.batches.iter().map(|b| b.spans).sum();
+        let left_bytes: usize = s.batches.iter().map(|b| b.body.len()).sum();
         s.batches.clear();
         s.spans = s.spans.saturating_sub(left);
+        s.bytes = s.bytes.saturating_sub(left_bytes);
         Counters::add(&self.counters.forward_spans_dropped_shutdown, left as u64);
     }
 }
 
-/// One downstream export request: one or more batches, concatenated.
+/// One downstream export request: one or more batches, whose concatenation is the request.
 struct Request {
-    body: Bytes,
+    parts: Vec<Bytes>,
     spans: usize,
-    batches: usize,
 }
 
 impl Request {
     fn combine(batches: Vec<Batch>) -> Request {
-        let spans = batches.iter().map(|b| b.spans).sum();
-        let count = batches.len();
-        let body = match <[Batch; 1]>::try_from(batches) {
-            Ok([one]) => one.body,
-            Err(many) => {
-                let mut body = bytes::BytesMut::with_capacity(many.iter().map(|b| b.body.len()).sum());
-                for b in &many {
-                    body.extend_from_slice(&b.body);
-                }
-                body.freeze()
-            }
-        };
         Request {
-            body,
-            spans,
-            batches: count,
+            spans: batches.iter().map(|b| b.spans).sum(),
+            parts: batches.into_iter().map(|b| b.body).collect(),
         }
+    }
+
+    fn bytes(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
     }
 }
 
@@ -722,10 +763,10 @@ async fn deliver(
 ) {
     let mut backoff = config.initial_backoff;
     loop {
-        match client.send(batch.body.clone()).await {
+        match client.send(batch.parts.clone()).await {
             Ok(()) => {
                 Counters::add(&counters.forward_requests_sent, 1);
-                Counters::add(&counters.forward_batches_sent, batch.batches as u64);
+                Counters::add(&counters.forward_batches_sent, batch.parts.len() as u64);
                 Counters::add(&counters.forward_spans_sent, batch.spans as u64);
                 return;
             }

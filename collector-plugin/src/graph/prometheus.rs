@@ -2,6 +2,7 @@
 
 use crate::analyzer::Analyzer;
 use crate::counters::CountersSnapshot;
+use crate::forward::QueueDepth;
 use crate::graph::histogram::{DEFAULT_BUCKETS, Histogram};
 use std::fmt::Write;
 
@@ -27,7 +28,7 @@ pub const DEFAULT_MAX_HISTOGRAM_EDGES: usize = 500;
 /// the latency histograms (34 series per edge) go only to the `max_histogram_edges` edges with the most
 /// requests, so that a scrape stays bounded, and the gauge `dei_metrics_histogram_edges_omitted` says how
 /// many edges were left out.
-pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64, max_histogram_edges: usize) -> String {
+pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue: QueueDepth, max_histogram_edges: usize) -> String {
     let mut out = String::new();
     let edges = a.graph.edges();
     let with_histograms: std::collections::HashSet<usize> = {
@@ -125,7 +126,12 @@ pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue_depth: u64, max_h
         (
             "dei_forward_queue_spans",
             "spans in the forwarding queue, counting the batches workers are sending",
-            queue_depth,
+            queue.spans as u64,
+        ),
+        (
+            "dei_forward_queue_bytes",
+            "request bytes in the forwarding queue, counting the batches workers are sending",
+            queue.bytes as u64,
         ),
         (
             "dei_metrics_histogram_edges_omitted",

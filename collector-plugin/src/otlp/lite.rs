@@ -1,159 +1,176 @@
-//! A zero-copy decoding of just the parts of an OTLP `ExportTraceServiceRequest` that analysis reads.
+//! A borrowing decoder of just the parts of an OTLP `ExportTraceServiceRequest` that analysis reads.
 //!
 //! Field numbers and wire types are those of `opentelemetry/proto/trace/v1/trace.proto` and
 //! `common/v1/common.proto`; fields not declared here (scopes, links, trace state, dropped counts,
-//! `kvlist` values, …) are skipped without allocating. Strings are kept as [`Bytes`] slices of the request
-//! body (decode from a [`Bytes`] buffer) and checked as UTF-8 only where they are used. This is the hot path
-//! of the receivers: the body itself is forwarded unchanged.
+//! `kvlist` values, …) are skipped without allocating. Strings and ids are slices of the request body,
+//! checked as UTF-8 only where they are used: no copy and no reference count per field. This is the hot
+//! path of the receivers: the body itself is forwarded unchanged.
+//!
+//! Protobuf's merge rules apply as in generated code: a repeated field appends, a scalar's last value wins,
+//! a message field given twice is merged, and a `oneof` takes its last member (merged when it is the same
+//! message). Nesting of array values deeper than [`MAX_DEPTH`] is an error, as is a declared field with the
+//! wrong wire type.
 
-use bytes::Bytes;
+use prost::bytes::Buf;
+use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+
+/// Deepest nesting of array values accepted (`AnyValue` in `ArrayValue` in `AnyValue` …).
+pub const MAX_DEPTH: u32 = 32;
+
+/// Why a body is not an `ExportTraceServiceRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// A malformed key, varint or skipped field.
+    #[error(transparent)]
+    Protobuf(#[from] prost::DecodeError),
+    /// A length or fixed-width value runs past the end of its message.
+    #[error("a field runs past the end of its message")]
+    Truncated,
+    /// A declared field came with another wire type.
+    #[error("field {tag} has wire type {got:?}, expected {want:?}")]
+    WireType {
+        /// The field number.
+        tag: u32,
+        /// The wire type given.
+        got: WireType,
+        /// The field's wire type.
+        want: WireType,
+    },
+    /// Array values nested deeper than [`MAX_DEPTH`].
+    #[error("array values nested deeper than {MAX_DEPTH}")]
+    TooDeep,
+}
 
 /// `ExportTraceServiceRequest`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Request {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Request<'a> {
     /// `resource_spans = 1`.
-    #[prost(message, repeated, tag = "1")]
-    pub resource_spans: Vec<ResourceSpans>,
+    pub resource_spans: Vec<ResourceSpans<'a>>,
 }
 
 /// `ResourceSpans`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ResourceSpans {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResourceSpans<'a> {
     /// `resource = 1`.
-    #[prost(message, optional, tag = "1")]
-    pub resource: Option<Resource>,
+    pub resource: Option<Resource<'a>>,
     /// `scope_spans = 2`.
-    #[prost(message, repeated, tag = "2")]
-    pub scope_spans: Vec<ScopeSpans>,
+    pub scope_spans: Vec<ScopeSpans<'a>>,
 }
 
 /// `Resource`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Resource {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resource<'a> {
     /// `attributes = 1`.
-    #[prost(message, repeated, tag = "1")]
-    pub attributes: Vec<KeyValue>,
+    pub attributes: Vec<KeyValue<'a>>,
 }
 
 /// `ScopeSpans`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ScopeSpans {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScopeSpans<'a> {
     /// `spans = 2`.
-    #[prost(message, repeated, tag = "2")]
-    pub spans: Vec<Span>,
+    pub spans: Vec<Span<'a>>,
 }
 
 /// `Span`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Span {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Span<'a> {
     /// `trace_id = 1`.
-    #[prost(bytes = "bytes", tag = "1")]
-    pub trace_id: Bytes,
+    pub trace_id: &'a [u8],
     /// `span_id = 2`.
-    #[prost(bytes = "bytes", tag = "2")]
-    pub span_id: Bytes,
+    pub span_id: &'a [u8],
     /// `parent_span_id = 4`.
-    #[prost(bytes = "bytes", tag = "4")]
-    pub parent_span_id: Bytes,
+    pub parent_span_id: &'a [u8],
     /// `name = 5` (a string, kept as bytes).
-    #[prost(bytes = "bytes", tag = "5")]
-    pub name: Bytes,
+    pub name: &'a [u8],
     /// `kind = 6`.
-    #[prost(int32, tag = "6")]
     pub kind: i32,
     /// `start_time_unix_nano = 7`.
-    #[prost(fixed64, tag = "7")]
     pub start_time_unix_nano: u64,
     /// `end_time_unix_nano = 8`.
-    #[prost(fixed64, tag = "8")]
     pub end_time_unix_nano: u64,
     /// `attributes = 9`.
-    #[prost(message, repeated, tag = "9")]
-    pub attributes: Vec<KeyValue>,
+    pub attributes: Vec<KeyValue<'a>>,
     /// `events = 11`.
-    #[prost(message, repeated, tag = "11")]
-    pub events: Vec<Event>,
+    pub events: Vec<Event<'a>>,
     /// `status = 15`.
-    #[prost(message, optional, tag = "15")]
-    pub status: Option<Status>,
+    pub status: Option<Status<'a>>,
 }
 
 /// `Span.Event`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Event {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Event<'a> {
     /// `time_unix_nano = 1`.
-    #[prost(fixed64, tag = "1")]
     pub time_unix_nano: u64,
     /// `name = 2`.
-    #[prost(bytes = "bytes", tag = "2")]
-    pub name: Bytes,
+    pub name: &'a [u8],
     /// `attributes = 3`.
-    #[prost(message, repeated, tag = "3")]
-    pub attributes: Vec<KeyValue>,
+    pub attributes: Vec<KeyValue<'a>>,
 }
 
 /// `Status`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Status {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Status<'a> {
     /// `message = 2` (a string, kept as bytes).
-    #[prost(bytes = "bytes", tag = "2")]
-    pub message: Bytes,
+    pub message: &'a [u8],
     /// `code = 3` (2 is ERROR).
-    #[prost(int32, tag = "3")]
     pub code: i32,
 }
 
 /// `KeyValue`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct KeyValue {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyValue<'a> {
     /// `key = 1`.
-    #[prost(bytes = "bytes", tag = "1")]
-    pub key: Bytes,
+    pub key: &'a [u8],
     /// `value = 2`.
-    #[prost(message, optional, tag = "2")]
-    pub value: Option<AnyValue>,
+    pub value: Option<AnyValue<'a>>,
 }
 
 /// `AnyValue`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct AnyValue {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnyValue<'a> {
     /// The value (`kvlist_value = 6` is not read).
-    #[prost(oneof = "Value", tags = "1, 2, 3, 4, 5, 7")]
-    pub value: Option<Value>,
+    pub value: Option<Value<'a>>,
 }
 
 /// `AnyValue.value`.
-#[derive(Clone, PartialEq, prost::Oneof)]
-pub enum Value {
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value<'a> {
     /// `string_value = 1`.
-    #[prost(bytes = "bytes", tag = "1")]
-    StringValue(Bytes),
+    StringValue(&'a [u8]),
     /// `bool_value = 2`.
-    #[prost(bool, tag = "2")]
     BoolValue(bool),
     /// `int_value = 3`.
-    #[prost(int64, tag = "3")]
     IntValue(i64),
     /// `double_value = 4`.
-    #[prost(double, tag = "4")]
     DoubleValue(f64),
     /// `array_value = 5`.
-    #[prost(message, tag = "5")]
-    ArrayValue(ArrayValue),
+    ArrayValue(ArrayValue<'a>),
     /// `bytes_value = 7`.
-    #[prost(bytes = "bytes", tag = "7")]
-    BytesValue(Bytes),
+    BytesValue(&'a [u8]),
 }
 
 /// `ArrayValue`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ArrayValue {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ArrayValue<'a> {
     /// `values = 1`.
-    #[prost(message, repeated, tag = "1")]
-    pub values: Vec<AnyValue>,
+    pub values: Vec<AnyValue<'a>>,
 }
 
-impl Request {
+impl<'a> Request<'a> {
+    /// Decodes a protobuf `ExportTraceServiceRequest`, borrowing from `body`.
+    pub fn decode(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut r = Request::default();
+        fields(body, |tag, wire, buf| match tag {
+            1 => {
+                r.resource_spans.push(ResourceSpans::default());
+                let last = r.resource_spans.len() - 1;
+                r.resource_spans[last].merge(message(wire, buf)?)
+            }
+            _ => skip(wire, tag, buf),
+        })?;
+        Ok(r)
+    }
+
     /// Spans in the request.
     pub fn span_count(&self) -> usize {
         self.resource_spans
@@ -164,37 +181,218 @@ impl Request {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use prost::Message;
-
-    #[test]
-    fn reads_what_the_full_schema_wrote() {
-        let json = br#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},
-          "scopeSpans":[{"scope":{"name":"lib"},"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708",
-          "parentSpanId":"0807060504030201","name":"op","kind":2,"startTimeUnixNano":"5","endTimeUnixNano":"9",
-          "status":{"code":2,"message":"boom"},"links":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708"}],
-          "attributes":[{"key":"a","value":{"kvlistValue":{"values":[]}}},{"key":"b","value":{"arrayValue":{"values":[{"stringValue":"x"}]}}},
-          {"key":"c","value":{"intValue":"7"}}],
-          "events":[{"name":"e","timeUnixNano":"6","attributes":[{"key":"k","value":{"boolValue":true}}]}]}]}]}]}"#;
-        let full = crate::otlp::decode_json(json).unwrap();
-        let lite = Request::decode(Bytes::from(full.encode_to_vec())).unwrap();
-        let span = &lite.resource_spans[0].scope_spans[0].spans[0];
-        assert_eq!(span.trace_id.len(), 16);
-        assert_eq!(&span.name[..], b"op");
-        assert_eq!(
-            (span.kind, span.start_time_unix_nano, span.end_time_unix_nano),
-            (2, 5, 9)
-        );
-        assert_eq!(span.status.as_ref().map(|s| s.code), Some(2));
-        assert_eq!(span.attributes.len(), 3);
-        assert_eq!(span.attributes[0].value.as_ref().and_then(|v| v.value.as_ref()), None);
-        assert_eq!(
-            span.attributes[2].value.as_ref().and_then(|v| v.value.clone()),
-            Some(Value::IntValue(7))
-        );
-        assert_eq!(&span.events[0].name[..], b"e");
-        assert_eq!(lite.span_count(), 1);
+impl<'a> ResourceSpans<'a> {
+    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+        fields(body, |tag, wire, buf| match tag {
+            1 => self
+                .resource
+                .get_or_insert_with(Default::default)
+                .merge(message(wire, buf)?),
+            2 => {
+                let mut s = ScopeSpans::default();
+                s.merge(message(wire, buf)?)?;
+                self.scope_spans.push(s);
+                Ok(())
+            }
+            _ => skip(wire, tag, buf),
+        })
     }
 }
+
+impl<'a> Resource<'a> {
+    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+        fields(body, |tag, wire, buf| match tag {
+            1 => push_key_value(&mut self.attributes, message(wire, buf)?),
+            _ => skip(wire, tag, buf),
+        })
+    }
+}
+
+impl<'a> ScopeSpans<'a> {
+    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+        fields(body, |tag, wire, buf| match tag {
+            2 => {
+                let mut s = Span::default();
+                s.merge(message(wire, buf)?)?;
+                self.spans.push(s);
+                Ok(())
+            }
+            _ => skip(wire, tag, buf),
+        })
+    }
+}
+
+impl<'a> Span<'a> {
+    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+        fields(body, |tag, wire, buf| {
+            match tag {
+                1 => self.trace_id = bytes(wire, buf)?,
+                2 => self.span_id = bytes(wire, buf)?,
+                4 => self.parent_span_id = bytes(wire, buf)?,
+                5 => self.name = bytes(wire, buf)?,
+                6 => self.kind = varint(wire, buf)? as i32,
+                7 => self.start_time_unix_nano = fixed64(wire, buf)?,
+                8 => self.end_time_unix_nano = fixed64(wire, buf)?,
+                9 => push_key_value(&mut self.attributes, message(wire, buf)?)?,
+                11 => {
+                    let mut e = Event::default();
+                    e.merge(message(wire, buf)?)?;
+                    self.events.push(e);
+                }
+                15 => self
+                    .status
+                    .get_or_insert_with(Default::default)
+                    .merge(message(wire, buf)?)?,
+                _ => skip(wire, tag, buf)?,
+            }
+            Ok(())
+        })
+    }
+}
+
+impl<'a> Event<'a> {
+    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+        fields(body, |tag, wire, buf| {
+            match tag {
+                1 => self.time_unix_nano = fixed64(wire, buf)?,
+                2 => self.name = bytes(wire, buf)?,
+                3 => push_key_value(&mut self.attributes, message(wire, buf)?)?,
+                _ => skip(wire, tag, buf)?,
+            }
+            Ok(())
+        })
+    }
+}
+
+impl<'a> Status<'a> {
+    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+        fields(body, |tag, wire, buf| {
+            match tag {
+                2 => self.message = bytes(wire, buf)?,
+                3 => self.code = varint(wire, buf)? as i32,
+                _ => skip(wire, tag, buf)?,
+            }
+            Ok(())
+        })
+    }
+}
+
+fn push_key_value<'a>(to: &mut Vec<KeyValue<'a>>, body: &'a [u8]) -> Result<(), DecodeError> {
+    let mut kv = KeyValue::default();
+    fields(body, |tag, wire, buf| {
+        match tag {
+            1 => kv.key = bytes(wire, buf)?,
+            2 => kv
+                .value
+                .get_or_insert_with(Default::default)
+                .merge(message(wire, buf)?, 0)?,
+            _ => skip(wire, tag, buf)?,
+        }
+        Ok(())
+    })?;
+    to.push(kv);
+    Ok(())
+}
+
+impl<'a> AnyValue<'a> {
+    fn merge(&mut self, body: &'a [u8], depth: u32) -> Result<(), DecodeError> {
+        if depth > MAX_DEPTH {
+            return Err(DecodeError::TooDeep);
+        }
+        fields(body, |tag, wire, buf| {
+            let v = match tag {
+                1 => Value::StringValue(bytes(wire, buf)?),
+                2 => Value::BoolValue(varint(wire, buf)? != 0),
+                3 => Value::IntValue(varint(wire, buf)? as i64),
+                4 => Value::DoubleValue(f64::from_bits(fixed64(wire, buf)?)),
+                5 => {
+                    let body = message(wire, buf)?;
+                    let mut array = match self.value.take() {
+                        Some(Value::ArrayValue(a)) => a,
+                        _ => ArrayValue::default(),
+                    };
+                    fields(body, |tag, wire, buf| match tag {
+                        1 => {
+                            let mut v = AnyValue::default();
+                            v.merge(message(wire, buf)?, depth + 1)?;
+                            array.values.push(v);
+                            Ok(())
+                        }
+                        _ => skip(wire, tag, buf),
+                    })?;
+                    Value::ArrayValue(array)
+                }
+                7 => Value::BytesValue(bytes(wire, buf)?),
+                _ => return skip(wire, tag, buf),
+            };
+            self.value = Some(v);
+            Ok(())
+        })
+    }
+}
+
+/// Calls `field(tag, wire_type, rest)` for each field of a message body; `field` consumes the value.
+fn fields<'a>(
+    mut buf: &'a [u8],
+    mut field: impl FnMut(u32, WireType, &mut &'a [u8]) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf)?;
+        field(tag, wire, &mut buf).map_err(|e| match e {
+            DecodeError::WireType { tag: 0, got, want } => DecodeError::WireType { tag, got, want },
+            e => e,
+        })?;
+    }
+    Ok(())
+}
+
+fn expect(wire: WireType, want: WireType) -> Result<(), DecodeError> {
+    if wire == want {
+        Ok(())
+    } else {
+        // the field number is filled in by `fields`, which knows it
+        Err(DecodeError::WireType {
+            tag: 0,
+            got: wire,
+            want,
+        })
+    }
+}
+
+/// A length-delimited value, borrowed.
+fn bytes<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    expect(wire, WireType::LengthDelimited)?;
+    let len = decode_varint(buf)?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= buf.len())
+        .ok_or(DecodeError::Truncated)?;
+    let (value, rest) = buf.split_at(len);
+    *buf = rest;
+    Ok(value)
+}
+
+/// An embedded message's body, borrowed.
+fn message<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    bytes(wire, buf)
+}
+
+fn varint(wire: WireType, buf: &mut &[u8]) -> Result<u64, DecodeError> {
+    expect(wire, WireType::Varint)?;
+    Ok(decode_varint(buf)?)
+}
+
+fn fixed64(wire: WireType, buf: &mut &[u8]) -> Result<u64, DecodeError> {
+    expect(wire, WireType::SixtyFourBit)?;
+    if buf.len() < 8 {
+        return Err(DecodeError::Truncated);
+    }
+    Ok(buf.get_u64_le())
+}
+
+fn skip(wire: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), DecodeError> {
+    Ok(skip_field(wire, tag, buf, DecodeContext::default())?)
+}
+
+#[cfg(test)]
+mod tests;

@@ -155,19 +155,21 @@ pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, Rejection> 
 }
 
 /// Decodes a protobuf body into the [`lite`] view (zero-copy: string and bytes fields borrow `body`).
-pub fn decode_lite(body: bytes::Bytes) -> Result<lite::Request, Rejection> {
+pub fn decode_lite(body: &[u8]) -> Result<lite::Request<'_>, Rejection> {
     lite::Request::decode(body).map_err(|e| Rejection::BadProtobuf(e.to_string()))
 }
 
-/// The [`lite`] view of a fully decoded request (re-encoded and decoded: for JSON input and tests).
-pub fn to_lite(req: &ExportTraceServiceRequest) -> lite::Request {
-    lite::Request::decode(bytes::Bytes::from(req.encode_to_vec())).unwrap_or_default()
+/// Runs `f` on the [`lite`] view of a fully decoded request (re-encoded and decoded: for offline files and
+/// tests). Refused as the receivers refuse its encoding: array values nested too deeply.
+pub fn with_lite<T>(req: &ExportTraceServiceRequest, f: impl FnOnce(&lite::Request<'_>) -> T) -> Result<T, Rejection> {
+    let body = req.encode_to_vec();
+    Ok(f(&decode_lite(&body)?))
 }
 
 /// Checks every span's ids: a 16-byte non-zero trace id, an 8-byte non-zero span id, and a parent span id
 /// that is empty or 8 bytes. Returns the number of spans.
 pub fn validate_ids(req: &ExportTraceServiceRequest) -> Result<usize, Rejection> {
-    validate_lite_ids(&to_lite(req))
+    with_lite(req, validate_lite_ids)?
 }
 
 /// [`validate_ids`] on the [`lite`] view.

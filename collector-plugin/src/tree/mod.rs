@@ -7,6 +7,7 @@
 //! Per-trace data (which indexes one trace touched, in which order, with which payload) lives in
 //! [`traces::TraceStore`]; it feeds the trace view, diffs and the analyses.
 
+pub(crate) mod interner;
 pub mod stacks;
 pub mod traces;
 pub mod views;

@@ -1,11 +1,16 @@
 //! Per-trace records: which RPC occurrences one trace made, under which index, with which payload.
 //!
 //! Bounded by the number of traces (oldest evicted first), by age, and by occurrences per trace.
+//!
+//! Compact, because a collector at saturation holds the most traces its limit allows: a record is boxed (the
+//! map's slots stay small), its occurrences grow by half rather than double, rare parts (a stream's
+//! messages, a fault) are boxed, and a trace of a few calls finds an occurrence by a linear scan; the hash
+//! maps for `(rpc, index)` and for distinct indexes are built only past [`LINEAR_LOOKUP_MAX`] occurrences.
 
 use crate::span_record::{SpanId, SpanRecord, SpanStatus, TraceId};
 use dei_propagator::{Index, PayloadDigest, StackDigest};
 use serde::Serialize;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,15 +33,15 @@ pub struct Occurrence {
     pub payload: Option<PayloadDigest>,
     /// The start of the request's payload, when the caller recorded it (`dei.payload`, opt-in).
     pub payload_preview: Option<Arc<str>>,
-    /// `dei.stack.digest` (of the client span).
+    /// `dei.stack.digest` (of the client span), shared with the trace store's other occurrences of it.
     #[serde(serialize_with = "crate::serde_index::stack_digest_opt")]
-    pub stack_digest: Option<StackDigest>,
+    pub stack_digest: Option<Arc<StackDigest>>,
     /// A stream's own occurrence (`dei.preliminary`): its index ends in the preliminary element.
     pub preliminary: bool,
-    /// The client span's status, when the client span was seen.
-    pub client_status: Option<SpanStatus>,
-    /// The server span's status, when the server span was seen.
-    pub server_status: Option<SpanStatus>,
+    /// The client span's status, when the client span was seen (shared with equal statuses).
+    pub client_status: Option<Arc<SpanStatus>>,
+    /// The server span's status, when the server span was seen (shared with equal statuses).
+    pub server_status: Option<Arc<SpanStatus>>,
     /// Calling service.
     pub client_service: Option<Arc<str>>,
     /// Called service (or virtual peer).
@@ -48,13 +53,13 @@ pub struct Occurrence {
     /// Either side had status ERROR.
     pub error: bool,
     /// The injected fault, if any.
-    pub fault: Option<String>,
+    pub fault: Option<Box<str>>,
     /// Flagged ambiguous by instrumentation.
     pub ambiguous: bool,
     /// On a stream's occurrence: the messages its client sent (`dei.stream.message` events), in order.
-    pub messages: Vec<StreamMessage>,
+    pub messages: Box<[StreamMessage]>,
     /// On a stream message's occurrence: which stream it was sent on.
-    pub stream: Option<MessageOf>,
+    pub stream: Option<Box<MessageOf>>,
 }
 
 /// One message a stream's client sent (a `dei.stream.message` event, paper §4.2).
@@ -106,9 +111,8 @@ pub struct TraceRecord {
     pub start_ns: u64,
     /// Occurrences in arrival order.
     pub occurrences: Vec<Occurrence>,
-    by_rpc: HashMap<(SpanId, Index), usize>,
-    /// Distinct indexes touched.
-    pub indexes: HashSet<Index>,
+    /// Hash lookups, once the trace has more than [`LINEAR_LOOKUP_MAX`] occurrences.
+    lookup: Option<Box<Lookup>>,
     /// Stream mappings preliminary → final received so far.
     pub mappings: HashMap<Index, Index>,
     /// Spans under preliminary indexes waiting for their mapping.
@@ -120,14 +124,40 @@ pub struct TraceRecord {
     seq: u64,
 }
 
+/// Up to this many occurrences, a trace finds one by a linear scan (no hash maps to keep per trace).
+pub const LINEAR_LOOKUP_MAX: usize = 16;
+
+/// A large trace's hash lookups.
+#[derive(Debug, Clone, Default)]
+struct Lookup {
+    by_rpc: HashMap<(SpanId, Index), usize>,
+    /// Occurrences per distinct index.
+    indexes: HashMap<Index, usize>,
+}
+
+impl Lookup {
+    fn of(occurrences: &[Occurrence]) -> Self {
+        let mut lookup = Lookup::default();
+        for (i, o) in occurrences.iter().enumerate() {
+            lookup.by_rpc.insert((o.rpc, o.index.clone()), i);
+            *lookup.indexes.entry(o.index.clone()).or_insert(0) += 1;
+        }
+        lookup
+    }
+}
+
 impl TraceRecord {
     /// The occurrence for `(rpc, index)`, and whether it was created now.
     pub fn occurrence(&mut self, rpc: SpanId, index: &Index, max: usize) -> Option<(usize, bool)> {
-        if let Some(&i) = self.by_rpc.get(&(rpc, index.clone())) {
+        if let Some(i) = self.position(rpc, index) {
             return Some((i, false));
         }
         if self.occurrences.len() >= max {
             return None;
+        }
+        if self.occurrences.len() == self.occurrences.capacity() {
+            // grow by half: a trace's last growth wastes a third at most, not a half
+            self.occurrences.reserve_exact((self.occurrences.len() / 2).max(2));
         }
         self.occurrences.push(Occurrence {
             index: index.clone(),
@@ -147,17 +177,47 @@ impl TraceRecord {
             error: false,
             fault: None,
             ambiguous: false,
-            messages: Vec::new(),
+            messages: Box::default(),
             stream: None,
         });
         let i = self.occurrences.len() - 1;
-        self.by_rpc.insert((rpc, index.clone()), i);
+        match self.lookup.as_mut() {
+            Some(lookup) => {
+                lookup.by_rpc.insert((rpc, index.clone()), i);
+                *lookup.indexes.entry(index.clone()).or_insert(0) += 1;
+            }
+            None if self.occurrences.len() > LINEAR_LOOKUP_MAX => {
+                self.lookup = Some(Box::new(Lookup::of(&self.occurrences)));
+            }
+            None => {}
+        }
         Some((i, true))
     }
 
     /// The position of the occurrence for `(rpc, index)`, if any.
     pub fn position(&self, rpc: SpanId, index: &Index) -> Option<usize> {
-        self.by_rpc.get(&(rpc, index.clone())).copied()
+        match &self.lookup {
+            Some(lookup) => lookup.by_rpc.get(&(rpc, index.clone())).copied(),
+            None => self.occurrences.iter().position(|o| o.rpc == rpc && o.index == *index),
+        }
+    }
+
+    /// How many occurrences have this index.
+    pub fn occurrences_at(&self, index: &Index) -> usize {
+        match &self.lookup {
+            Some(lookup) => lookup.indexes.get(index).copied().unwrap_or(0),
+            None => self.occurrences.iter().filter(|o| o.index == *index).count(),
+        }
+    }
+
+    /// True when an occurrence has this index.
+    pub fn contains_index(&self, index: &Index) -> bool {
+        self.occurrences_at(index) > 0
+    }
+
+    /// The indexes the trace touched, in arrival order, an index as often as it has occurrences.
+    pub fn indexes(&self) -> impl Iterator<Item = &Index> + '_ {
+        self.occurrences.iter().map(|o| &o.index)
     }
 
     /// Re-keys occurrences after an index rewrite.
@@ -167,13 +227,9 @@ impl TraceRecord {
                 o.index = n;
             }
         }
-        self.by_rpc = self
-            .occurrences
-            .iter()
-            .enumerate()
-            .map(|(i, o)| ((o.rpc, o.index.clone()), i))
-            .collect();
-        self.indexes = self.occurrences.iter().map(|o| o.index.clone()).collect();
+        if self.lookup.is_some() {
+            self.lookup = Some(Box::new(Lookup::of(&self.occurrences)));
+        }
     }
 }
 
@@ -206,7 +262,7 @@ impl Default for TraceStoreConfig {
 pub struct TraceStore {
     /// Limits.
     pub config: TraceStoreConfig,
-    traces: HashMap<TraceId, TraceRecord>,
+    traces: HashMap<TraceId, Box<TraceRecord>>,
     order: VecDeque<(u64, TraceId)>,
     seq: u64,
 }
@@ -229,24 +285,23 @@ impl TraceStore {
         self.traces.entry(trace_id).or_insert_with(|| {
             *seq += 1;
             order.push_back((*seq, trace_id));
-            TraceRecord {
+            Box::new(TraceRecord {
                 trace_id,
                 start_ns: 0,
                 occurrences: Vec::new(),
-                by_rpc: HashMap::new(),
-                indexes: HashSet::new(),
+                lookup: None,
                 mappings: HashMap::new(),
                 pending: Vec::new(),
                 pending_messages: Vec::new(),
                 created: now,
                 seq: *seq,
-            }
+            })
         })
     }
 
     /// A trace's record.
     pub fn get(&self, trace_id: &TraceId) -> Option<&TraceRecord> {
-        self.traces.get(trace_id)
+        self.traces.get(trace_id).map(|t| &**t)
     }
 
     /// Retained traces.
@@ -261,7 +316,7 @@ impl TraceStore {
 
     /// Every retained trace, oldest first (by first span start, then arrival).
     pub fn ordered(&self) -> Vec<&TraceRecord> {
-        let mut v: Vec<&TraceRecord> = self.traces.values().collect();
+        let mut v: Vec<&TraceRecord> = self.traces.values().map(|t| &**t).collect();
         v.sort_by_key(|t| (t.start_ns, t.seq));
         v
     }
@@ -285,7 +340,7 @@ impl TraceStore {
             }
             self.order.pop_front();
             if let Some(t) = self.traces.remove(&id) {
-                out.push(t);
+                out.push(*t);
             }
         }
         out
@@ -294,7 +349,7 @@ impl TraceStore {
     /// Removes and returns every trace (end of an offline run).
     pub fn drain(&mut self) -> Vec<TraceRecord> {
         self.order.clear();
-        self.traces.drain().map(|(_, t)| t).collect()
+        self.traces.drain().map(|(_, t)| *t).collect()
     }
 
     /// Traces with pending preliminary spans.
@@ -308,6 +363,62 @@ impl TraceStore {
 
     /// Mutable access to one trace.
     pub fn get_mut(&mut self, trace_id: &TraceId) -> Option<&mut TraceRecord> {
-        self.traces.get_mut(trace_id)
+        self.traces.get_mut(trace_id).map(|t| &mut **t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> TraceRecord {
+        let mut store = TraceStore::new(TraceStoreConfig::default());
+        store.entry([1; 16], Instant::now()).clone()
+    }
+
+    fn index(n: u8) -> Index {
+        Index::from_elements(vec![dei_propagator::Element::new(
+            dei_propagator::ElementDigest([n; 8]),
+            1,
+        )])
+    }
+
+    #[test]
+    fn an_occurrence_stays_compact() {
+        // a store at its default limit holds 20,000 traces of a few occurrences each (issue #17's memory goal)
+        assert!(size_of::<Occurrence>() <= 248, "{} bytes", size_of::<Occurrence>());
+    }
+
+    #[test]
+    fn lookups_agree_before_and_after_the_hash_maps_are_built() {
+        let mut t = record();
+        let n = LINEAR_LOOKUP_MAX as u8 * 2;
+        for i in 0..n {
+            let rpc = [i, 0, 0, 0, 0, 0, 0, 1];
+            assert_eq!(t.occurrence(rpc, &index(i % 5), 100), Some((i as usize, true)));
+            // every occurrence so far is found again, by scan below the threshold and by map above it
+            for j in 0..=i {
+                let rpc = [j, 0, 0, 0, 0, 0, 0, 1];
+                assert_eq!(t.position(rpc, &index(j % 5)), Some(j as usize));
+                assert_eq!(t.occurrence(rpc, &index(j % 5), 100), Some((j as usize, false)));
+            }
+            let at_zero = (0..=i).filter(|j| j % 5 == 0).count();
+            assert_eq!(t.occurrences_at(&index(0)), at_zero);
+        }
+        assert!(t.lookup.is_some());
+        assert!(!t.contains_index(&index(9)));
+        assert_eq!(t.occurrence([0; 8], &index(9), n as usize), None, "at the limit");
+        t.rewrite(&index(1), &index(9));
+        assert!(t.contains_index(&index(9)) && !t.contains_index(&index(1)));
+        assert_eq!(t.position([1, 0, 0, 0, 0, 0, 0, 1], &index(9)), Some(1));
+    }
+
+    #[test]
+    fn occurrences_grow_by_half() {
+        let mut t = record();
+        for i in 0..6u8 {
+            t.occurrence([i, 0, 0, 0, 0, 0, 0, 1], &index(i), 100);
+        }
+        assert_eq!(t.occurrences.capacity(), 6);
     }
 }

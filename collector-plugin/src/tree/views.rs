@@ -256,7 +256,7 @@ fn select(a: &Analyzer, s: &Selection) -> (usize, BTreeSet<Index>) {
     let mut set = BTreeSet::new();
     let mut take = |t: &TraceRecord| {
         n += 1;
-        set.extend(t.indexes.iter().cloned());
+        set.extend(t.indexes().cloned());
     };
     match s {
         Selection::Window { from, to } => {

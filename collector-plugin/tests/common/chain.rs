@@ -21,11 +21,11 @@ pub fn unavailable(what: &str) {
     );
 }
 
-/// A loopback port that was free a moment ago (for child processes that take a port, not a listener).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address").port()
-}
+/// The real peers (Jaeger, the Collector), for the tests that start them.
+#[path = "../peers/mod.rs"]
+pub mod peers;
+#[allow(unused_imports)] // not every test binary that includes `common` starts peers
+pub use peers::free_port;
 
 /// The Python interpreter (`$PYTHON`, or `python3`).
 pub fn python() -> String {

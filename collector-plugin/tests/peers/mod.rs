@@ -4,8 +4,8 @@
 //! (its `${env:…}` variables carry the ports). Also: Jaeger's query API and Prometheus text, read over
 //! plain HTTP/1.1.
 //!
-//! Included by `collector-plugin/tests/{otelcol,jaeger}.rs` and `tests/real_peers.rs` with
-//! `#[path = …] mod peers;`; depends on std and serde_json only.
+//! Included by `collector-plugin/tests/common/chain.rs` (so by every test binary of the crate that uses
+//! `common`) and by `tests/real_peers.rs`, with `#[path = …] mod peers;`; depends on std and serde_json only.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,7 +75,29 @@ pub fn otelcol_bin() -> Option<PathBuf> {
 }
 
 /// A loopback port that was free a moment ago (for child processes that take a port, not a listener).
+///
+/// Chosen below the kernel's ephemeral range (`ip_local_port_range`), never twice by one process: a port
+/// that `bind(0)` handed out could be handed out again, or become a connection's source port, in a test
+/// running beside this one before the child binds it (Jaeger once exited with "address already in use").
+/// Processes start at different points of the range.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low > LOW + 1_000 {
+        let span = ephemeral_low - LOW;
+        let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+        for _ in 0..span {
+            let port = LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+            if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+                return port as u16;
+            }
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local address").port()
 }

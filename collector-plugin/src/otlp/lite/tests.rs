@@ -1,0 +1,433 @@
+//! The borrowing decoder against an oracle: the same view declared with prost's derive (the decoder this
+//! one replaced), on structured requests written by the full OTLP schema and on arbitrary bytes.
+
+use super::*;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{self as common, any_value};
+use opentelemetry_proto::tonic::resource::v1::Resource as FullResource;
+use opentelemetry_proto::tonic::trace::v1::{self as trace, span};
+use proptest::prelude::*;
+use prost::Message as _;
+
+/// The view as prost's derive declares it (fields as `Bytes` slices of the body).
+mod oracle {
+    #![allow(missing_docs, clippy::enum_variant_names)]
+    use prost::bytes::Bytes;
+
+    /// `ExportTraceServiceRequest`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Request {
+        /// `resource_spans = 1`.
+        #[prost(message, repeated, tag = "1")]
+        pub resource_spans: Vec<ResourceSpans>,
+    }
+
+    /// `ResourceSpans`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ResourceSpans {
+        /// `resource = 1`.
+        #[prost(message, optional, tag = "1")]
+        pub resource: Option<Resource>,
+        /// `scope_spans = 2`.
+        #[prost(message, repeated, tag = "2")]
+        pub scope_spans: Vec<ScopeSpans>,
+    }
+
+    /// `Resource`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Resource {
+        /// `attributes = 1`.
+        #[prost(message, repeated, tag = "1")]
+        pub attributes: Vec<KeyValue>,
+    }
+
+    /// `ScopeSpans`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ScopeSpans {
+        /// `spans = 2`.
+        #[prost(message, repeated, tag = "2")]
+        pub spans: Vec<Span>,
+    }
+
+    /// `Span`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Span {
+        /// `trace_id = 1`.
+        #[prost(bytes = "bytes", tag = "1")]
+        pub trace_id: Bytes,
+        /// `span_id = 2`.
+        #[prost(bytes = "bytes", tag = "2")]
+        pub span_id: Bytes,
+        /// `parent_span_id = 4`.
+        #[prost(bytes = "bytes", tag = "4")]
+        pub parent_span_id: Bytes,
+        /// `name = 5` (a string, kept as bytes).
+        #[prost(bytes = "bytes", tag = "5")]
+        pub name: Bytes,
+        /// `kind = 6`.
+        #[prost(int32, tag = "6")]
+        pub kind: i32,
+        /// `start_time_unix_nano = 7`.
+        #[prost(fixed64, tag = "7")]
+        pub start_time_unix_nano: u64,
+        /// `end_time_unix_nano = 8`.
+        #[prost(fixed64, tag = "8")]
+        pub end_time_unix_nano: u64,
+        /// `attributes = 9`.
+        #[prost(message, repeated, tag = "9")]
+        pub attributes: Vec<KeyValue>,
+        /// `events = 11`.
+        #[prost(message, repeated, tag = "11")]
+        pub events: Vec<Event>,
+        /// `status = 15`.
+        #[prost(message, optional, tag = "15")]
+        pub status: Option<Status>,
+    }
+
+    /// `Span.Event`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Event {
+        /// `time_unix_nano = 1`.
+        #[prost(fixed64, tag = "1")]
+        pub time_unix_nano: u64,
+        /// `name = 2`.
+        #[prost(bytes = "bytes", tag = "2")]
+        pub name: Bytes,
+        /// `attributes = 3`.
+        #[prost(message, repeated, tag = "3")]
+        pub attributes: Vec<KeyValue>,
+    }
+
+    /// `Status`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Status {
+        /// `message = 2` (a string, kept as bytes).
+        #[prost(bytes = "bytes", tag = "2")]
+        pub message: Bytes,
+        /// `code = 3` (2 is ERROR).
+        #[prost(int32, tag = "3")]
+        pub code: i32,
+    }
+
+    /// `KeyValue`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct KeyValue {
+        /// `key = 1`.
+        #[prost(bytes = "bytes", tag = "1")]
+        pub key: Bytes,
+        /// `value = 2`.
+        #[prost(message, optional, tag = "2")]
+        pub value: Option<AnyValue>,
+    }
+
+    /// `AnyValue`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct AnyValue {
+        /// The value (`kvlist_value = 6` is not read).
+        #[prost(oneof = "Value", tags = "1, 2, 3, 4, 5, 7")]
+        pub value: Option<Value>,
+    }
+
+    /// `AnyValue.value`.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Value {
+        /// `string_value = 1`.
+        #[prost(bytes = "bytes", tag = "1")]
+        StringValue(Bytes),
+        /// `bool_value = 2`.
+        #[prost(bool, tag = "2")]
+        BoolValue(bool),
+        /// `int_value = 3`.
+        #[prost(int64, tag = "3")]
+        IntValue(i64),
+        /// `double_value = 4`.
+        #[prost(double, tag = "4")]
+        DoubleValue(f64),
+        /// `array_value = 5`.
+        #[prost(message, tag = "5")]
+        ArrayValue(ArrayValue),
+        /// `bytes_value = 7`.
+        #[prost(bytes = "bytes", tag = "7")]
+        BytesValue(Bytes),
+    }
+
+    /// `ArrayValue`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ArrayValue {
+        /// `values = 1`.
+        #[prost(message, repeated, tag = "1")]
+        pub values: Vec<AnyValue>,
+    }
+}
+
+/// The oracle's view in this module's types, borrowing from the oracle's `Bytes`.
+fn from_oracle(r: &oracle::Request) -> Request<'_> {
+    fn kvs(v: &[oracle::KeyValue]) -> Vec<KeyValue<'_>> {
+        v.iter()
+            .map(|kv| KeyValue {
+                key: &kv.key,
+                value: kv.value.as_ref().map(any),
+            })
+            .collect()
+    }
+    fn any(v: &oracle::AnyValue) -> AnyValue<'_> {
+        AnyValue {
+            value: v.value.as_ref().map(|v| match v {
+                oracle::Value::StringValue(s) => Value::StringValue(s),
+                oracle::Value::BoolValue(b) => Value::BoolValue(*b),
+                oracle::Value::IntValue(i) => Value::IntValue(*i),
+                oracle::Value::DoubleValue(d) => Value::DoubleValue(*d),
+                oracle::Value::ArrayValue(a) => Value::ArrayValue(ArrayValue {
+                    values: a.values.iter().map(any).collect(),
+                }),
+                oracle::Value::BytesValue(b) => Value::BytesValue(b),
+            }),
+        }
+    }
+    Request {
+        resource_spans: r
+            .resource_spans
+            .iter()
+            .map(|rs| ResourceSpans {
+                resource: rs.resource.as_ref().map(|r| Resource {
+                    attributes: kvs(&r.attributes),
+                }),
+                scope_spans: rs
+                    .scope_spans
+                    .iter()
+                    .map(|ss| ScopeSpans {
+                        spans: ss
+                            .spans
+                            .iter()
+                            .map(|s| Span {
+                                trace_id: &s.trace_id,
+                                span_id: &s.span_id,
+                                parent_span_id: &s.parent_span_id,
+                                name: &s.name,
+                                kind: s.kind,
+                                start_time_unix_nano: s.start_time_unix_nano,
+                                end_time_unix_nano: s.end_time_unix_nano,
+                                attributes: kvs(&s.attributes),
+                                events: s
+                                    .events
+                                    .iter()
+                                    .map(|e| Event {
+                                        time_unix_nano: e.time_unix_nano,
+                                        name: &e.name,
+                                        attributes: kvs(&e.attributes),
+                                    })
+                                    .collect(),
+                                status: s.status.as_ref().map(|st| Status {
+                                    message: &st.message,
+                                    code: st.code,
+                                }),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Both decoders on one body: the same success, and the same view when they succeed. (NaN doubles compare
+/// unequal, so they are compared by their bits through `Debug`.)
+fn agree(body: &[u8]) -> Result<(), TestCaseError> {
+    let bytes = prost::bytes::Bytes::copy_from_slice(body);
+    let want = oracle::Request::decode(bytes);
+    let got = Request::decode(body);
+    match (&want, &got) {
+        (Ok(w), Ok(g)) => prop_assert_eq!(format!("{:?}", from_oracle(w)), format!("{g:?}")),
+        (Err(_), Err(_)) => {}
+        (Ok(_), Err(e)) => prop_assert!(false, "the oracle decoded what this decoder refused: {e}"),
+        (Err(e), Ok(_)) => prop_assert!(false, "this decoder accepted what the oracle refused: {e}"),
+    }
+    Ok(())
+}
+
+fn any_value(depth: u32) -> BoxedStrategy<common::AnyValue> {
+    let leaf = prop_oneof![
+        ".{0,12}".prop_map(any_value::Value::StringValue),
+        any::<bool>().prop_map(any_value::Value::BoolValue),
+        any::<i64>().prop_map(any_value::Value::IntValue),
+        any::<f64>().prop_map(any_value::Value::DoubleValue),
+        proptest::collection::vec(any::<u8>(), 0..8).prop_map(any_value::Value::BytesValue),
+        Just(any_value::Value::KvlistValue(common::KeyValueList::default())),
+    ];
+    let value = if depth == 0 {
+        leaf.boxed()
+    } else {
+        prop_oneof![
+            4 => leaf,
+            1 => proptest::collection::vec(any_value(depth - 1), 0..3)
+                .prop_map(|values| any_value::Value::ArrayValue(common::ArrayValue { values })),
+        ]
+        .boxed()
+    };
+    proptest::option::of(value)
+        .prop_map(|value| common::AnyValue { value })
+        .boxed()
+}
+
+fn attributes() -> impl Strategy<Value = Vec<common::KeyValue>> {
+    proptest::collection::vec(
+        ("[a-z.]{0,10}", proptest::option::of(any_value(2))).prop_map(|(key, value)| common::KeyValue {
+            key,
+            value,
+            ..Default::default()
+        }),
+        0..4,
+    )
+}
+
+fn full_span() -> impl Strategy<Value = trace::Span> {
+    (
+        (
+            proptest::collection::vec(any::<u8>(), 0..17),
+            proptest::collection::vec(any::<u8>(), 0..9),
+            proptest::collection::vec(any::<u8>(), 0..9),
+            ".{0,10}",
+            -1i32..7,
+        ),
+        (any::<u64>(), any::<u64>(), attributes()),
+        proptest::collection::vec((any::<u64>(), ".{0,6}", attributes()), 0..3),
+        proptest::option::of((".{0,8}", 0i32..3)),
+    )
+        .prop_map(
+            |((trace_id, span_id, parent_span_id, name, kind), (start, end, attributes), events, status)| trace::Span {
+                trace_id,
+                span_id,
+                parent_span_id,
+                name,
+                kind,
+                start_time_unix_nano: start,
+                end_time_unix_nano: end,
+                attributes,
+                events: events
+                    .into_iter()
+                    .map(|(time_unix_nano, name, attributes)| span::Event {
+                        time_unix_nano,
+                        name,
+                        attributes,
+                        ..Default::default()
+                    })
+                    .collect(),
+                status: status.map(|(message, code)| trace::Status { message, code }),
+                trace_state: "k=v".into(),
+                links: vec![span::Link::default()],
+                ..Default::default()
+            },
+        )
+}
+
+fn full_request() -> impl Strategy<Value = ExportTraceServiceRequest> {
+    proptest::collection::vec(
+        (
+            proptest::option::of(attributes()),
+            proptest::collection::vec(proptest::collection::vec(full_span(), 0..3), 0..3),
+        ),
+        0..3,
+    )
+    .prop_map(|resources| ExportTraceServiceRequest {
+        resource_spans: resources
+            .into_iter()
+            .map(|(resource, scopes)| trace::ResourceSpans {
+                resource: resource.map(|attributes| FullResource {
+                    attributes,
+                    ..Default::default()
+                }),
+                scope_spans: scopes
+                    .into_iter()
+                    .map(|spans| trace::ScopeSpans {
+                        scope: Some(common::InstrumentationScope {
+                            name: "lib".into(),
+                            ..Default::default()
+                        }),
+                        spans,
+                        schema_url: "s".into(),
+                    })
+                    .collect(),
+                schema_url: String::new(),
+            })
+            .collect(),
+    })
+}
+
+proptest! {
+    #[test]
+    fn reads_what_the_full_schema_wrote_as_the_oracle_does(req in full_request()) {
+        let body = req.encode_to_vec();
+        agree(&body)?;
+        let got = Request::decode(&body).expect("an encoded request decodes");
+        let spans: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
+        prop_assert_eq!(got.span_count(), spans);
+    }
+
+    #[test]
+    fn merges_repeated_messages_as_the_oracle_does(a in full_request(), b in full_request()) {
+        // two encodings back to back are one message whose fields were given twice
+        let mut body = a.encode_to_vec();
+        body.extend(b.encode_to_vec());
+        agree(&body)?;
+    }
+
+    #[test]
+    fn arbitrary_bytes_are_refused_or_read_as_the_oracle_does(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+        agree(&body)?;
+    }
+
+    #[test]
+    fn truncated_and_corrupted_requests_never_panic(req in full_request(), cut in any::<prop::sample::Index>(), flip in any::<prop::sample::Index>()) {
+        let body = req.encode_to_vec();
+        if !body.is_empty() {
+            agree(&body[..cut.index(body.len())])?;
+            let mut corrupt = body.clone();
+            let at = flip.index(corrupt.len());
+            corrupt[at] ^= 0x5a;
+            agree(&corrupt)?;
+        }
+    }
+}
+
+#[test]
+fn deep_array_nesting_is_refused() {
+    let mut v = common::AnyValue {
+        value: Some(any_value::Value::StringValue("x".into())),
+    };
+    for _ in 0..(MAX_DEPTH + 2) {
+        v = common::AnyValue {
+            value: Some(any_value::Value::ArrayValue(common::ArrayValue { values: vec![v] })),
+        };
+    }
+    let req = ExportTraceServiceRequest {
+        resource_spans: vec![trace::ResourceSpans {
+            scope_spans: vec![trace::ScopeSpans {
+                spans: vec![trace::Span {
+                    attributes: vec![common::KeyValue {
+                        key: "deep".into(),
+                        value: Some(v),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let err = Request::decode(&req.encode_to_vec()).expect_err("too deep");
+    assert_eq!(err, DecodeError::TooDeep);
+}
+
+#[test]
+fn a_field_with_the_wrong_wire_type_is_refused() {
+    // resource_spans (1) as a varint
+    assert!(Request::decode(&[0x08, 0x01]).is_err());
+    // span.start_time_unix_nano (7) as a varint inside a span inside scope_spans inside resource_spans
+    let span = [0x38, 0x05];
+    let scope = [&[0x12, span.len() as u8][..], &span].concat();
+    let resource = [&[0x12, scope.len() as u8][..], &scope].concat();
+    let body = [&[0x0a, resource.len() as u8][..], &resource].concat();
+    assert!(Request::decode(&body).is_err());
+    assert!(oracle::Request::decode(prost::bytes::Bytes::from(body)).is_err());
+}
