@@ -365,11 +365,18 @@ where
 
 fn bench(c: &mut Criterion) {
     let (exported, provider) = install_telemetry();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // `DEI_ECHO_CURRENT_THREAD=1` (with `DEI_ECHO_PROFILE`): servers, clients and connections on one thread, so
+    // that an instruction count does not depend on how two workers happened to share the work (see
+    // `profile_calls`).
+    let rt = if std::env::var("DEI_ECHO_CURRENT_THREAD").is_ok() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
     let Clients {
         baseline,
         dei,
@@ -663,7 +670,9 @@ fn print_intervals(variants: &[(&str, Variant)], samples: &[Vec<Duration>], roun
 }
 
 /// `DEI_ECHO_PROFILE=<variant>` (a name of the same-run comparison: `otel_only`, `otel_plus_dei`,
-/// `dei_client_only`, …), `[DEI_ECHO_CALLS=N]`, `[DEI_ECHO_CONCURRENCY=C]`, `[DEI_ECHO_BLOCK_ON=1]`: make N
+/// `dei_client_only`, …), `[DEI_ECHO_CALLS=N]`, `[DEI_ECHO_CONCURRENCY=C]`, `[DEI_ECHO_BLOCK_ON=1]`,
+/// `[DEI_ECHO_CURRENT_THREAD=1]` (everything on one current-thread runtime, for instruction counts that repeat
+/// from run to run: with two workers they vary by about ±2 k per call with the scheduling): make N
 /// calls (default 2000, after 200 to warm up) on one variant, C in flight (default 1: sequential), from tasks on
 /// the runtime, or one by one through `Runtime::block_on` from the main thread (as criterion's loop calls,
 /// printing the median), and skip the measurements, so that a profiler or an instruction counter

@@ -2,15 +2,18 @@
 //! every integration hands to the global propagator.
 //!
 //! The names the crate's composite propagator reads and writes (`traceparent`, `tracestate`, `baggage`, `dei`,
-//! `dei-faults`) are made once, so that neither side parses or allocates a header name per call.
+//! `dei-faults`) are made once, so that neither side parses or allocates a header name per call. An empty
+//! `tracestate` is not sent (see [`HeaderInjector`]).
 
 use http::header::{HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector};
 
+/// `tracestate`, made at compile time.
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
 /// The header names the crate's composite propagator uses, made at compile time. `None` for any other key.
 fn known_name(key: &str) -> Option<&'static HeaderName> {
     static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-    static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
     static BAGGAGE: HeaderName = HeaderName::from_static("baggage");
     static INDEX: HeaderName = HeaderName::from_static(dei_propagator::INDEX_KEY);
     static FAULT_PLAN: HeaderName = HeaderName::from_static(dei_propagator::FAULT_PLAN_KEY);
@@ -128,11 +131,20 @@ impl Extractor for EdgeExtractor<'_> {
     }
 }
 
-/// An [`Injector`] over an HTTP header map; values that are not valid header values are skipped.
+/// An [`Injector`] over an HTTP header map; values that are not valid header values are skipped, and an empty
+/// `tracestate` is left out (W3C Trace Context treats it as absent).
 pub(crate) struct HeaderInjector<'a>(pub(crate) &'a mut http::HeaderMap);
 
 impl Injector for HeaderInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
+        // An empty `tracestate` says nothing that its absence does not (W3C Trace Context), and OpenTelemetry's
+        // Go and Java propagators leave it out. Sending it anyway costs a header on every call, and an entry in
+        // the peer's HPACK table that pushes out entries worth keeping. One already in the map is removed:
+        // the value to send is empty.
+        if value.is_empty() && key == "tracestate" {
+            self.0.remove(&TRACESTATE);
+            return;
+        }
         // `from_bytes` lowercases. The value's buffer becomes the header value without a copy.
         let name = known_name(key).map_or_else(|| HeaderName::from_bytes(key.as_bytes()), |name| Ok(name.clone()));
         let value = HeaderValue::from_maybe_shared(bytes::Bytes::from(value));
@@ -174,12 +186,27 @@ mod tests {
                 if let (Ok(k), Ok(v)) = (
                     http::header::HeaderName::from_bytes(key.as_bytes()),
                     http::header::HeaderValue::from_str(&value),
-                ) {
+                ) && !(key == "tracestate" && value.is_empty())
+                {
                     expected.insert(k, v);
                 }
                 assert_eq!(headers, expected, "{key:?} = {value:?}");
             }
         }
+    }
+
+    #[test]
+    fn an_empty_tracestate_is_left_out_and_replaces_an_earlier_one() {
+        let mut headers = http::HeaderMap::new();
+        HeaderInjector(&mut headers).set("tracestate", String::new());
+        assert!(headers.is_empty(), "{headers:?}");
+        HeaderInjector(&mut headers).set("tracestate", "a=b".to_string());
+        assert_eq!(headers.get("tracestate").map(|v| v.as_bytes()), Some(&b"a=b"[..]));
+        HeaderInjector(&mut headers).set("tracestate", String::new());
+        assert!(headers.is_empty(), "the earlier value is not sent: {headers:?}");
+        // Other keys keep an empty value as they always did.
+        HeaderInjector(&mut headers).set("x-other", String::new());
+        assert_eq!(headers.get("x-other").map(|v| v.as_bytes()), Some(&b""[..]));
     }
 
     #[test]

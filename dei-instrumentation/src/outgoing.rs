@@ -2,7 +2,7 @@
 //! `Context`, check the fault plan, record the attributes, and build the context to inject.
 
 use crate::carrier::HeaderInjector;
-use crate::config::{DeiConfig, Faults};
+use crate::config::{DeiConfig, Faults, StackFrames};
 use crate::fault::Action;
 use crate::span::{self, OtelSpan};
 use crate::stack::CapturedStack;
@@ -12,6 +12,7 @@ use dei_propagator::{
 };
 use opentelemetry::Context;
 use opentelemetry::trace::TraceContextExt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What this service's configuration lets the layers do with the fault plan of a call's context.
@@ -123,8 +124,22 @@ pub(crate) struct Outgoing {
     pub(crate) otel: OtelSpan,
     /// Whether `dei.*` attributes (and the outcome) are recorded ([`Path::Full`]).
     pub(crate) record: bool,
-    /// The `dei.*` attributes, not yet on the span: see [`Outgoing::record_attributes`].
-    pending: Option<span::Attributes>,
+    /// What the `dei.*` attributes are made from, not yet on the span: see [`Outgoing::record_attributes`].
+    pending: Option<Pending>,
+}
+
+/// What a recorded client span's `dei.*` attributes are made from (beside the issued index and the scope, which
+/// [`Outgoing`] holds), kept until [`Outgoing::record_attributes`]: a few shared handles and a digest, where the
+/// attributes themselves (an array of key-values, about a kilobyte) would be copied with the call at every move.
+struct Pending {
+    rpc: Option<(Arc<str>, Arc<str>)>,
+    signature: Signature,
+    payload: PayloadDigest,
+    /// `dei.payload`, when payloads are recorded.
+    raw: Option<String>,
+    stack: CapturedStack,
+    frames: StackFrames,
+    fault: Option<Fault>,
 }
 
 impl Outgoing {
@@ -132,9 +147,23 @@ impl Outgoing {
     /// client records them once the request is on its way: with tonic's channel, whose `call` hands the request
     /// to the connection's task at once, that work overlaps the network round trip instead of preceding it.
     pub(crate) fn record_attributes(&mut self) {
-        if let Some(attributes) = self.pending.take() {
-            attributes.set_on_otel(&self.otel);
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        let index = self.issued.index();
+        let mut attributes = span::Attributes::new();
+        attributes.rpc(p.rpc.as_ref());
+        attributes.push(span::SIGNATURE, p.signature.name_shared());
+        attributes.index(index, index.encode_shared(), self.scope.instantiation());
+        attributes.payload_with_raw(&p.payload, p.raw);
+        attributes.stack(&p.stack, p.frames);
+        if let Some(f) = p.fault {
+            attributes.push(span::FAULT, f.to_string());
         }
+        if self.issued.depth_limited() {
+            attributes.push(span::DEPTH_LIMITED, true);
+        }
+        attributes.set_on_otel(&self.otel);
     }
 }
 
@@ -150,8 +179,8 @@ pub(crate) struct Call<'a> {
 }
 
 /// Issues the call's index from the scope in `cx` (the caller's context, taken when the call was made),
-/// gathers the attributes of the client span `otel` when `record` (set by [`Outgoing::record_attributes`])
-/// and decides about faults.
+/// keeps what the attributes of the client span `otel` are made from when `record` (they are made and set by
+/// [`Outgoing::record_attributes`]) and decides about faults.
 pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call<'_>, record: bool) -> Outgoing {
     let scope = scope_of(config, cx);
     let invocation = InvocationSignature::new(call.signature.clone(), call.payload, call.stack.digest());
@@ -171,21 +200,16 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call
     // The index goes on the wire without a context of its own (`inject_with_index`), and its wire form for
     // `dei.index` is made only when the span records it.
     let inject_cx = base;
-    let pending = record.then(|| {
-        let wire = issued.index().encode_shared();
-        let mut attributes = span::Attributes::new();
-        attributes.rpc(call.rpc);
-        attributes.push(span::SIGNATURE, call.signature.name_shared());
-        attributes.index(issued.index(), wire, scope.instantiation());
-        attributes.payload(&call.payload, call.raw_payload.filter(|_| config.record_payloads()));
-        attributes.stack(call.stack, config.stack_frames());
-        if let Some(f) = fault {
-            attributes.push(span::FAULT, f.to_string());
-        }
-        if issued.depth_limited() {
-            attributes.push(span::DEPTH_LIMITED, true);
-        }
-        attributes
+    let pending = record.then(|| Pending {
+        rpc: call.rpc.cloned(),
+        raw: (call.raw_payload)
+            .filter(|_| config.record_payloads())
+            .map(span::raw_payload),
+        signature: call.signature,
+        payload: call.payload,
+        stack: call.stack.clone(),
+        frames: config.stack_frames(),
+        fault,
     });
     Outgoing {
         issued,

@@ -37,6 +37,9 @@ use opentelemetry::{Context, KeyValue, Value};
 use std::sync::Arc;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+/// `rpc.system` (OpenTelemetry semantic conventions), set with the `dei.*` attributes on gRPC spans: `grpc`, a
+/// static value (a tracing field would copy it into a new `String` on every span, sampled or not).
+pub(crate) const RPC_SYSTEM: &str = "rpc.system";
 /// `rpc.service` (OpenTelemetry semantic conventions), set with the `dei.*` attributes on gRPC spans.
 pub(crate) const RPC_SERVICE: &str = "rpc.service";
 /// `rpc.method` (OpenTelemetry semantic conventions), set with the `dei.*` attributes on gRPC spans.
@@ -93,8 +96,8 @@ pub const MESSAGE: &str = "dei.message";
 /// Largest raw payload recorded.
 const PAYLOAD_RECORD_CAP: usize = 1024;
 
-/// Most attributes one span gets at once (a client span: `rpc.service`, `rpc.method`, signature, index (4–5),
-/// payload (1–2), stack (2–4), fault, depth limit).
+/// Most attributes one span gets at once (a client span: `rpc.system`, `rpc.service`, `rpc.method`, signature,
+/// index (4–5), payload (1–2), stack (2–4), fault, depth limit).
 const MAX_ATTRIBUTES: usize = 20;
 
 /// The `dei.*` attributes of one span, gathered and then set at once: one lookup of the span's OpenTelemetry
@@ -123,9 +126,10 @@ impl Attributes {
         }
     }
 
-    /// `rpc.service` and `rpc.method` of a gRPC call, when it is one.
+    /// `rpc.system`, `rpc.service` and `rpc.method` of a gRPC call, when it is one.
     pub(crate) fn rpc(&mut self, rpc: Option<&(Arc<str>, Arc<str>)>) {
         if let Some((service, method)) = rpc {
+            self.push(RPC_SYSTEM, "grpc");
             self.push(RPC_SERVICE, service.clone());
             self.push(RPC_METHOD, method.clone());
         }
@@ -143,12 +147,11 @@ impl Attributes {
         }
     }
 
-    /// A payload digest (and the raw payload when asked for).
-    pub(crate) fn payload(&mut self, digest: &PayloadDigest, raw: Option<&[u8]>) {
-        self.push(PAYLOAD_DIGEST, digest.to_hex());
+    /// A payload digest and the raw payload (made by [`raw_payload`]) when asked for.
+    pub(crate) fn payload_with_raw(&mut self, digest: &PayloadDigest, raw: Option<String>) {
+        self.push(PAYLOAD_DIGEST, hex_value(digest));
         if let Some(raw) = raw {
-            let cut = &raw[..raw.len().min(PAYLOAD_RECORD_CAP)];
-            self.push(PAYLOAD, String::from_utf8_lossy(cut).into_owned());
+            self.push(PAYLOAD, raw);
         }
     }
 
@@ -169,10 +172,12 @@ impl Attributes {
         }
     }
 
-    /// Sets them on an OpenTelemetry span.
-    pub(crate) fn set_on_otel(self, otel: &OtelSpan) {
-        if self.len > 0 {
-            otel.0.span().set_attributes(self.items.into_iter().flatten());
+    /// Sets them on an OpenTelemetry span (taken out one by one: the array is not copied).
+    pub(crate) fn set_on_otel(mut self, otel: &OtelSpan) {
+        if let Some(items) = self.items.get_mut(..self.len)
+            && !items.is_empty()
+        {
+            otel.0.span().set_attributes(items.iter_mut().filter_map(Option::take));
         }
     }
 }
@@ -263,11 +268,34 @@ impl OtelSpan {
     }
 }
 
+/// `dei.payload`: the first [`PAYLOAD_RECORD_CAP`] bytes of a payload, lossy UTF-8.
+pub(crate) fn raw_payload(raw: &[u8]) -> String {
+    String::from_utf8_lossy(&raw[..raw.len().min(PAYLOAD_RECORD_CAP)]).into_owned()
+}
+
+/// The value of `dei.payload.digest`: the digest's 64 lowercase hex digits (as
+/// [`PayloadDigest::to_hex`] writes them), made on the stack and copied once into the value.
+fn hex_value(digest: &PayloadDigest) -> Value {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 64];
+    for (pair, byte) in out.chunks_exact_mut(2).zip(digest.0) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
+    }
+    // Hex digits are ASCII.
+    Value::from(String::from(std::str::from_utf8(&out).unwrap_or_default()))
+}
+
 /// Records a payload digest (and the raw payload when asked for) on its own.
 pub(crate) fn record_payload(otel: &OtelSpan, digest: &PayloadDigest, raw: Option<&[u8]>) {
-    let mut a = Attributes::new();
-    a.payload(digest, raw);
-    a.set_on_otel(otel);
+    match raw {
+        None => otel.set_attribute(PAYLOAD_DIGEST, hex_value(digest)),
+        Some(raw) => {
+            let mut a = Attributes::new();
+            a.payload_with_raw(digest, Some(raw_payload(raw)));
+            a.set_on_otel(otel);
+        }
+    }
 }
 
 /// Records one stream message's final index (the preliminary → final mapping).
@@ -311,6 +339,16 @@ mod tests {
         let keys: Vec<&str> = a.items.iter().flatten().map(|kv| kv.key.as_str()).collect();
         assert!(keys.contains(&STACK_DIGEST), "the digest goes on every span: {keys:?}");
         keys.contains(&STACK)
+    }
+
+    #[test]
+    fn the_payload_digest_value_is_the_digests_hex_form() {
+        for payload in [&b""[..], b"x", &[0xff; 1024][..], b"\x00\x01\x7f\x80"] {
+            let digest = PayloadDigest::of(payload);
+            assert_eq!(hex_value(&digest), Value::from(digest.to_hex()));
+        }
+        let every_nibble = PayloadDigest(std::array::from_fn(|i| (i as u8).wrapping_mul(0x17)));
+        assert_eq!(hex_value(&every_nibble), Value::from(every_nibble.to_hex()));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Heap allocations per unary call: the DEI layers against the same call with only minimal OpenTelemetry
-//! layers (issue #18's goal: at most 10 more; see [`ALLOWED_EXTRA`] for where it stands).
+//! layers (issue #18's goal: at most 10 more; see [`ALLOWED_EXTRA`] for where it stands and what they are).
 //!
 //! What is counted: every allocation (`stats_alloc`'s counters: an allocation or a reallocation each count one)
 //! while a current-thread tokio runtime runs a window of calls. On that runtime everything the call does
@@ -92,14 +92,26 @@ async fn channel(addr: SocketAddr) -> tonic::transport::Channel {
         .expect("connect")
 }
 
-/// The most allocations per call that DEI may add today. Issue #18's goal is 10; what remains above it is
-/// mostly `opentelemetry::Context::with_value` (a copy of the context's map and two `Arc`s per value: the
-/// index on the client; the index and the scope on the server) and the request scope itself.
-const ALLOWED_EXTRA: f64 = 15.0;
+/// The most allocations per call that DEI may add (issue #18's goal: 10). It adds 10.0 today: 10 whole
+/// allocations, and a few hundredths from the server's HPACK table, which the `dei` header's value (new on every
+/// call) turns over a little faster, so that a header the client sends on every call is now and then sent, and
+/// copied, again. The 10, on a sampled call:
+/// - client: the issued index, the `dei` header's value, and the `dei.index` and `dei.payload.digest` values;
+///   the request body that carries the message read to digest it (tonic boxes any body but its own);
+/// - server: the request scope and `Context::with_value` for it (a map and two `Arc`s); the decoded index;
+///   the list of `dei` header values the propagator asks for (`Extractor::get_all`); the `dei` header's value
+///   as h2 decodes it and the copy its HPACK table keeps; the `dei.index` and `dei.payload.digest` values; the
+///   request body that digests what it passes (tonic boxes it);
+/// - less six that the minimal layers make and DEI's do not: `rpc.system`, two per span (as a tracing field its
+///   value is copied into a `String`, in a list of its own; DEI sets it as a static value with the `dei.*`
+///   attributes), and two on the client's headers (the minimal layers parse `traceparent` and `tracestate` into
+///   new names and copy the traceparent value; DEI's names are made once and the value's buffer is shared, one
+///   allocation).
+const ALLOWED_EXTRA: f64 = 10.5;
 
 /// The same on a trace that is not sampled ([`dei_instrumentation::Unsampled::Lean`]: the index computed and
-/// propagated, no span work).
-const ALLOWED_LEAN_EXTRA: f64 = 10.0;
+/// propagated, no span work): 5.0 today, the list above without the attribute values and the server's body.
+const ALLOWED_LEAN_EXTRA: f64 = 5.5;
 
 const WINDOW: u64 = 200;
 const WINDOWS: usize = 5;

@@ -134,8 +134,8 @@ where
             "grpc.client",
             otel.name = method.signature.name(),
             otel.kind = "client",
-            rpc.system = "grpc",
-            // set with the `dei.*` attributes, from values made once per method
+            // set with the `dei.*` attributes, from values made once per method (or static)
+            rpc.system = tracing::field::Empty,
             rpc.service = tracing::field::Empty,
             rpc.method = tracing::field::Empty,
             server.address = tracing::field::Empty,

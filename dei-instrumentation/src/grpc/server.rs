@@ -101,8 +101,8 @@ where
             "grpc.server",
             otel.name = method.signature.name(),
             otel.kind = "server",
-            rpc.system = "grpc",
-            // set with the `dei.*` attributes, from values made once per method
+            // set with the `dei.*` attributes, from values made once per method (or static)
+            rpc.system = tracing::field::Empty,
             rpc.service = tracing::field::Empty,
             rpc.method = tracing::field::Empty,
             dei.signature = tracing::field::Empty,
