@@ -265,6 +265,10 @@ pub struct TraceStore {
     traces: HashMap<TraceId, Box<TraceRecord>>,
     order: VecDeque<(u64, TraceId)>,
     seq: u64,
+    /// The occurrences of the traces evicted lately, a moving average in sixteenths: a new trace's
+    /// occurrences are allocated at that size once, instead of growing through several sizes (blocks of
+    /// many sizes, freed at different times, fragment the heap).
+    typical16: usize,
 }
 
 impl TraceStore {
@@ -275,6 +279,7 @@ impl TraceStore {
             traces: HashMap::new(),
             order: VecDeque::new(),
             seq: 0,
+            typical16: 0,
         }
     }
 
@@ -282,13 +287,14 @@ impl TraceStore {
     pub fn entry(&mut self, trace_id: TraceId, now: Instant) -> &mut TraceRecord {
         let seq = &mut self.seq;
         let order = &mut self.order;
+        let capacity = self.typical16.div_ceil(16).min(self.config.max_occurrences);
         self.traces.entry(trace_id).or_insert_with(|| {
             *seq += 1;
             order.push_back((*seq, trace_id));
             Box::new(TraceRecord {
                 trace_id,
                 start_ns: 0,
-                occurrences: Vec::new(),
+                occurrences: Vec::with_capacity(capacity),
                 lookup: None,
                 mappings: HashMap::new(),
                 pending: Vec::new(),
@@ -340,6 +346,9 @@ impl TraceStore {
             }
             self.order.pop_front();
             if let Some(t) = self.traces.remove(&id) {
+                // weight 1/8 for the newest; bounded, so one huge trace does not set every next size
+                let n16 = t.occurrences.len().min(LINEAR_LOOKUP_MAX * 4) * 16;
+                self.typical16 = (self.typical16 * 7 + n16) / 8;
                 out.push(*t);
             }
         }
@@ -411,6 +420,23 @@ mod tests {
         t.rewrite(&index(1), &index(9));
         assert!(t.contains_index(&index(9)) && !t.contains_index(&index(1)));
         assert_eq!(t.position([1, 0, 0, 0, 0, 0, 0, 1], &index(9)), Some(1));
+    }
+
+    #[test]
+    fn a_new_trace_is_sized_like_the_traces_evicted_lately() {
+        let mut store = TraceStore::new(TraceStoreConfig {
+            max_traces: 4,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        for t in 0..64u8 {
+            let trace = store.entry([t + 1; 16], now);
+            assert!(t < 40 || trace.occurrences.capacity() == 6, "trace {t}: {}", trace.occurrences.capacity());
+            for i in 0..6u8 {
+                trace.occurrence([i + 1, 0, 0, 0, 0, 0, 0, 1], &index(i), 100);
+            }
+            store.evict(now);
+        }
     }
 
     #[test]
