@@ -67,6 +67,16 @@ async fn collector_with(downstream: &Downstream, capacity: usize, capacity_bytes
     server::start(config).await.unwrap()
 }
 
+/// The collector's Prometheus text.
+async fn metrics(running: &server::Running) -> String {
+    reqwest::get(format!("http://{}/metrics", running.api_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn downstream_outage_under_steady_load_loses_nothing_within_capacity() {
     let mut downstream = Downstream::start().await;
@@ -127,12 +137,7 @@ async fn the_queue_is_bounded_in_bytes_too() {
         (30, 3 * size),
         "the batches workers hold count"
     );
-    let metrics = reqwest::get(format!("http://{}/metrics", running.api_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&running).await;
     assert!(
         metrics.contains(&format!("\ndei_forward_queue_bytes {}\n", 3 * size)),
         "{metrics}"
@@ -183,12 +188,7 @@ async fn a_full_queue_refuses_with_unavailable_and_shutdown_drains() {
         100,
         "the gauge counts the batches workers hold"
     );
-    let metrics = reqwest::get(format!("http://{}/metrics", running.api_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&running).await;
     assert!(metrics.contains("\ndei_forward_queue_spans 100\n"), "{metrics}");
     let c = running.collector.counters().snapshot();
     assert_eq!((c.rejected_queue_full, c.spans_refused), (20, 200), "{c:?}");
