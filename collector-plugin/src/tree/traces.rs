@@ -431,7 +431,11 @@ mod tests {
         let now = Instant::now();
         for t in 0..64u8 {
             let trace = store.entry([t + 1; 16], now);
-            assert!(t < 40 || trace.occurrences.capacity() == 6, "trace {t}: {}", trace.occurrences.capacity());
+            assert!(
+                t < 40 || trace.occurrences.capacity() == 6,
+                "trace {t}: {}",
+                trace.occurrences.capacity()
+            );
             for i in 0..6u8 {
                 trace.occurrence([i + 1, 0, 0, 0, 0, 0, 0, 1], &index(i), 100);
             }
