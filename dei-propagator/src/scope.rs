@@ -129,11 +129,11 @@ impl RequestScope {
     /// Keep the returned [`IssuedIndex`] alive until the RPC completes: while it lives, another issue of the
     /// same invocation signature in this scope is flagged ambiguous, and so is this one.
     ///
-    /// An index never has more than [`MAX_DEPTH`](crate::MAX_DEPTH) (64) elements, the default limit of every
+    /// An index never has more than [`MAX_DEPTH`] (64) elements, the default limit of every
     /// decoder: a receiver would reject a deeper one and serve the request as a new root, silently splitting
     /// the trace's indexes. At the limit the index is not extended: the RPC carries its first 64 elements
     /// (with a path, the scope's own 64-element prefix), [`IssuedIndex::depth_limited`] says so, and the event
-    /// is counted ([`Event::DepthLimited`](crate::rejection::Event::DepthLimited)). Such an index names the
+    /// is counted ([`Event::DepthLimited`]). Such an index names the
     /// caller, not this RPC, so no fault plan entry applies to it.
     ///
     /// ```

@@ -17,7 +17,7 @@
 //!   complete and non-redundant ([`oracle`] has the example that checks a search against it);
 //! - [`SearchOptions::parallelism`] runs several executions at once, each its own root, plan and trace
 //!   ([`SpanSource::execution`], [`SpanRouter`]; a test can be [serial-only](FunctionalTest::serial_only));
-//! - for CI: [`Report::write_junit`] ([`junit`]) and [`Search::assert_exhaustive`] ([`assert`]), which fails
+//! - for CI: [`Report::write_junit`] ([`junit`]) and [`Search::assert_exhaustive`] ([`assert`](mod@assert)), which fails
 //!   a `cargo test` with one block per failing execution and a replay command.
 //!
 //! With feature `testing`, [`testing::in_process_spans`] sets up the span source for services in the test's
