@@ -6,6 +6,7 @@
 
 #[path = "../examples/common/mod.rs"]
 mod common;
+mod sfit_compare;
 
 use collector_plugin::server::{self, ServerConfig};
 use common::hello::{self, Figure};
@@ -15,6 +16,7 @@ use dei_sfit::{
     CollectorSpans, FaultSet, InMemorySpans, Oracle, Report, Search, SearchOptions, SpanRouter, SpanSource, Strategy,
 };
 use opentelemetry_sdk::trace::{BatchSpanProcessor, InMemorySpanExporter, SdkTracerProvider};
+use sfit_compare::{canonical_json, effective_sets, without_injected_counts};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,14 +56,6 @@ fn telemetry(otlp_url: &str) -> (InMemorySpanExporter, SpanRouter, SdkTracerProv
     (exporter, router, provider)
 }
 
-fn effective_sets(report: &Report) -> BTreeSet<FaultSet> {
-    report
-        .executions
-        .iter()
-        .map(|e| e.effective.iter().map(|p| (p.index.clone(), p.fault)).collect())
-        .collect()
-}
-
 fn listing(report: &Report) -> Vec<String> {
     report
         .executions
@@ -80,48 +74,6 @@ fn listing(report: &Report) -> Vec<String> {
         .collect()
 }
 
-/// The whole canonical report as JSON, without what legitimately differs between two runs of the same
-/// search: timings (`test_us`, `collect_us`, `overhead_us`, an RPC's `start` and `end`), `scheduled_by`
-/// (which of the executions that observed an RPC finished first), and the order in which an execution's
-/// spans ended (its RPCs are sorted by index, each parent named by its index instead of its position); with
-/// `all_options` also the parallelism asked and used, the notes and the warnings (to compare with a
-/// sequential search or another span source).
-fn canonical_json(report: &Report, all_options: bool) -> serde_json::Value {
-    let mut v = serde_json::to_value(report).expect("json");
-    for e in v["executions"].as_array_mut().expect("executions") {
-        let e = e.as_object_mut().expect("an execution");
-        for k in ["test_us", "collect_us", "overhead_us", "scheduled_by"] {
-            e.remove(k);
-        }
-        let rpcs = e["rpcs"].as_array().expect("rpcs").clone();
-        let mut sorted: Vec<serde_json::Value> = rpcs
-            .iter()
-            .map(|r| {
-                let mut r = r.clone();
-                let o = r.as_object_mut().expect("an rpc");
-                o.remove("start");
-                o.remove("end");
-                let parent = o
-                    .get("parent")
-                    .and_then(serde_json::Value::as_u64)
-                    .map(|p| rpcs[p as usize]["index"].clone());
-                o.insert("parent".into(), parent.unwrap_or(serde_json::Value::Null));
-                r
-            })
-            .collect();
-        sorted.sort_by_key(|r| r.to_string());
-        e.insert("rpcs".into(), serde_json::Value::Array(sorted));
-    }
-    if all_options {
-        let o = v.as_object_mut().expect("a report");
-        for k in ["parallelism_used", "notes", "warnings"] {
-            o.remove(k);
-        }
-        o["options"].as_object_mut().expect("options").remove("parallelism");
-    }
-    v
-}
-
 /// [`canonical_json`] for Fig. 5, without what its program makes vary on purpose: A sends the stream's
 /// messages concurrently (the figure's point), so which messages B served before a failed one, and their
 /// numbers, vary from run to run: an execution's observed `rpcs` are left out (`check` tests the message
@@ -137,25 +89,6 @@ fn fig5_json(report: &Report) -> serde_json::Value {
         }
     }
     v
-}
-
-/// `text` with the count in every "with N faults injected" replaced by `<n>`: a functional test's message
-/// quotes how many injected faults its run had observed when it failed, which depends on whether the faulted
-/// call's span had ended by then (a timing, not a result of the search).
-fn without_injected_counts(text: &str) -> String {
-    const TAIL: &str = " faults injected";
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find(TAIL) {
-        let head = &rest[..at];
-        let digits = head.len() - head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        out.push_str(&head[..head.len() - digits]);
-        out.push_str(if digits > 0 { "<n>" } else { "" });
-        out.push_str(TAIL);
-        rest = &rest[at + TAIL.len()..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// `text` with the value of every `"date": "…"` replaced by `<date>`.
