@@ -60,17 +60,28 @@ const DEI_HEADERS: [(&str, Source); 3] = [
 ];
 
 /// Counts DEI headers that [`HeaderExtractor`] must treat as absent because they are not visible ASCII (at a
-/// trust boundary, only `baggage`: the others are dropped anyway, and counted as such).
-fn reject_unreadable(headers: &HeaderExtractor<'_>, incoming: Incoming) {
+/// trust boundary, only `baggage`: the others are dropped anyway, and counted as such). Returns how many `dei`
+/// values came, readable or not (0 at a trust boundary, where they are not read), for
+/// [`dei_propagator::extract_with_index_counted`].
+fn reject_unreadable(headers: &HeaderExtractor<'_>, incoming: Incoming) -> usize {
+    let mut index_values = 0;
     for (name, source) in DEI_HEADERS {
         if incoming == Incoming::Restart && name != "baggage" {
             continue;
         }
-        let unreadable = headers.all(name).iter().filter(|v| v.to_str().is_err()).count();
+        let (mut values, mut unreadable) = (0, 0);
+        for value in headers.all(name) {
+            values += 1;
+            unreadable += usize::from(value.to_str().is_err());
+        }
+        if name == dei_propagator::INDEX_KEY {
+            index_values = values;
+        }
         for _ in 0..unreadable {
             rejection::record(source, &UnreadableHeader(name));
         }
     }
+    index_values
 }
 
 /// What [`open`] found: the request's call (none on [`Path::Off`]), its server span and the path it takes.
@@ -105,7 +116,7 @@ pub(crate) fn open(
 ) -> Opened {
     let raw = headers;
     let headers = HeaderExtractor(raw);
-    reject_unreadable(&headers, incoming);
+    let index_values = reject_unreadable(&headers, incoming);
     let edge;
     let mut dropped_at_edge = 0;
     let extractor: &dyn Extractor = match incoming {
@@ -125,9 +136,12 @@ pub(crate) fn open(
             &edge
         }
     };
-    // The index comes back beside the context rather than in it: the request's scope holds it.
-    let (mut parent, extracted) =
-        opentelemetry::global::get_text_map_propagator(|p| dei_propagator::extract_with_index(p, extractor));
+    // The index comes back beside the context rather than in it: the request's scope holds it. The header map
+    // says how many `dei` values it holds, so that a single one is read without a list (an allocation).
+    let (mut parent, extracted) = opentelemetry::global::get_text_map_propagator(|p| match incoming {
+        Incoming::Trust => dei_propagator::extract_with_index_counted(p, extractor, index_values),
+        Incoming::Restart => dei_propagator::extract_with_index(p, extractor),
+    });
     let mut plan_dropped = false;
     if config.faults() == Faults::Refuse
         && let Some(plan) = parent.fault_plan().filter(|p| !p.is_empty())

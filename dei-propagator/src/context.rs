@@ -171,6 +171,76 @@ pub fn extract_with_index(
     (cx, extracted)
 }
 
+thread_local! {
+    /// While an [`extract_with_index_counted`] call runs on this thread: the address of the extractor it reads
+    /// and how many values that extractor holds under `dei`. Taken by the first read of the `dei` key from that
+    /// extractor.
+    static INDEX_VALUES: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The address that identifies an extractor while a call reads it (the data pointer of the reference).
+fn address(extractor: &dyn opentelemetry::propagation::Extractor) -> usize {
+    std::ptr::from_ref(extractor).cast::<()>().addr()
+}
+
+/// How many values `extractor` holds under `dei`, when the [`extract_with_index_counted`] call under way on
+/// this thread said so for this extractor (once: the answer is taken).
+pub(crate) fn index_values(extractor: &dyn opentelemetry::propagation::Extractor) -> Option<usize> {
+    INDEX_VALUES
+        .try_with(|v| match v.get() {
+            Some((at, n)) if at == address(extractor) => {
+                v.set(None);
+                Some(n)
+            }
+            _ => None,
+        })
+        .ok()
+        .flatten()
+}
+
+/// Restores an outer [`extract_with_index_counted`] call's count when an inner call ends (however it ends).
+struct RestoreIndexValues(Option<(usize, usize)>);
+
+impl Drop for RestoreIndexValues {
+    fn drop(&mut self) {
+        let previous = self.0;
+        let _ = INDEX_VALUES.try_with(|v| v.set(previous));
+    }
+}
+
+/// [`extract_with_index`] from a carrier that knows how many values it holds under `dei` (`index_values`,
+/// readable or not, such as an HTTP header map's count): with none or one, the
+/// [`DeiPropagator`](crate::DeiPropagator) reads the `dei` key with [`Extractor::get`] instead of
+/// [`Extractor::get_all`], whose list costs an allocation on every request. With more it reads them all and
+/// rejects the duplicate exactly as [`extract_with_index`] does; the result is the same in every case.
+///
+/// `index_values` must be the number of values `extractor` holds under `dei`, and its `get("dei")` must
+/// return the first of them when it is readable (as for any carrier with one value per key). Other
+/// propagators, and any other extractor read during the call, are not affected.
+///
+/// ```
+/// use dei_propagator::extract_with_index_counted;
+/// use std::collections::HashMap;
+/// let headers = HashMap::from([("dei".to_string(), "1.AQEBAQEBAQE1".to_string())]);
+/// let (_, index) = extract_with_index_counted(&dei_propagator::composite_propagator(), &headers, 1);
+/// assert_eq!(index.map(|i| i.encode()).as_deref(), Some("1.AQEBAQEBAQE1"));
+/// ```
+///
+/// [`Extractor::get`]: opentelemetry::propagation::Extractor::get
+/// [`Extractor::get_all`]: opentelemetry::propagation::Extractor::get_all
+pub fn extract_with_index_counted(
+    propagator: &dyn opentelemetry::propagation::TextMapPropagator,
+    extractor: &dyn opentelemetry::propagation::Extractor,
+    index_values: usize,
+) -> (Context, Extracted) {
+    let previous = INDEX_VALUES
+        .try_with(|v| v.replace(Some((address(extractor), index_values))))
+        .ok()
+        .flatten();
+    let _restore = RestoreIndexValues(previous);
+    extract_with_index(propagator, extractor)
+}
+
 mod sealed {
     /// Only [`opentelemetry::Context`] implements [`super::DeiContextExt`].
     pub trait Sealed {}

@@ -17,7 +17,8 @@
 //! - [`DeiPropagator`], a [`TextMapPropagator`](opentelemetry::propagation::TextMapPropagator); the crate's
 //!   [`composite_propagator`] writes the `dei` header only, and the baggage copy is opt-in
 //!   ([`composite_propagator_with`]`(`[`Carriers::HEADER_AND_BAGGAGE`]`)`); [`inject_with_index`] and
-//!   [`extract_with_index`] carry an RPC's index without a `Context` value of its own;
+//!   [`extract_with_index`] carry an RPC's index without a `Context` value of its own
+//!   ([`extract_with_index_counted`] reads a carrier's single `dei` value without a list);
 //! - [`FaultPlan`]s that ride on the same context.
 //!
 //! Instrumentation that fills in payloads and stacks for tonic, axum and reqwest lives in
@@ -54,7 +55,7 @@ mod spawn;
 mod stack;
 pub mod wire;
 
-pub use context::{DeiContextExt, extract_with_index, inject_with_index};
+pub use context::{DeiContextExt, extract_with_index, extract_with_index_counted, inject_with_index};
 pub use digest::{HexDigestError, PayloadDigest, PayloadHasher, StackDigest};
 pub use fault::{FAULT_PLAN_KEY, Fault, FaultPlan, FaultPlanError, PlanLimits};
 pub use index::{Element, ElementDigest, Index};

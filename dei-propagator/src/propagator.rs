@@ -281,8 +281,34 @@ fn read<'a, T>(
             None
         }
     };
-    if let Some(values) = extractor.get_all(key) {
-        match values[..] {
+    // A carrier that said how many `dei` values it holds (`extract_with_index_counted`) is read without the
+    // list `get_all` makes, when it holds none or one: `get` then gives what `get_all` would.
+    let counted = if key == INDEX_KEY {
+        crate::context::index_values(extractor)
+    } else {
+        None
+    };
+    let single: [&'a str; 1];
+    let listed: Vec<&'a str>;
+    let values: Option<&[&'a str]> = match counted {
+        Some(0) => None,
+        Some(1) => match extractor.get(key) {
+            Some(v) => {
+                single = [v];
+                Some(&single)
+            }
+            None => None,
+        },
+        _ => match extractor.get_all(key) {
+            Some(v) => {
+                listed = v;
+                Some(&listed)
+            }
+            None => None,
+        },
+    };
+    if let Some(values) = values {
+        match *values {
             [value] => {
                 if let Some(found) = decoded(value, header) {
                     return Some(found);
@@ -321,7 +347,8 @@ impl TextMapPropagator for DeiPropagator {
     /// (`dei-faults`) entry of the carrier's `baggage` values, taken as written, when it is there once, within
     /// the W3C limits, and valid. Every rejection on the way (a malformed value, a duplicate, an entry beyond the
     /// limits) is counted and treated as absent; `cx` is returned unchanged apart from the values found. The
-    /// carrier's [`Extractor::get_all`] is used to see repeated headers.
+    /// carrier's [`Extractor::get_all`] is used to see repeated headers (for `dei`, only when the carrier did
+    /// not say how many it holds: [`crate::extract_with_index_counted`]).
     fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
         let baggage = CarrierBaggage::new(extractor);
         let mut out = cx.clone();
