@@ -256,7 +256,7 @@ impl DeiConfig {
 
     /// The gRPC method at `path` (its signature, service and method names), made once per method.
     #[cfg(feature = "tonic")]
-    pub(crate) fn grpc_method(&self, path: &str) -> crate::grpc::signatures::GrpcMethod {
+    pub(crate) fn grpc_method(&self, path: &str) -> std::sync::Arc<crate::grpc::signatures::GrpcMethod> {
         self.inner.signatures.get(path, &self.inner.methods)
     }
 }

@@ -126,6 +126,10 @@ pub(crate) struct Outgoing {
     pub(crate) record: bool,
     /// What the `dei.*` attributes are made from, not yet on the span: see [`Outgoing::record_attributes`].
     pending: Option<Pending>,
+    /// The index's wire form, shared, made once on a recorded call ([`Path::Full`](crate::span::Path::Full)):
+    /// the `dei` header is written from it and `dei.index` records it. A call that records nothing writes the
+    /// header from a buffer of the thread's instead (no allocation).
+    wire: Option<Arc<str>>,
 }
 
 /// What a recorded client span's `dei.*` attributes are made from (beside the issued index and the scope, which
@@ -151,10 +155,11 @@ impl Outgoing {
             return;
         };
         let index = self.issued.index();
+        let wire = self.wire.clone().unwrap_or_else(|| index.encode_shared());
         let mut attributes = span::Attributes::new();
         attributes.rpc(p.rpc.as_ref());
         attributes.push(span::SIGNATURE, p.signature.name_shared());
-        attributes.index(index, index.encode_shared(), self.scope.instantiation());
+        attributes.index(index, wire, self.scope.instantiation());
         attributes.payload_with_raw(&p.payload, p.raw);
         attributes.stack(&p.stack, p.frames);
         if let Some(f) = p.fault {
@@ -211,6 +216,8 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call
         frames: config.stack_frames(),
         fault,
     });
+    // Encoded once: for the header and for `dei.index`.
+    let wire = record.then(|| issued.index().encode_shared());
     Outgoing {
         issued,
         inject_cx,
@@ -219,14 +226,17 @@ pub(crate) fn begin(config: &DeiConfig, cx: &Context, otel: OtelSpan, call: Call
         otel,
         record,
         pending,
+        wire,
     }
 }
 
 impl Outgoing {
     /// Injects the call's context and its index through the global propagator into an HTTP header map.
     pub(crate) fn inject(&self, headers: &mut http::HeaderMap) {
-        opentelemetry::global::get_text_map_propagator(|p| {
-            dei_propagator::inject_with_index(p, &self.inject_cx, self.issued.index(), &mut HeaderInjector(headers))
+        let (cx, index, headers) = (&self.inject_cx, self.issued.index(), &mut HeaderInjector(headers));
+        opentelemetry::global::get_text_map_propagator(|p| match &self.wire {
+            Some(wire) => dei_propagator::inject_with_index_wire(p, cx, index, wire, headers),
+            None => dei_propagator::inject_with_index(p, cx, index, headers),
         });
     }
 }

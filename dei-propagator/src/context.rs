@@ -81,12 +81,50 @@ pub fn inject_with_index(
     index: &Index,
     injector: &mut dyn opentelemetry::propagation::Injector,
 ) {
+    inject_outgoing(propagator, cx, index, None, injector);
+}
+
+/// [`inject_with_index`] for a caller that has made the index's wire form already (`wire`, the text
+/// [`Index::encode`] writes for `index`, such as the shared form it records on a span): it is copied, not
+/// encoded again. `wire` is written as it is: it must be `index`'s.
+///
+/// ```
+/// use dei_propagator::{Index, inject_with_index_wire};
+/// use opentelemetry::Context;
+/// use std::collections::HashMap;
+/// let index = Index::decode("1.AQEBAQEBAQE1").unwrap();
+/// let wire = index.encode_shared();
+/// let mut headers = HashMap::new();
+/// inject_with_index_wire(&dei_propagator::composite_propagator(), &Context::new(), &index, &wire, &mut headers);
+/// assert_eq!(headers["dei"], "1.AQEBAQEBAQE1");
+/// ```
+pub fn inject_with_index_wire(
+    propagator: &dyn opentelemetry::propagation::TextMapPropagator,
+    cx: &Context,
+    index: &Index,
+    wire: &str,
+    injector: &mut dyn opentelemetry::propagation::Injector,
+) {
+    inject_outgoing(propagator, cx, index, Some(wire), injector);
+}
+
+/// [`inject_with_index`], with the wire form of `index` when the caller has it.
+fn inject_outgoing(
+    propagator: &dyn opentelemetry::propagation::TextMapPropagator,
+    cx: &Context,
+    index: &Index,
+    wire: Option<&str>,
+    injector: &mut dyn opentelemetry::propagation::Injector,
+) {
     let started = OUTGOING
         .try_with(|o| match o.try_borrow_mut() {
             // Not nested in another call (a propagator that injects from inside its own inject).
             Ok(mut o) if !o.0 => {
                 o.1.clear();
-                crate::wire::encode_into(index, &mut o.1);
+                match wire {
+                    Some(wire) => o.1.push_str(wire),
+                    None => crate::wire::encode_into(index, &mut o.1),
+                }
                 o.0 = true;
                 true
             }

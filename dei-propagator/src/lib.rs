@@ -55,7 +55,9 @@ mod spawn;
 mod stack;
 pub mod wire;
 
-pub use context::{DeiContextExt, extract_with_index, extract_with_index_counted, inject_with_index};
+pub use context::{
+    DeiContextExt, extract_with_index, extract_with_index_counted, inject_with_index, inject_with_index_wire,
+};
 pub use digest::{HexDigestError, PayloadDigest, PayloadHasher, StackDigest};
 pub use fault::{FAULT_PLAN_KEY, Fault, FaultPlan, FaultPlanError, PlanLimits};
 pub use index::{Element, ElementDigest, Index};

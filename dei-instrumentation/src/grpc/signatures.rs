@@ -42,11 +42,11 @@ impl GrpcMethod {
 
 /// A bounded cache of gRPC methods keyed by request path (`/pkg.Service/Method`).
 #[derive(Debug, Default)]
-pub(crate) struct GrpcSignatures(RwLock<HashMap<Box<str>, GrpcMethod>>);
+pub(crate) struct GrpcSignatures(RwLock<HashMap<Box<str>, Arc<GrpcMethod>>>);
 
 impl GrpcSignatures {
     /// The method at `path`; `kinds` are the declared kinds (the same every time: the configuration's).
-    pub(crate) fn get(&self, path: &str, kinds: &MethodKinds) -> GrpcMethod {
+    pub(crate) fn get(&self, path: &str, kinds: &MethodKinds) -> Arc<GrpcMethod> {
         let full = {
             let map = self.0.read().unwrap_or_else(|p| p.into_inner());
             if let Some(s) = map.get(path) {
@@ -54,7 +54,7 @@ impl GrpcSignatures {
             }
             map.len() >= MAX_PATHS
         };
-        let method = GrpcMethod::new(path, kinds);
+        let method = Arc::new(GrpcMethod::new(path, kinds));
         if !full && path.len() <= MAX_PATH_LEN {
             let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
             if map.len() < MAX_PATHS {
