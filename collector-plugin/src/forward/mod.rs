@@ -5,19 +5,21 @@
 //! the batches waiting and those the workers hold (being sent or retried). A worker takes every batch
 //! waiting, up to [`ForwardConfig::max_request_bytes`], and sends them as one export request: the
 //! concatenation of encoded `ExportTraceServiceRequest`s is itself one (protobuf appends repeated fields), so
-//! combining re-encodes nothing (over gRPC the parts are written straight into the frame), and a busy
-//! collector sends fewer, larger requests instead of waiting on one round trip per incoming request. Workers send them with retry and exponential
-//! backoff for as long as the downstream fails with a retryable error, so no span within the queue's capacity
-//! is lost during an outage; a batch that does not fit is refused ([`QueueFull`]) so that the receiver can
-//! tell its client to retry, and nothing is dropped on arrival. A permanent
-//! rejection (e.g. `INVALID_ARGUMENT`, HTTP 400) drops the batch and counts it. [`Forwarder::shutdown`]
+//! combining re-encodes and copies nothing (the parts go out as they are, one data frame each:
+//! [`parts::PartsBody`]), and a busy collector sends fewer, larger requests instead of waiting on one round
+//! trip per incoming request. Workers send them with retry and exponential backoff for as long as the
+//! downstream fails with a retryable error, so no span within the queue's capacity is lost during an outage;
+//! a batch that does not fit is refused ([`QueueFull`]) so that the receiver can tell its client to retry,
+//! and nothing is dropped on arrival. A permanent rejection (e.g. `INVALID_ARGUMENT`, HTTP 400) drops the
+//! batch and counts it. [`Forwarder::shutdown`]
 //! stops accepting, drains the queue until a deadline, and counts what is left.
 
 pub mod codec;
+pub mod parts;
 
 use crate::counters::Counters;
 use bytes::Bytes;
-use codec::ConcatCodec;
+use parts::PartsBody;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -311,10 +313,8 @@ enum SendError {
 
 #[derive(Clone)]
 enum Client {
-    Grpc(
-        tonic::client::Grpc<tonic::transport::Channel>,
-        Arc<tonic::metadata::MetadataMap>,
-    ),
+    /// The channel, and the request headers (gRPC's, then the configured extra ones).
+    Grpc(tonic::transport::Channel, Arc<http::HeaderMap>),
     Http(Arc<HttpClient>),
 }
 
@@ -322,7 +322,7 @@ enum Client {
 struct HttpClient {
     client: hyper_util::client::legacy::Client<
         hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-        http_body_util::Full<Bytes>,
+        PartsBody,
     >,
     uri: http::Uri,
     headers: http::HeaderMap,
@@ -402,19 +402,30 @@ impl Client {
                     }
                     ep = ep.tls_config(t).map_err(|e| format!("TLS for {endpoint}: {e}"))?;
                 }
-                let mut metadata = tonic::metadata::MetadataMap::new();
+                let mut headers = http::HeaderMap::new();
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/grpc"),
+                );
+                headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+                headers.insert(
+                    http::header::USER_AGENT,
+                    http::HeaderValue::from_static(concat!("dei-collector/", env!("CARGO_PKG_VERSION"))),
+                );
                 for (name, value) in &config.headers {
-                    let key = tonic::metadata::MetadataKey::from_bytes(name.as_bytes())
+                    // the same rules as gRPC metadata: lower-case ASCII names, no binary (`-bin`) values
+                    let key = tonic::metadata::MetadataKey::<tonic::metadata::Ascii>::from_bytes(name.as_bytes())
                         .map_err(|e| format!("forward header name {name:?}: {e}"))?;
-                    let value = value
+                    let value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = value
                         .parse()
                         .map_err(|e| format!("forward header {name}: value: {e}"))?;
-                    metadata.append(key, value);
+                    let name = http::HeaderName::from_bytes(key.as_str().as_bytes())
+                        .map_err(|e| format!("forward header name {name:?}: {e}"))?;
+                    let value = http::HeaderValue::from_bytes(value.as_encoded_bytes())
+                        .map_err(|e| format!("forward header {name}: value: {e}"))?;
+                    headers.append(name, value);
                 }
-                Ok(Client::Grpc(
-                    tonic::client::Grpc::new(ep.connect_lazy()),
-                    Arc::new(metadata),
-                ))
+                Ok(Client::Grpc(ep.connect_lazy(), Arc::new(headers)))
             }
             Downstream::Http(url) => {
                 let mut headers = http::HeaderMap::new();
@@ -461,35 +472,29 @@ impl Client {
     /// Sends one export request given as its parts (see [`Request`]).
     async fn send(&mut self, parts: Vec<Bytes>) -> Result<(), SendError> {
         match self {
-            Client::Grpc(grpc, metadata) => {
-                grpc.ready()
+            Client::Grpc(channel, headers) => {
+                use tower::{Service, ServiceExt};
+                let total: usize = parts.iter().map(Bytes::len).sum();
+                let prefix = parts::grpc_prefix(total).ok_or_else(|| {
+                    SendError::Permanent(format!("a request of {total} bytes is over gRPC's message length"))
+                })?;
+                let body = PartsBody::new(std::iter::once(prefix).chain(parts));
+                let mut request = http::Request::post(GRPC_EXPORT_PATH)
+                    .body(tonic::body::Body::new(body))
+                    .map_err(|e| SendError::Permanent(format!("request: {e}")))?;
+                *request.headers_mut() = headers.as_ref().clone();
+                let response = channel
+                    .ready()
                     .await
-                    .map_err(|e| SendError::Retryable(format!("connect: {e}")))?;
-                let path = http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH);
-                let mut request = tonic::Request::new(parts);
-                if !metadata.is_empty() {
-                    *request.metadata_mut() = metadata.as_ref().clone();
-                }
-                match grpc.unary(request, path, ConcatCodec).await {
-                    Ok(_) => Ok(()),
-                    Err(status) => {
-                        use tonic::Code::*;
-                        let msg = format!("{:?}: {}", status.code(), status.message());
-                        match status.code() {
-                            Unavailable | ResourceExhausted | DeadlineExceeded | Aborted | Cancelled | OutOfRange
-                            | DataLoss | Unknown => Err(SendError::Retryable(msg)),
-                            _ => Err(SendError::Permanent(msg)),
-                        }
-                    }
-                }
+                    .map_err(|e| SendError::Retryable(format!("connect: {}", error_chain(&e))))?
+                    .call(request)
+                    .await
+                    .map_err(|e| SendError::Retryable(error_chain(&e)))?;
+                grpc_outcome(response).await
             }
             Client::Http(c) => {
-                let body = match <[Bytes; 1]>::try_from(parts) {
-                    Ok([one]) => one,
-                    Err(parts) => parts.concat().into(),
-                };
                 let mut request = http::Request::post(c.uri.clone())
-                    .body(http_body_util::Full::new(body))
+                    .body(PartsBody::new(parts))
                     .map_err(|e| SendError::Permanent(format!("request: {e}")))?;
                 *request.headers_mut() = c.headers.clone();
                 let response = match tokio::time::timeout(c.timeout, c.client.request(request)).await {
@@ -509,6 +514,45 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+/// What a gRPC export response says: its status is in the trailers, or in the headers of a trailers-only
+/// response; an HTTP status other than 200 maps to a gRPC code as the gRPC specification says (429, 502, 503
+/// and 504 to `UNAVAILABLE`, which is retried).
+async fn grpc_outcome(response: http::Response<tonic::body::Body>) -> Result<(), SendError> {
+    use tonic::Code::*;
+    let classify = |status: tonic::Status| {
+        let msg = format!("{:?}: {}", status.code(), status.message());
+        match status.code() {
+            Ok => Result::Ok(()),
+            Unavailable | ResourceExhausted | DeadlineExceeded | Aborted | Cancelled | OutOfRange | DataLoss
+            | Unknown => Err(SendError::Retryable(msg)),
+            _ => Err(SendError::Permanent(msg)),
+        }
+    };
+    let (head, body) = response.into_parts();
+    if head.status != http::StatusCode::OK {
+        let code = match head.status.as_u16() {
+            400 => Internal,
+            401 => Unauthenticated,
+            403 => PermissionDenied,
+            404 => Unimplemented,
+            429 | 502 | 503 | 504 => Unavailable,
+            _ => Unknown,
+        };
+        return classify(tonic::Status::new(code, format!("HTTP {}", head.status)));
+    }
+    if let Some(status) = tonic::Status::from_header_map(&head.headers) {
+        return classify(status);
+    }
+    // the response message is small; its trailers carry the status
+    let collected = http_body_util::BodyExt::collect(body)
+        .await
+        .map_err(|e| SendError::Retryable(format!("response: {}", error_chain(&e))))?;
+    match collected.trailers().and_then(tonic::Status::from_header_map) {
+        Some(status) => classify(status),
+        None => Err(SendError::Retryable("the response carried no grpc-status".into())),
     }
 }
 
@@ -789,5 +833,65 @@ async fn deliver(
                 backoff = (backoff * 2).min(config.max_backoff);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Pairs<'a> = &'a [(&'static str, &'static str)];
+
+    fn response(status: u16, headers: Pairs<'_>, trailers: Option<Pairs<'_>>) -> http::Response<tonic::body::Body> {
+        let mut frames: Vec<Result<http_body::Frame<Bytes>, std::convert::Infallible>> =
+            vec![Ok(http_body::Frame::data(Bytes::from_static(&[0, 0, 0, 0, 0])))];
+        if let Some(trailers) = trailers {
+            let mut map = http::HeaderMap::new();
+            for (k, v) in trailers {
+                map.insert(http::HeaderName::from_static(k), http::HeaderValue::from_static(v));
+            }
+            frames.push(Ok(http_body::Frame::trailers(map)));
+        }
+        let body = http_body_util::StreamBody::new(futures::stream::iter(frames));
+        let mut r = http::Response::new(tonic::body::Body::new(body));
+        *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        for (k, v) in headers {
+            r.headers_mut()
+                .insert(http::HeaderName::from_static(k), http::HeaderValue::from_static(v));
+        }
+        r
+    }
+
+    async fn outcome(r: http::Response<tonic::body::Body>) -> &'static str {
+        match grpc_outcome(r).await {
+            Ok(()) => "ok",
+            Err(SendError::Retryable(_)) => "retry",
+            Err(SendError::Permanent(_)) => "drop",
+        }
+    }
+
+    #[tokio::test]
+    async fn a_grpc_response_is_judged_by_its_status_wherever_it_is() {
+        let ok = [("grpc-status", "0")];
+        assert_eq!(outcome(response(200, &[], Some(&ok))).await, "ok");
+        assert_eq!(
+            outcome(response(200, &[], Some(&[("grpc-status", "14")]))).await,
+            "retry"
+        );
+        assert_eq!(
+            outcome(response(200, &[], Some(&[("grpc-status", "8")]))).await,
+            "retry"
+        );
+        assert_eq!(outcome(response(200, &[], Some(&[("grpc-status", "3")]))).await, "drop");
+        // trailers-only: the status is in the headers
+        assert_eq!(outcome(response(200, &[("grpc-status", "16")], None)).await, "drop");
+        assert_eq!(outcome(response(200, &[("grpc-status", "0")], None)).await, "ok");
+        // no status at all is not a success
+        assert_eq!(outcome(response(200, &[], None)).await, "retry");
+        // HTTP errors map as the gRPC specification says
+        assert_eq!(outcome(response(503, &[], None)).await, "retry");
+        assert_eq!(outcome(response(429, &[], None)).await, "retry");
+        assert_eq!(outcome(response(404, &[], None)).await, "drop");
+        assert_eq!(outcome(response(401, &[], None)).await, "drop");
     }
 }
