@@ -101,8 +101,13 @@ impl Analyzer {
 
     /// Ingests spans without the [housekeeping](Analyzer::housekeeping) that [`Analyzer::ingest`] does
     /// after them (for a caller that ingests several batches and then keeps house once).
-    pub fn ingest_only(&mut self, spans: Vec<SpanRecord>, now: Instant) {
-        for span in spans {
+    pub fn ingest_only(&mut self, mut spans: Vec<SpanRecord>, now: Instant) {
+        self.ingest_drain(&mut spans, now);
+    }
+
+    /// [`Analyzer::ingest_only`] from a buffer that is left empty (its capacity kept, for the next batch).
+    pub fn ingest_drain(&mut self, spans: &mut Vec<SpanRecord>, now: Instant) {
+        for span in spans.drain(..) {
             self.ingest_span(span, now);
         }
     }

@@ -102,6 +102,12 @@ impl Accepted {
 /// analysis to catch up: the bound on the memory that analysis lag may hold.
 pub const ANALYSIS_INBOX_SPANS: usize = 20_000;
 
+/// Most emptied record buffers kept for reuse ([`Collector`]'s `spare_records`), and the largest kept: a
+/// request's records are a few hundred bytes a span, so each buffer is a large block that would otherwise be
+/// allocated on a receiver's thread and freed on the analysis's, once per request.
+const SPARE_RECORD_BUFFERS: usize = 16;
+const SPARE_RECORD_BUFFER_MAX_SPANS: usize = 2_048;
+
 /// Accepted spans waiting for the analysis.
 #[derive(Debug, Default)]
 struct Inbox {
@@ -122,6 +128,8 @@ pub struct Collector {
     counters: Arc<Counters>,
     analyzer: Mutex<Analyzer>,
     inbox: Mutex<Inbox>,
+    /// Emptied record buffers, reused by the next requests.
+    spare_records: Mutex<Vec<Vec<SpanRecord>>>,
     forwarder: Option<Forwarder>,
     log: RateLimitedLog,
     receivers_stopped: std::sync::atomic::AtomicBool,
@@ -139,6 +147,7 @@ impl Collector {
         Collector {
             analyzer: Mutex::new(Analyzer::new(analyzer, counters.clone())),
             inbox: Mutex::default(),
+            spare_records: Mutex::default(),
             counters,
             forwarder,
             log: RateLimitedLog::new(Duration::from_secs(5)),
@@ -181,13 +190,35 @@ impl Collector {
                 return;
             }
             let mut last = None;
-            for (records, at) in batches {
-                analyzer.ingest_only(records, at);
+            for (mut records, at) in batches {
+                analyzer.ingest_drain(&mut records, at);
+                self.give_back(records);
                 last = Some(at);
             }
             if let Some(at) = last {
                 analyzer.housekeeping(at);
             }
+        }
+    }
+
+    /// An empty buffer for a request's records: one given back earlier, or a new one.
+    fn records_buffer(&self) -> Vec<SpanRecord> {
+        self.spare_records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Keeps an emptied record buffer for reuse, unless enough are kept or it is unusually large.
+    fn give_back(&self, mut records: Vec<SpanRecord>) {
+        if records.capacity() > SPARE_RECORD_BUFFER_MAX_SPANS {
+            return;
+        }
+        records.clear();
+        let mut spare = self.spare_records.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < SPARE_RECORD_BUFFERS {
+            spare.push(records);
         }
     }
 
@@ -320,7 +351,9 @@ impl Collector {
         let spans = otlp::validate_lite_ids(&req).map_err(|r| self.reject(r))?;
         let mut issues: Vec<AttributeIssue> = Vec::new();
         let (records, skipped) = if self.config.analyze || self.config.strict_attributes {
-            span_record::extract_lite_counted(&req, &mut issues)
+            let mut records = self.records_buffer();
+            let skipped = span_record::extract_lite_into(&req, &mut issues, &mut records);
+            (records, skipped)
         } else {
             (Vec::new(), 0)
         };

@@ -234,8 +234,16 @@ pub fn extract_lite(req: &lite::Request, issues: &mut Vec<AttributeIssue>) -> Ve
 
 /// [`extract_lite`], also returning how many spans had their DEI data skipped for an issue.
 pub fn extract_lite_counted(req: &lite::Request, issues: &mut Vec<AttributeIssue>) -> (Vec<SpanRecord>, usize) {
+    let mut out = Vec::new();
+    let skipped = extract_lite_into(req, issues, &mut out);
+    (out, skipped)
+}
+
+/// [`extract_lite_counted`] into a buffer (appended to, e.g. one reused from an earlier request); returns how
+/// many spans had their DEI data skipped for an issue.
+pub fn extract_lite_into(req: &lite::Request, issues: &mut Vec<AttributeIssue>, out: &mut Vec<SpanRecord>) -> usize {
     let mut skipped = 0;
-    let mut out = Vec::with_capacity(req.span_count());
+    out.reserve(req.span_count());
     for rs in &req.resource_spans {
         let service: Arc<str> = rs
             .resource
@@ -256,7 +264,7 @@ pub fn extract_lite_counted(req: &lite::Request, issues: &mut Vec<AttributeIssue
             }
         }
     }
-    (out, skipped)
+    skipped
 }
 
 fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue>) -> Option<SpanRecord> {
