@@ -8,9 +8,7 @@ use crate::config::{DeiConfig, Faults, Incoming, Unsampled};
 use crate::span::Path;
 use crate::span::{self, OtelSpan, Sampling};
 use dei_propagator::rejection::{self, Event, Source};
-use dei_propagator::{
-    DeiContextExt, ExtractedIndex, FAULT_PLAN_KEY, FaultPlan, Index, Instantiation, RequestScope, Signature,
-};
+use dei_propagator::{DeiContextExt, FAULT_PLAN_KEY, FaultPlan, Index, Instantiation, RequestScope, Signature};
 use opentelemetry::Context;
 use opentelemetry::propagation::Extractor;
 use opentelemetry::trace::TraceContextExt;
@@ -142,14 +140,7 @@ pub(crate) fn open(
     // says how many `dei` values it holds, so that a single one is read without a list (an allocation).
     let (mut parent, extracted) = opentelemetry::global::get_text_map_propagator(|p| match incoming {
         Incoming::Trust => dei_propagator::extract_with_index_counted(p, extractor, index_values),
-        Incoming::Restart => {
-            let (cx, index) = dei_propagator::extract_with_index(p, extractor);
-            let extracted = index.map(|index| ExtractedIndex {
-                index,
-                from_header: false,
-            });
-            (cx, extracted)
-        }
+        Incoming::Restart => dei_propagator::extract_with_index(p, extractor),
     });
     let mut plan_dropped = false;
     if config.faults() == Faults::Refuse
@@ -181,7 +172,7 @@ pub(crate) fn open(
         };
     }
     let extracted_any = extracted.is_some();
-    let (index, from_header) = extracted.map_or_else(Default::default, |e| (e.index, e.from_header));
+    let index = extracted.unwrap_or_default();
     let prefix = if single_request && index.opens_stream() {
         index.stream_message(1)
     } else {
@@ -200,18 +191,10 @@ pub(crate) fn open(
         _ => Path::Lean,
     };
     if path == Path::Full {
-        // An index read from the header has that header's one readable value as its wire form: copied, not
-        // encoded again.
-        let header_text = || {
-            headers
-                .all(dei_propagator::INDEX_KEY)
-                .iter()
-                .find_map(|v| v.to_str().ok())
-        };
-        let wire = match (extracted_any, from_header.then(header_text).flatten()) {
-            (false, _) => root_wire(),
-            (true, Some(text)) => std::sync::Arc::from(text),
-            (true, None) => index.encode_shared(),
+        let wire = if extracted_any {
+            index.encode_shared()
+        } else {
+            root_wire()
         };
         let mut attributes = span::Attributes::new();
         attributes.rpc(rpc);

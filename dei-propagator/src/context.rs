@@ -142,39 +142,27 @@ fn inject_outgoing(
 /// An index read by an [`extract_with_index`] call.
 type Extracted = Option<Index>;
 
-/// An index read by [`extract_with_index_counted`], and where it was read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExtractedIndex {
-    /// The index.
-    pub index: Index,
-    /// True when it was the carrier's one readable `dei` value (the header), false when it was the `dei`
-    /// entry of its baggage. From the header, its wire form is that value's text as it came (decoding
-    /// accepts only canonical text): a server can record it without encoding the index again.
-    pub from_header: bool,
-}
-
 thread_local! {
     /// While an [`extract_with_index`] call runs on this thread: `Some`, holding the index it read, if any.
-    static CAPTURE: std::cell::RefCell<Option<Option<ExtractedIndex>>> = const { std::cell::RefCell::new(None) };
+    static CAPTURE: std::cell::RefCell<Option<Extracted>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Hands an extracted index (read from the header when `from_header`) to the [`extract_with_index`] call under
-/// way on this thread; gives it back when there is none (the propagator then puts it in the context).
-pub(crate) fn capture_extracted(index: Index, from_header: bool) -> Option<Index> {
+/// Hands an extracted index to the [`extract_with_index`] call under way on this thread; gives it back when
+/// there is none (the propagator then puts it in the context).
+pub(crate) fn capture_extracted(index: Index) -> Option<Index> {
     let mut index = Some(index);
     let _ = CAPTURE.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut()
             && let Some(slot) = &mut *c
-            && let Some(index) = index.take()
         {
-            *slot = Some(ExtractedIndex { index, from_header });
+            *slot = index.take();
         }
     });
     index
 }
 
 /// Restores an outer [`extract_with_index`] call's slot when an inner one ends (however it ends).
-struct RestoreCapture(Option<Option<ExtractedIndex>>);
+struct RestoreCapture(Option<Extracted>);
 
 impl Drop for RestoreCapture {
     fn drop(&mut self) {
@@ -207,15 +195,6 @@ pub fn extract_with_index(
     propagator: &dyn opentelemetry::propagation::TextMapPropagator,
     extractor: &dyn opentelemetry::propagation::Extractor,
 ) -> (Context, Extracted) {
-    let (cx, extracted) = extract_captured(propagator, extractor);
-    (cx, extracted.map(|e| e.index))
-}
-
-/// [`extract_with_index`], with where the index was read.
-fn extract_captured(
-    propagator: &dyn opentelemetry::propagation::TextMapPropagator,
-    extractor: &dyn opentelemetry::propagation::Extractor,
-) -> (Context, Option<ExtractedIndex>) {
     let previous = CAPTURE
         .try_with(|c| c.try_borrow_mut().ok().and_then(|mut c| c.replace(None)))
         .ok()
@@ -271,8 +250,7 @@ impl Drop for RestoreIndexValues {
 /// readable or not, such as an HTTP header map's count): with none or one, the
 /// [`DeiPropagator`](crate::DeiPropagator) reads the `dei` key with [`Extractor::get`] instead of
 /// [`Extractor::get_all`], whose list costs an allocation on every request. With more it reads them all and
-/// rejects the duplicate exactly as [`extract_with_index`] does; the result is the same in every case. The
-/// index comes back with where it was read ([`ExtractedIndex::from_header`]).
+/// rejects the duplicate exactly as [`extract_with_index`] does; the result is the same in every case.
 ///
 /// `index_values` must be the number of values `extractor` holds under `dei`, and its `get("dei")` must
 /// return the first of them when it is readable (as for any carrier with one value per key). Other
@@ -282,9 +260,8 @@ impl Drop for RestoreIndexValues {
 /// use dei_propagator::extract_with_index_counted;
 /// use std::collections::HashMap;
 /// let headers = HashMap::from([("dei".to_string(), "1.AQEBAQEBAQE1".to_string())]);
-/// let (_, extracted) = extract_with_index_counted(&dei_propagator::composite_propagator(), &headers, 1);
-/// let extracted = extracted.unwrap();
-/// assert_eq!((extracted.index.encode().as_str(), extracted.from_header), ("1.AQEBAQEBAQE1", true));
+/// let (_, index) = extract_with_index_counted(&dei_propagator::composite_propagator(), &headers, 1);
+/// assert_eq!(index.map(|i| i.encode()).as_deref(), Some("1.AQEBAQEBAQE1"));
 /// ```
 ///
 /// [`Extractor::get`]: opentelemetry::propagation::Extractor::get
@@ -293,13 +270,13 @@ pub fn extract_with_index_counted(
     propagator: &dyn opentelemetry::propagation::TextMapPropagator,
     extractor: &dyn opentelemetry::propagation::Extractor,
     index_values: usize,
-) -> (Context, Option<ExtractedIndex>) {
+) -> (Context, Extracted) {
     let previous = INDEX_VALUES
         .try_with(|v| v.replace(Some((address(extractor), index_values))))
         .ok()
         .flatten();
     let _restore = RestoreIndexValues(previous);
-    extract_captured(propagator, extractor)
+    extract_with_index(propagator, extractor)
 }
 
 mod sealed {

@@ -56,8 +56,7 @@ mod stack;
 pub mod wire;
 
 pub use context::{
-    DeiContextExt, ExtractedIndex, extract_with_index, extract_with_index_counted, inject_with_index,
-    inject_with_index_wire,
+    DeiContextExt, extract_with_index, extract_with_index_counted, inject_with_index, inject_with_index_wire,
 };
 pub use digest::{HexDigestError, PayloadDigest, PayloadHasher, StackDigest};
 pub use fault::{FAULT_PLAN_KEY, Fault, FaultPlan, FaultPlanError, PlanLimits};

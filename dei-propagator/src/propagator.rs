@@ -266,16 +266,16 @@ impl<'a> CarrierBaggage<'a> {
 
 /// Reads one of our values by the rule of docs/wire-format.md: the header when it came exactly once and is
 /// accepted, else the baggage entry when it is accepted; every rejection on the way is counted (`header` and
-/// `baggage` are the counters). Returns the decoded value, its text and whether it was the header's.
+/// `baggage` are the counters). Returns the decoded value and its text.
 fn read<'a, T>(
     extractor: &'a dyn Extractor,
     baggage: &CarrierBaggage<'a>,
     key: &'static str,
     (header, in_baggage): (Source, Source),
     decode: impl Fn(&str) -> Result<T, String>,
-) -> Option<(T, &'a str, bool)> {
-    let decoded = |value: &'a str, source: Source, from_header: bool| match decode(value) {
-        Ok(v) => Some((v, value, from_header)),
+) -> Option<(T, &'a str)> {
+    let decoded = |value: &'a str, source: Source| match decode(value) {
+        Ok(v) => Some((v, value)),
         Err(e) => {
             rejection::record(source, &e);
             None
@@ -310,7 +310,7 @@ fn read<'a, T>(
     if let Some(values) = values {
         match *values {
             [value] => {
-                if let Some(found) = decoded(value, header, true) {
+                if let Some(found) = decoded(value, header) {
                     return Some(found);
                 }
             }
@@ -326,7 +326,7 @@ fn read<'a, T>(
     }
     match baggage.entry(key) {
         Entry::Absent => None,
-        Entry::Value(value) => decoded(value, in_baggage, false),
+        Entry::Value(value) => decoded(value, in_baggage),
         Entry::Rejected(e) => {
             rejection::record(in_baggage, &e);
             None
@@ -355,8 +355,8 @@ impl TextMapPropagator for DeiPropagator {
         let index = read(extractor, &baggage, INDEX_KEY, (Source::Header, Source::Baggage), |v| {
             wire::decode(v, &self.limits).map_err(|e| e.to_string())
         });
-        if let Some((index, wire, from_header)) = index
-            && let Some(index) = crate::context::capture_extracted(index, from_header)
+        if let Some((index, wire)) = index
+            && let Some(index) = crate::context::capture_extracted(index)
         {
             out = crate::context::with_decoded_index(&out, index, wire);
         }
@@ -367,7 +367,7 @@ impl TextMapPropagator for DeiPropagator {
             (Source::FaultPlan, Source::FaultPlan),
             |v| FaultPlan::decode_with(v, &self.plan_limits).map_err(|e| e.to_string()),
         );
-        if let Some((plan, _, _)) = plan {
+        if let Some((plan, _)) = plan {
             out = out.with_fault_plan(plan);
         }
         without_our_entries(out)
