@@ -4,12 +4,15 @@
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`CHROMIUM` and `CHROMEDRIVER` override the paths). Without
 //! them the test is skipped with a message, unless `DEI_REQUIRE_INTEROP=1` (CI), where it fails. Saves
-//! docs/figures/web-view.png (the prefix tree with a node's details) and docs/figures/web-view-graph.png.
+//! web-view.png (the prefix tree with a node's details) and web-view-graph.png.
+//!
+//! Screenshots go under the target directory (`web-view/` in cargo's `CARGO_TARGET_TMPDIR`), so that a test run
+//! changes nothing tracked; with `DEI_UPDATE_FIGURES=1` they also replace the README's figures in `docs/figures/`.
 //!
 //! A second test feeds a collector a prefix tree of several thousand nodes (one node with 2000 children, a
 //! chain as deep as an index may be) over 121 services, sent as OTLP/HTTP by the SDK's exporter, and checks
 //! that the page renders bounded pages of it: the DOM stays small and the page keeps answering. Saves
-//! docs/figures/web-view-large-graph.png and docs/figures/web-view-large-tree.png.
+//! web-view-large-graph.png and web-view-large-tree.png.
 
 #[path = "../examples/common/mod.rs"]
 mod common;
@@ -360,14 +363,22 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
     demo.collector.shutdown().await;
 }
 
+/// Writes a screenshot under the target directory, and over the tracked figure in `docs/figures/` only when
+/// `DEI_UPDATE_FIGURES=1`.
 fn save(relative: &str, png: &[u8]) {
     assert!(png.starts_with(b"\x89PNG"), "not a PNG");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).expect("figures dir");
+    let name = Path::new(relative).file_name().expect("a file name");
+    let mut paths = vec![Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-view").join(name)];
+    if std::env::var("DEI_UPDATE_FIGURES").is_ok_and(|v| v == "1") {
+        paths.push(Path::new(env!("CARGO_MANIFEST_DIR")).join(relative));
     }
-    std::fs::write(&path, png).expect("write the screenshot");
-    eprintln!("screenshot: {}", path.display());
+    for path in paths {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).expect("figures dir");
+        }
+        std::fs::write(&path, png).expect("write the screenshot");
+        eprintln!("screenshot: {}", path.display());
+    }
 }
 
 // ---- thousands of tree nodes and a graph of many services ----------------------------------------------

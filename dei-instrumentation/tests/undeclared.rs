@@ -28,11 +28,13 @@ async fn undeclared_methods_are_classified_without_blocking() {
             .await;
         assert_eq!(replies.len(), 3);
         // Client streaming whose first message comes later: the body is pending, a stream; the call does not
-        // wait for the message to be sent (it is sent after the call started).
+        // wait for the message to be sent (it is sent only once the server is serving the call).
         let (tx, request) = channel::<pb::Msg>(&config, 1);
         let mut client = leaf.clone();
         let call = dei_propagator::spawn(async move { client.collect(request).await });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::timeout(std::time::Duration::from_secs(30), collect_started().notified())
+            .await
+            .expect("the call reaches the server before its first message is sent");
         tx.send(msg("late")).await.expect("open");
         drop(tx);
         call.await.expect("task").expect("Collect");

@@ -61,6 +61,13 @@ fn together() -> &'static tokio::sync::Barrier {
     BARRIER.get_or_init(|| tokio::sync::Barrier::new(2))
 }
 
+/// Notified each time `Leaf.Collect` starts serving a call (before it reads any message), so that a test can
+/// send a stream's first message only once the call is under way, without sleeping.
+pub fn collect_started() -> &'static tokio::sync::Notify {
+    static STARTED: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    STARTED.get_or_init(tokio::sync::Notify::new)
+}
+
 /// A random delay of 0–3 ms, to shuffle the schedule between runs.
 pub async fn jitter() {
     let micros = rand::rng().random_range(0..3000);
@@ -159,6 +166,7 @@ impl pb::leaf_server::Leaf for Leaf {
     }
 
     async fn collect(&self, request: Request<tonic::Streaming<Msg>>) -> Result<Response<Msg>, Status> {
+        collect_started().notify_one();
         let mut stream = DeiStreaming::new(request);
         let mut replies = Vec::new();
         while let Some(m) = stream.message().await? {
