@@ -16,7 +16,7 @@ mod common;
 #[path = "common/demo_setup.rs"]
 mod demo_setup;
 
-use collector_plugin::forward::Downstream;
+use dei_collector::forward::Downstream;
 use common::CliStop;
 use common::cinema::Variant;
 use demo_setup::DemoOptions;

@@ -7,7 +7,7 @@
 //! - [`sfit`]: exhaustive fault-space search driven by indexes.
 #![forbid(unsafe_code)]
 
-pub use collector_plugin as collector;
+pub use dei_collector as collector;
 pub use dei_instrumentation as instrumentation;
 pub use dei_propagator as propagator;
 pub use dei_sfit as sfit;

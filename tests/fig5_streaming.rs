@@ -10,7 +10,7 @@
 #[path = "../examples/common/mod.rs"]
 mod common;
 
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::server::{self, ServerConfig};
 use common::hello::{self, Figure};
 use dei_propagator::{Fault, Index, Instantiation};
 use dei_sfit::source::MessageTargeting;

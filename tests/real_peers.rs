@@ -27,8 +27,8 @@ mod demo_setup;
 #[path = "../collector-plugin/tests/peers/mod.rs"]
 mod peers;
 
-use collector_plugin::forward::{Downstream, ForwardConfig};
-use collector_plugin::server::{self, Running, ServerConfig};
+use dei_collector::forward::{Downstream, ForwardConfig};
+use dei_collector::server::{self, Running, ServerConfig};
 use common::cinema::{self, Variant};
 use dei_sfit::{InMemorySpans, Progress, Search, SearchOptions};
 use demo_setup::ServiceRouter;

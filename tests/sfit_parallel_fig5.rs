@@ -8,7 +8,7 @@
 mod common;
 mod sfit_compare;
 
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::server::{self, ServerConfig};
 use common::hello::{self, Figure};
 use dei_propagator::Instantiation;
 use dei_sfit::source::collector::SettleConfig;

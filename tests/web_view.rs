@@ -19,7 +19,7 @@ mod common;
 #[path = "../examples/common/demo_setup.rs"]
 mod demo_setup;
 
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::server::{self, ServerConfig};
 use common::cinema::Variant;
 use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use demo_setup::DemoOptions;

@@ -16,7 +16,7 @@
 //! missing credential must stop the start, not send requests without it.
 //!
 //! ```
-//! use collector_plugin::config_file::to_args;
+//! use dei_collector::config_file::to_args;
 //!
 //! let yaml = "grpc_listen: 0.0.0.0:4317\nqueue-spans: 50000\nstrict_attributes: true\n\
 //!             forward_header:\n  authorization: Bearer ${env:TOKEN}\n";

@@ -15,9 +15,9 @@
 //!
 //! # Example
 //! ```
-//! use collector_plugin::analyzer::{Analyzer, AnalyzerConfig};
-//! use collector_plugin::counters::Counters;
-//! use collector_plugin::{otlp, span_record};
+//! use dei_collector::analyzer::{Analyzer, AnalyzerConfig};
+//! use dei_collector::counters::Counters;
+//! use dei_collector::{otlp, span_record};
 //! use std::sync::Arc;
 //!
 //! let json = br#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"frontend"}}]},

@@ -2,11 +2,11 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
-use collector_plugin::bench::{compare, loadgen, sink};
-use collector_plugin::counters::Counters;
-use collector_plugin::forward::{Downstream, ForwardConfig, ForwardTls};
-use collector_plugin::offline;
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::bench::{compare, loadgen, sink};
+use dei_collector::counters::Counters;
+use dei_collector::forward::{Downstream, ForwardConfig, ForwardTls};
+use dei_collector::offline;
+use dei_collector::server::{self, ServerConfig};
 use dei_propagator::Instantiation;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -93,7 +93,7 @@ struct ServeArgs {
     queue_spans: usize,
     /// Forwarding queue capacity, in bytes of request bodies, counting the batches the workers are sending:
     /// what the queue costs in memory. A batch is refused (retryably) when either capacity is reached.
-    #[arg(long, default_value_t = collector_plugin::forward::DEFAULT_QUEUE_BYTES)]
+    #[arg(long, default_value_t = dei_collector::forward::DEFAULT_QUEUE_BYTES)]
     queue_bytes: usize,
     /// Concurrent forwarding workers.
     #[arg(long, default_value_t = 4)]
@@ -136,7 +136,7 @@ struct ServeArgs {
     api_allowed_hosts: Vec<String>,
     /// Most service-graph edges whose latency histograms /metrics shows (the busiest); the others get only
     /// their request counters, and dei_metrics_histogram_edges_omitted says how many.
-    #[arg(long, default_value_t = collector_plugin::graph::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES)]
+    #[arg(long, default_value_t = dei_collector::graph::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES)]
     metrics_max_histogram_edges: usize,
     /// Forward only: no graph, no tree.
     #[arg(long)]
@@ -145,7 +145,7 @@ struct ServeArgs {
     #[arg(long)]
     search_report: Option<PathBuf>,
     /// Jaeger's UI (e.g. http://jaeger:16686): the web view links trace ids and tree nodes to it.
-    #[arg(long, value_parser = collector_plugin::ui::parse_jaeger_ui)]
+    #[arg(long, value_parser = dei_collector::ui::parse_jaeger_ui)]
     jaeger_ui: Option<String>,
     /// Most prefix-tree nodes.
     #[arg(long, default_value_t = 100_000)]
@@ -304,7 +304,7 @@ fn with_config_file(cli: Cli) -> Result<Cli, String> {
     };
     let text =
         std::fs::read_to_string(&path).map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
-    let from_file = collector_plugin::config_file::to_args(&text, |name| std::env::var(name).ok())
+    let from_file = dei_collector::config_file::to_args(&text, |name| std::env::var(name).ok())
         .map_err(|e| format!("config file {}: {e}", path.display()))?;
     let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let serve_at = argv
@@ -496,13 +496,13 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
         }
         eprintln!("dei-collector: warning (--keep-going): skipped {what}");
     }
-    let view = || collector_plugin::graph::render::graph_view(&analyzer);
+    let view = || dei_collector::graph::render::graph_view(&analyzer);
     let out = match a.format {
         Format::Text => offline::text_report(&analyzer, &summary, a.tree_depth, &extra),
         Format::Json => serde_json::to_string_pretty(&offline::json_report(&analyzer, &summary, a.tree_depth, &extra))
             .map_err(|e| e.to_string())?,
-        Format::Dot => collector_plugin::graph::render::to_dot(&view()),
-        Format::Mermaid => collector_plugin::graph::render::to_mermaid(&view()),
+        Format::Dot => dei_collector::graph::render::to_dot(&view()),
+        Format::Mermaid => dei_collector::graph::render::to_mermaid(&view()),
     };
     println!("{out}");
     Ok(())

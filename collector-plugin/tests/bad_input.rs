@@ -2,9 +2,9 @@
 //! serving.
 
 use bytes::Bytes;
-use collector_plugin::forward::GRPC_EXPORT_PATH;
-use collector_plugin::forward::codec::RawCodec;
-use collector_plugin::server::{self, Running, ServerConfig};
+use dei_collector::forward::GRPC_EXPORT_PATH;
+use dei_collector::forward::codec::RawCodec;
+use dei_collector::server::{self, Running, ServerConfig};
 use prost::Message;
 use std::io::Write;
 
@@ -208,12 +208,12 @@ async fn grpc_rejections() {
     let e = grpc(&r, vec![0x0a; 10_000]).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("exceeds the limit"), "{e:?}");
-    let mut req = collector_plugin::otlp::decode_json(GOOD.as_bytes()).unwrap();
+    let mut req = dei_collector::otlp::decode_json(GOOD.as_bytes()).unwrap();
     req.resource_spans[0].scope_spans[0].spans[0].trace_id = vec![1, 2, 3];
     let e = grpc(&r, req.encode_to_vec()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.message().contains("traceId must be 16 bytes"), "{e:?}");
-    let good = collector_plugin::otlp::decode_json(GOOD.as_bytes()).unwrap();
+    let good = dei_collector::otlp::decode_json(GOOD.as_bytes()).unwrap();
     grpc(&r, good.encode_to_vec()).await.expect("still serving");
     let c = r.collector.counters().snapshot();
     assert_eq!(

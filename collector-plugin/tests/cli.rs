@@ -5,7 +5,7 @@
 //! - `serve --forward-grpc notaurl` (and other unusable endpoints) refused at start-up;
 //! - forwarding failures warned about (endpoint and error), rate-limited, and counted.
 
-use collector_plugin::bench::loadgen::{SPANS_PER_TRACE, template};
+use dei_collector::bench::loadgen::{SPANS_PER_TRACE, template};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use prost::Message;

@@ -3,8 +3,8 @@
 
 mod common;
 
-use collector_plugin::forward::{Downstream as Target, ForwardConfig};
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::forward::{Downstream as Target, ForwardConfig};
+use dei_collector::server::{self, ServerConfig};
 use common::Downstream;
 use std::net::SocketAddr;
 

@@ -1,7 +1,7 @@
 //! `/metrics` stays bounded: latency histograms go only to the busiest edges (`metrics_max_histogram_edges`),
 //! every edge keeps its request counter, and a gauge says how many edges' histograms were left out.
 
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::server::{self, ServerConfig};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};

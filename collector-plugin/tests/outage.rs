@@ -4,8 +4,8 @@
 
 mod common;
 
-use collector_plugin::forward::{Downstream as Target, ForwardConfig};
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::forward::{Downstream as Target, ForwardConfig};
+use dei_collector::server::{self, ServerConfig};
 use common::Downstream;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
@@ -50,7 +50,7 @@ fn batch(batch: u32, n: u32) -> ExportTraceServiceRequest {
 }
 
 async fn collector(downstream: &Downstream, capacity: usize) -> server::Running {
-    collector_with(downstream, capacity, collector_plugin::forward::DEFAULT_QUEUE_BYTES).await
+    collector_with(downstream, capacity, dei_collector::forward::DEFAULT_QUEUE_BYTES).await
 }
 
 async fn collector_with(downstream: &Downstream, capacity: usize, capacity_bytes: usize) -> server::Running {

@@ -8,7 +8,7 @@
 
 mod common;
 
-use collector_plugin::server;
+use dei_collector::server;
 use common::chain::{python, unavailable};
 use common::{Downstream, full_collector};
 use opentelemetry::trace::{Tracer, TracerProvider as _};

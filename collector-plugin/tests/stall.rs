@@ -6,7 +6,7 @@
 
 mod common;
 
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::server::{self, ServerConfig};
 use common::CollectorProcess;
 use std::sync::Arc;
 use std::time::Duration;

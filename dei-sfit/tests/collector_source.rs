@@ -6,7 +6,7 @@
 //! The program is Fig. 1 of the paper over HTTP with one more level: A calls B twice from one helper, with a
 //! fallback each time; each B calls C, with a fallback. Faults: HTTP 503 on B and C (A is exempt).
 
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::server::{self, ServerConfig};
 use dei_instrumentation::{DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware};
 use dei_propagator::Fault;
 use dei_sfit::source::collector::SettleConfig;

@@ -6,7 +6,7 @@
 //! - the span sources' settle step reports a timeout ([`Settled::TimedOut`]), and the search records it on
 //!   the execution and counts it in the report.
 
-use collector_plugin::server::{self, ServerConfig};
+use dei_collector::server::{self, ServerConfig};
 use dei_propagator::Fault;
 use dei_sfit::model::Caller;
 use dei_sfit::source::collector::SettleConfig;

@@ -6,8 +6,8 @@
 #![allow(dead_code)]
 
 use crate::common::cinema::{self, Variant};
-use collector_plugin::forward::{Downstream, ForwardConfig};
-use collector_plugin::server::{self, Running, ServerConfig};
+use dei_collector::forward::{Downstream, ForwardConfig};
+use dei_collector::server::{self, Running, ServerConfig};
 use dei_sfit::{InMemorySpans, Progress, Report, Search, SearchOptions};
 use opentelemetry::trace::{SpanId, SpanKind, TracerProvider as _};
 use opentelemetry::{KeyValue, Value};
@@ -134,7 +134,7 @@ impl Demo {
     /// Reads the summary from the collector's state and the report.
     pub fn summary(&self) -> Summary {
         let analyzer = self.collector.collector.analyzer();
-        let view = collector_plugin::graph::render::graph_view(&analyzer);
+        let view = dei_collector::graph::render::graph_view(&analyzer);
         let names = |is_virtual: bool| {
             let mut v: Vec<String> = view
                 .nodes
