@@ -1,14 +1,11 @@
-//! Compiles the corpus protos (examples/proto) with protox (pure Rust, no protoc) and tonic-prost-build, for
-//! the examples and tests of the root package, and writes the routeguide descriptor set, from which
-//! tests/routeguide.rs declares its streaming methods.
+//! Compiles the protos of the root package's standalone examples (examples/proto: routeguide for
+//! `routeguide_sfit`, helloworld for `tonic_layers`) with protox (pure Rust, no protoc) and tonic-prost-build,
+//! and writes the routeguide descriptor set, from which tests/routeguide.rs declares its streaming methods.
+//! The corpus's protos are compiled by its own crate (examples/corpus).
 use prost::Message as _;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = [
-        "examples/proto/cinema.proto",
-        "examples/proto/helloworld.proto",
-        "examples/proto/routeguide.proto",
-    ];
+    let protos = ["examples/proto/helloworld.proto", "examples/proto/routeguide.proto"];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -2,8 +2,7 @@
 //! docs/corpus.md derives its count. Run: `cargo run --example cinema10` (`--bfs`, `--max N`, `--single`,
 //! `--encapsulation`, `--parallel N`, `--json PATH`, `--junit PATH`, `--replay PATH N`).
 
-#[path = "common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::cinema::{self, Variant};
 use dei_sfit::SearchOptions;

@@ -11,14 +11,12 @@
 //! `http` with `http://host:4318/v1/traces`); `--program cinema-3|cinema-9|cinema-10`; `--report PATH`
 //! (default `target/demo/search.json`); `--progress` prints every execution.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/demo_setup.rs"]
-mod demo_setup;
+use dei_corpus as common;
+use dei_corpus::demo_setup;
 
-use dei_collector::forward::Downstream;
 use common::CliStop;
 use common::cinema::Variant;
+use dei_collector::forward::Downstream;
 use demo_setup::DemoOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;

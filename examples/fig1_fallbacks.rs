@@ -2,8 +2,7 @@
 //! HTTP protocol defaults (500, 502, 503, connection error) on each of B's two calls: (1 + 4)^2 = 25.
 //! Run: `cargo run --example fig1_fallbacks`.
 
-#[path = "common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::hello;
 use dei_sfit::{FaultCatalog, SearchOptions};

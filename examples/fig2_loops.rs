@@ -1,8 +1,7 @@
 //! The paper's Fig. 2 (loops) as real tonic services on loopback, searched exhaustively (docs/corpus.md).
 //! Run: `cargo run --example fig2_loops` (options as for the cinema examples).
 
-#[path = "common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::hello::{self, Figure};
 use dei_sfit::SearchOptions;

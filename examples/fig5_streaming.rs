@@ -3,8 +3,7 @@
 //! `{}`, `{stream}`, `{Hello}`, `{World}`, the last three failing (A has no fallback).
 //! Run: `cargo run --example fig5_streaming` (options as for the cinema examples).
 
-#[path = "common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::hello::{self, Figure};
 use dei_sfit::SearchOptions;

@@ -12,8 +12,7 @@
 //! Writes `target/sfit/nondeterminism.csv` and `docs/figures/nondeterminism.svg` (a hand-written SVG: two
 //! polylines need no plotting crate). Run: `cargo run --release --example nondeterminism [ITERATIONS]`.
 
-#[path = "common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::pb::helloworld::FanOut;
 use dei_instrumentation::DeiConfig;

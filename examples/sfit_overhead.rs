@@ -3,8 +3,7 @@
 //! 2^K executions for K strings), with real tonic services on loopback and the in-memory span source.
 //! Run: `cargo run --release --example sfit_overhead [K...]` (default: 6 8 10; K = 10 is 1,024 executions).
 
-#[path = "common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::hello::{self, Figure};
 use dei_propagator::Instantiation;

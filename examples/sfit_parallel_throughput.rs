@@ -13,8 +13,7 @@
 //! `cargo run --release --example sfit_parallel_throughput` (`--k K`, `--rounds R`, `--parallel 1,2,4,8`,
 //! `--only cinema|wide|slow`).
 
-#[path = "common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::cinema::{self, Variant};
 use common::hello::{self, Figure};

@@ -2,8 +2,7 @@
 //! DEI layers) under each instantiation, and the loss of each ablation against the brute-force oracle.
 //! Run: `cargo run --release --example table1`.
 
-#[path = "common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {

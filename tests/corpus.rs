@@ -1,8 +1,7 @@
 //! The paper's programs as real services: the search reaches every effective fault set the brute-force
 //! oracle finds, exactly once. One test: the span source is process-wide.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::hello::{self, Figure};
 use dei_propagator::Instantiation;

@@ -7,11 +7,10 @@
 //! The services export every span both to the in-memory exporter (as it ends) and over OTLP/HTTP in batches
 //! to a dei-collector started in this process on loopback. One test: the telemetry is process-wide.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
-use dei_collector::server::{self, ServerConfig};
 use common::hello::{self, Figure};
+use dei_collector::server::{self, ServerConfig};
 use dei_propagator::{Fault, Index, Instantiation};
 use dei_sfit::source::MessageTargeting;
 use dei_sfit::source::collector::SettleConfig;

@@ -20,16 +20,14 @@
 //! Without the binaries the tests say loudly that they did not run; with `DEI_REQUIRE_INTEROP=1` (CI) they
 //! fail.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
-#[path = "../examples/common/demo_setup.rs"]
-mod demo_setup;
+use dei_corpus as common;
+use dei_corpus::demo_setup;
 #[path = "../collector-plugin/tests/peers/mod.rs"]
 mod peers;
 
+use common::cinema::{self, Variant};
 use dei_collector::forward::{Downstream, ForwardConfig};
 use dei_collector::server::{self, Running, ServerConfig};
-use common::cinema::{self, Variant};
 use dei_sfit::{InMemorySpans, Progress, Search, SearchOptions};
 use demo_setup::ServiceRouter;
 use opentelemetry::trace::{SpanId, SpanKind, TracerProvider as _};

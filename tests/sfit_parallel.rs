@@ -7,8 +7,7 @@
 //!
 //! One test: the telemetry is process-wide, and sequential searches clear the shared exporter.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
+use dei_corpus as common;
 mod sfit_compare;
 
 use common::cinema::{self, Variant};

@@ -4,12 +4,11 @@
 //! reading the in-memory spans through a span router (each execution its own trace's spans) and a real
 //! dei-collector's API (each execution reads its own trace). One test: the telemetry is process-wide.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
+use dei_corpus as common;
 mod sfit_compare;
 
-use dei_collector::server::{self, ServerConfig};
 use common::hello::{self, Figure};
+use dei_collector::server::{self, ServerConfig};
 use dei_propagator::Instantiation;
 use dei_sfit::source::collector::SettleConfig;
 use dei_sfit::{

@@ -1,8 +1,7 @@
 //! Table 1 on the real cinema services: the "All" column matches the paper (7, 5, 6) and every ablation
 //! shows the paper's loss against the brute-force oracle. One test: the span source is process-wide.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
+use dei_corpus as common;
 
 use common::cinema::Variant;
 

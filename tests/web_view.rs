@@ -14,13 +14,11 @@
 //! that the page renders bounded pages of it: the DOM stays small and the page keeps answering. Saves
 //! web-view-large-graph.png and web-view-large-tree.png.
 
-#[path = "../examples/common/mod.rs"]
-mod common;
-#[path = "../examples/common/demo_setup.rs"]
-mod demo_setup;
+use dei_corpus as common;
+use dei_corpus::demo_setup;
 
-use dei_collector::server::{self, ServerConfig};
 use common::cinema::Variant;
+use dei_collector::server::{self, ServerConfig};
 use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use demo_setup::DemoOptions;
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -308,7 +306,7 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
     .await;
     assert!(
         strings(&frames).iter().any(|f| f.contains("cinema.rs")),
-        "no frame in examples/common/cinema.rs: {frames}"
+        "no frame in examples/corpus/src/cinema.rs: {frames}"
     );
     let traces = client
         .execute(

@@ -4,9 +4,9 @@
 
 mod common;
 
+use common::Downstream;
 use dei_collector::forward::{Downstream as Target, ForwardConfig};
 use dei_collector::server::{self, ServerConfig};
-use common::Downstream;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};

@@ -8,9 +8,9 @@
 
 mod common;
 
-use dei_collector::server;
 use common::chain::{python, unavailable};
 use common::{Downstream, full_collector};
+use dei_collector::server;
 use opentelemetry::trace::{Tracer, TracerProvider as _};
 use opentelemetry_otlp::{RetryPolicy, SpanExporter, WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;

@@ -6,8 +6,8 @@
 
 mod common;
 
-use dei_collector::server::{self, ServerConfig};
 use common::CollectorProcess;
+use dei_collector::server::{self, ServerConfig};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

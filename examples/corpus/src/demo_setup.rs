@@ -2,10 +2,9 @@
 //! loopback, the cinema services with the DEI layers exporting their spans to it over real OTLP/HTTP, and the
 //! functional test searched exhaustively by dei-sfit, whose report the collector serves to the web view.
 //!
-//! Included with `#[path = "common/demo_setup.rs"] mod demo_setup;` next to `mod common;`.
-#![allow(dead_code)]
+//! Used as `dei_corpus::demo_setup`.
 
-use crate::common::cinema::{self, Variant};
+use crate::cinema::{self, Variant};
 use dei_collector::forward::{Downstream, ForwardConfig};
 use dei_collector::server::{self, Running, ServerConfig};
 use dei_sfit::{InMemorySpans, Progress, Report, Search, SearchOptions};

@@ -1,22 +1,19 @@
-//! Shared code of the corpus examples and tests: generated protos, test telemetry, loopback servers.
+//! The corpus of `dei`'s examples and tests: the paper's programs (Figs. 1-5, the §5.2 Hello/World service) and
+//! the cinema services as real tonic and axum services on loopback, their functional tests, and the command
+//! line the corpus examples share.
 //!
-//! Included with `#[path = "common/mod.rs"] mod common;` (examples) or
-//! `#[path = "../examples/common/mod.rs"] mod common;` (tests).
-#![allow(dead_code)]
+//! Serving, channels and telemetry come from [`dei_sfit::testing`]; this crate adds the services and tests.
+//! Not published: it is the examples' and tests' own code (`publish = false`).
 
 pub mod cinema;
+pub mod demo_setup;
 pub mod hello;
 pub mod table1;
 
-use dei_instrumentation::{DeiClientLayer, DeiClientService, DeiConfig, DeiServerLayer};
 use dei_sfit::InMemorySpans;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use dei_sfit::testing::{GrpcChannel, serve_grpc};
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use tokio::net::TcpListener;
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::layer::SubscriberExt;
 
 /// The generated protobuf code.
 pub mod pb {
@@ -30,52 +27,30 @@ pub mod pb {
     }
 }
 
-/// The process's telemetry: the DEI propagator installed globally, and a tracing subscriber whose
-/// OpenTelemetry layer exports every span, as it ends, to an in-memory exporter and to a span router (from
-/// which the executions of a parallel search, `--parallel N`, read their own trace's spans).
+/// The process's telemetry, installed once ([`dei_sfit::testing::in_process_spans`]): the DEI propagator, and
+/// every INFO span exported as it ends to an in-memory exporter and to a span router (from which the
+/// executions of a parallel search, `--parallel N`, read their own trace's spans).
 pub fn spans() -> InMemorySpans {
-    static EXPORTER: OnceLock<(InMemorySpanExporter, dei_sfit::source::SpanRouter)> = OnceLock::new();
-    let (exporter, router) = EXPORTER.get_or_init(|| {
-        dei_propagator::install_global_propagator();
-        let exporter = InMemorySpanExporter::default();
-        let router = dei_sfit::source::SpanRouter::new();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .with_span_processor(router.clone())
-            .build();
-        let tracer = provider.tracer("dei-corpus");
-        // INFO and above: the DEI client and server spans, not the transport crates' debug and trace spans
-        let layer = tracing_opentelemetry::layer()
-            .with_tracer(tracer)
-            .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-        let subscriber = tracing_subscriber::registry().with(layer);
-        let _ = tracing::subscriber::set_global_default(subscriber);
-        opentelemetry::global::set_tracer_provider(provider);
-        (exporter, router)
-    });
-    InMemorySpans::new(exporter.clone()).with_router(router.clone())
+    dei_sfit::testing::in_process_spans()
 }
 
-/// A gRPC channel to `addr` through the DEI client layer.
-pub type Channel = DeiClientService<tonic::transport::Channel>;
+/// A gRPC channel through the DEI client layer.
+pub type Channel = GrpcChannel;
 
 /// A lazily connecting channel to `addr` with the DEI client layer.
-pub fn channel(addr: SocketAddr, config: &DeiConfig) -> Channel {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("loopback URI");
-    tower::ServiceBuilder::new()
-        .layer(DeiClientLayer::new(config.clone()))
-        .service(endpoint.tcp_nodelay(true).connect_lazy())
+pub fn channel(addr: SocketAddr, config: &dei_instrumentation::DeiConfig) -> Channel {
+    dei_sfit::testing::grpc_channel(addr, config)
 }
 
-/// Binds an ephemeral loopback port.
+/// Binds an ephemeral loopback port; the corpus cannot run without one.
 pub async fn bind() -> (TcpListener, SocketAddr) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
-    let addr = listener.local_addr().expect("local addr");
-    (listener, addr)
+    dei_sfit::testing::bind()
+        .await
+        .expect("bind an ephemeral loopback port")
 }
 
-/// Serves one tonic service with the DEI server layer on `listener` until the process ends.
-pub fn serve<S>(listener: TcpListener, config: &DeiConfig, service: S)
+/// Serves one tonic service with the DEI server layer on `listener` until the runtime ends.
+pub fn serve<S>(listener: TcpListener, config: &dei_instrumentation::DeiConfig, service: S)
 where
     S: tower::Service<
             http::Request<tonic::body::Body>,
@@ -88,13 +63,7 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let router = tonic::transport::Server::builder()
-        .layer(DeiServerLayer::new(config.clone()))
-        .add_service(service);
-    tokio::spawn(async move {
-        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let _ = router.serve_with_incoming(incoming).await;
-    });
+    serve_grpc(listener, config, service)
 }
 
 /// Why a command line gives no arguments to run with.

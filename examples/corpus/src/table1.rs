@@ -1,7 +1,7 @@
 //! Table 1 of the paper, reproduced: the search under each instantiation on the real cinema services,
 //! judged against the brute-force oracle run under the full DEI.
 
-use super::cinema::{self, Variant};
+use crate::cinema::{self, Variant};
 use dei_instrumentation::DeiConfig;
 use dei_propagator::Instantiation;
 use dei_sfit::{FaultSet, Oracle, Report, Search, SearchOptions, SpanSource};

@@ -1,16 +1,16 @@
 //! The cinema application (users, bookings, movies, showtimes) as real tonic services on loopback, in the
 //! three shapes of the paper's Table 1. docs/corpus.md fixes the details and derives each count.
 
-use super::pb::cinema::bookings_client::BookingsClient;
-use super::pb::cinema::bookings_server::{Bookings, BookingsServer};
-use super::pb::cinema::movies_client::MoviesClient;
-use super::pb::cinema::movies_server::{Movies, MoviesServer};
-use super::pb::cinema::showtimes_client::ShowtimesClient;
-use super::pb::cinema::showtimes_server::{Showtimes, ShowtimesServer};
-use super::pb::cinema::users_client::UsersClient;
-use super::pb::cinema::users_server::{Users, UsersServer};
-use super::pb::cinema::{Booking, BookingList, Movie, MovieRequest, Showtime, ShowtimeRequest, UserRequest};
-use super::{Channel, bind, channel, serve};
+use crate::pb::cinema::bookings_client::BookingsClient;
+use crate::pb::cinema::bookings_server::{Bookings, BookingsServer};
+use crate::pb::cinema::movies_client::MoviesClient;
+use crate::pb::cinema::movies_server::{Movies, MoviesServer};
+use crate::pb::cinema::showtimes_client::ShowtimesClient;
+use crate::pb::cinema::showtimes_server::{Showtimes, ShowtimesServer};
+use crate::pb::cinema::users_client::UsersClient;
+use crate::pb::cinema::users_server::{Users, UsersServer};
+use crate::pb::cinema::{Booking, BookingList, Movie, MovieRequest, Showtime, ShowtimeRequest, UserRequest};
+use crate::{Channel, bind, channel, serve};
 use dei_instrumentation::DeiConfig;
 use dei_propagator::Fault;
 use dei_sfit::{FaultCatalog, FunctionalTest, TestRun, Verdict, test_fn};

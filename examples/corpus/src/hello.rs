@@ -2,18 +2,18 @@
 //!
 //! Fig. 1 is HTTP (axum servers, reqwest with the DEI middleware); the others are gRPC (tonic).
 
-use super::pb::helloworld::hello_client::HelloClient;
-use super::pb::helloworld::hello_server::{Hello, HelloServer};
-use super::pb::helloworld::service_a_client::ServiceAClient;
-use super::pb::helloworld::service_a_server::{ServiceA, ServiceAServer};
-use super::pb::helloworld::service_b_client::ServiceBClient;
-use super::pb::helloworld::service_b_server::{ServiceB, ServiceBServer};
-use super::pb::helloworld::service_c_client::ServiceCClient;
-use super::pb::helloworld::service_c_server::{ServiceC, ServiceCServer};
-use super::pb::helloworld::world_client::WorldClient;
-use super::pb::helloworld::world_server::{World, WorldServer};
-use super::pb::helloworld::{FanOut, Served, Strings, Text};
-use super::{Channel, bind, channel, serve};
+use crate::pb::helloworld::hello_client::HelloClient;
+use crate::pb::helloworld::hello_server::{Hello, HelloServer};
+use crate::pb::helloworld::service_a_client::ServiceAClient;
+use crate::pb::helloworld::service_a_server::{ServiceA, ServiceAServer};
+use crate::pb::helloworld::service_b_client::ServiceBClient;
+use crate::pb::helloworld::service_b_server::{ServiceB, ServiceBServer};
+use crate::pb::helloworld::service_c_client::ServiceCClient;
+use crate::pb::helloworld::service_c_server::{ServiceC, ServiceCServer};
+use crate::pb::helloworld::world_client::WorldClient;
+use crate::pb::helloworld::world_server::{World, WorldServer};
+use crate::pb::helloworld::{FanOut, Served, Strings, Text};
+use crate::{Channel, bind, channel, serve};
 use dei_instrumentation::{DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware, DeiStreaming, MethodKind};
 use dei_propagator::{DeiContextExt, RequestScope};
 use opentelemetry::context::FutureExt as _;

@@ -1,0 +1,171 @@
+//! Add distributed execution indexes to a tonic service: one layer on each server, one on each client channel.
+//!
+//! ```sh
+//! cargo run --example tonic_layers
+//! ```
+//!
+//! A `World` service answers `Get` by calling an `Echo` service twice, in a loop; a client calls `World.Get`
+//! twice from one root scope. Every RPC span then carries its index as `dei.index`, and the example prints
+//! them: a call's index extends its caller's, and the count `c` of its last element `r|c` tells the loop's
+//! iterations apart. The services keep their own OpenTelemetry setup (here an in-memory exporter, in yours
+//! OTLP); DEI adds its propagator and the two layers.
+//!
+//! Standalone: it uses only the published crates and the `helloworld` proto that the root package compiles.
+#![forbid(unsafe_code)]
+
+use dei_instrumentation::{DeiClientLayer, DeiClientService, DeiConfig, DeiServerLayer, root_context};
+use dei_propagator::Index;
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use std::net::SocketAddr;
+use tonic::transport::{Endpoint, Server, server::TcpIncoming};
+use tonic::{Request, Response, Status};
+use tracing_subscriber::layer::SubscriberExt as _;
+
+mod pb {
+    tonic::include_proto!("helloworld");
+}
+use pb::Text;
+use pb::service_c_client::ServiceCClient as EchoClient;
+use pb::service_c_server::{ServiceC as Echo, ServiceCServer as EchoServer};
+use pb::world_client::WorldClient;
+use pb::world_server::{World, WorldServer};
+
+/// A tonic channel with the DEI client layer: it computes each call's index and sends it in the `dei` header.
+type Channel = DeiClientService<tonic::transport::Channel>;
+
+fn channel(addr: SocketAddr, config: &DeiConfig) -> Result<Channel, tonic::transport::Error> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?;
+    Ok(tower::ServiceBuilder::new()
+        .layer(DeiClientLayer::new(config.clone()))
+        .service(endpoint.connect_lazy()))
+}
+
+/// Serves `service` on an ephemeral loopback port with the DEI server layer, which reads the caller's index
+/// and serves the request in its own scope.
+async fn serve<S>(service: S, config: &DeiConfig) -> std::io::Result<SocketAddr>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let router = Server::builder()
+        .layer(DeiServerLayer::new(config.clone()))
+        .add_service(service);
+    tokio::spawn(router.serve_with_incoming(TcpIncoming::from(listener)));
+    Ok(addr)
+}
+
+struct EchoService;
+
+#[tonic::async_trait]
+impl Echo for EchoService {
+    async fn echo(&self, request: Request<Text>) -> Result<Response<Text>, Status> {
+        Ok(Response::new(request.into_inner()))
+    }
+}
+
+struct WorldService {
+    echo: EchoClient<Channel>,
+}
+
+#[tonic::async_trait]
+impl World for WorldService {
+    async fn get(&self, request: Request<Text>) -> Result<Response<Text>, Status> {
+        let mut words = Vec::new();
+        // Two calls from one call site: same signature, payload and stack, so counts 1 and 2.
+        for _ in 0..2 {
+            let reply = self.echo.clone().echo(request.get_ref().clone()).await?;
+            words.push(reply.into_inner().text);
+        }
+        Ok(Response::new(Text { text: words.join(" ") }))
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The service's OpenTelemetry, as it already is: a tracer provider behind tracing-opentelemetry.
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let telemetry = tracing_opentelemetry::layer().with_tracer(provider.tracer("tonic_layers"));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(telemetry))?;
+    // DEI's part: the propagator (the default global one is a no-op) and the layers.
+    dei_propagator::install_global_propagator();
+    let config = DeiConfig::default();
+
+    let echo_addr = serve(EchoServer::new(EchoService), &config).await?;
+    let world = WorldService {
+        echo: EchoClient::new(channel(echo_addr, &config)?),
+    };
+    let world_addr = serve(WorldServer::new(world), &config).await?;
+
+    // Two calls from one root scope (a request your service receives is one already).
+    let cx = root_context(&config);
+    let mut client = WorldClient::new(channel(world_addr, &config)?);
+    for text in ["hello", "hello"] {
+        let request = Request::new(Text { text: text.into() });
+        let reply = client.get(request).with_context(cx.clone()).await?;
+        println!("World.Get -> {:?}", reply.into_inner().text);
+    }
+
+    // Each RPC's client span carries its index; print them, shortest first.
+    provider.force_flush()?;
+    let mut indexes: Vec<(String, Index)> = exporter
+        .get_finished_spans()?
+        .into_iter()
+        .filter(|span| span.span_kind == opentelemetry::trace::SpanKind::Client)
+        .filter_map(|span| {
+            let value = span
+                .attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == dei_instrumentation::span::INDEX)?
+                .value
+                .as_str()
+                .into_owned();
+            Some((span.name.into_owned(), Index::decode(&value).ok()?))
+        })
+        .collect();
+    indexes.sort_by_key(|(_, index)| (index.depth(), index.encode()));
+    for (name, index) in &indexes {
+        let counts: Vec<String> = index.elements().iter().map(|e| e.count.to_string()).collect();
+        println!(
+            "{name:<40} depth {} counts [{}]  dei.index {index}",
+            index.depth(),
+            counts.join(" :: ")
+        );
+    }
+
+    // What the layers promise: six RPCs, six distinct indexes, each Echo call's index one element longer than
+    // the World call it was made in.
+    let distinct: std::collections::BTreeSet<String> = indexes.iter().map(|(_, i)| i.encode()).collect();
+    let worlds: Vec<&Index> = indexes
+        .iter()
+        .filter(|(n, _)| n.ends_with("World/Get"))
+        .map(|(_, i)| i)
+        .collect();
+    let echoes: Vec<&Index> = indexes
+        .iter()
+        .filter(|(n, _)| n.ends_with("Echo"))
+        .map(|(_, i)| i)
+        .collect();
+    let nested = echoes
+        .iter()
+        .all(|echo| echo.parent().is_some_and(|parent| worlds.contains(&&parent)));
+    if distinct.len() != 6 || worlds.len() != 2 || echoes.len() != 4 || !nested {
+        return Err(format!("expected 6 distinct indexes, 4 Echo calls under 2 World calls: {indexes:?}").into());
+    }
+    println!("6 RPCs, 6 distinct indexes, each Echo call's index extends its World call's");
+    Ok(())
+}
