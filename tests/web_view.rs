@@ -76,6 +76,62 @@ fn start_driver(chromedriver: &Path) -> Driver {
     driver
 }
 
+/// Injected into every page before its own scripts (Chrome DevTools' `Page.addScriptToEvaluateOnNewDocument`
+/// through chromedriver): the JSON of every `/api/` response is wrapped in proxies that record each property
+/// app.js reads that is absent from the object it reads it on (with the endpoint, the JSON path, arrays as
+/// `[]`, and the app.js line), and every key the API sent. `window.__deiUnsentReads()` lists the reads of a key
+/// that no response of the API carried anywhere: a field app.js expects and the API does not send, such as a
+/// renamed one. An optional field that some response carries somewhere is not reported (which also lets a
+/// misplaced read of it through); reads by Cytoscape are not app.js's and are not recorded.
+const FIELD_READS_JS: &str = r#"(() => {
+  const sent = new Set(), reads = new Map();
+  const endpoint = u => new URL(String(u && u.url ? u.url : u), location.href).pathname.replace(/\/[0-9a-f]{32}$/, "/{trace_id}");
+  function note(ep, path, v) {
+    if (v === null || typeof v !== "object") return;
+    if (Array.isArray(v)) { for (const x of v) note(ep, path + "[]", x); return; }
+    for (const k of Object.keys(v)) { sent.add(k); note(ep, path + "." + k, v[k]); }
+  }
+  function wrap(ep, path, v) {
+    if (v === null || typeof v !== "object") return v;
+    const array = Array.isArray(v);
+    return new Proxy(v, { get(t, k, r) {
+      const x = Reflect.get(t, k, r);
+      if (typeof k !== "string") return x;
+      if (array) return /^[0-9]+$/.test(k) ? wrap(ep, path + "[]", x) : x;
+      if (!(k in t) && k !== "then" && k !== "toJSON") {
+        const at = (new Error().stack || "").split("\n").find(l => l.includes("/ui/")) || "";
+        if (at.includes("/ui/app.js")) reads.set(ep + " " + path + "." + k, { key: k, at: at.trim() });
+      }
+      return wrap(ep, path + "." + k, x);
+    } });
+  }
+  const fetch = window.fetch.bind(window);
+  window.fetch = async (...args) => {
+    const response = await fetch(...args);
+    const ep = endpoint(args[0]);
+    if (!ep.startsWith("/api/")) return response;
+    const json = response.json.bind(response);
+    response.json = async () => { const v = await json(); note(ep, "", v); return wrap(ep, "", v); };
+    return response;
+  };
+  window.__deiUnsentReads = () => [...reads].filter(([, r]) => !sent.has(r.key)).map(([where, r]) => where + " (" + r.at + ")");
+})();"#;
+
+/// chromedriver's Chrome DevTools command `Page.addScriptToEvaluateOnNewDocument`.
+#[derive(Debug)]
+struct AddScriptToEvaluateOnNewDocument(&'static str);
+
+impl fantoccini::wd::WebDriverCompatibleCommand for AddScriptToEvaluateOnNewDocument {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/goog/cdp/execute", session.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({"cmd": "Page.addScriptToEvaluateOnNewDocument", "params": {"source": self.0}});
+        (http::Method::POST, Some(body.to_string()))
+    }
+}
+
 async fn connect(driver: &Driver, chromium: &Path, profile: &Path) -> Client {
     let args = [
         "--headless".to_string(),
@@ -95,11 +151,16 @@ async fn connect(driver: &Driver, chromium: &Path, profile: &Path) -> Client {
         "goog:chromeOptions".into(),
         json!({ "binary": chromium.display().to_string(), "args": args }),
     );
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{}", driver.port))
         .await
-        .expect("WebDriver session")
+        .expect("WebDriver session");
+    client
+        .issue_cmd(AddScriptToEvaluateOnNewDocument(FIELD_READS_JS))
+        .await
+        .expect("install the field-read recorder (chromedriver's goog/cdp/execute)");
+    client
 }
 
 /// Evaluates `script` (a function body returning a value) until `done` accepts its result.
@@ -355,6 +416,51 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
     assert!(
         outcomes.iter().all(|o| *o == "pass" || o.starts_with("fail: ")),
         "{outcomes:?}"
+    );
+
+    // app.js reads no field that the API does not send, on any tab (it read each endpoint's JSON above)
+    click(&client, "#tabs button[data-tab=traces]").await;
+    wait_for(
+        &client,
+        "the trace list",
+        "return document.querySelectorAll('#trace-list tr').length;",
+        |v| v.as_u64().is_some_and(|n| n > 1),
+    )
+    .await;
+    click(&client, "#trace-list tr:nth-child(2) a").await;
+    wait_for(
+        &client,
+        "a trace's calls",
+        "return document.querySelectorAll('#trace-tree-root li').length;",
+        |v| v.as_u64().is_some_and(|n| n > 0),
+    )
+    .await;
+    click(&client, "#tabs button[data-tab=analyses]").await;
+    wait_for(
+        &client,
+        "the analyses",
+        "return document.querySelectorAll('#analyses h2').length;",
+        |v| v.as_u64().is_some_and(|n| n > 0),
+    )
+    .await;
+    click(&client, "#tabs button[data-tab=diff]").await;
+    wait_for(
+        &client,
+        "the diff",
+        "return document.querySelectorAll('#diff-result h2').length;",
+        |v| v.as_u64().is_some_and(|n| n > 0),
+    )
+    .await;
+    let unsent = client
+        .execute(
+            "return window.__deiUnsentReads ? window.__deiUnsentReads() : null;",
+            vec![],
+        )
+        .await
+        .expect("the field-read recorder's findings");
+    assert!(
+        unsent.as_array().is_some_and(|reads| reads.is_empty()),
+        "app.js reads fields that the API does not send (null: the recorder was not installed): {unsent:#}"
     );
     client.close().await.expect("close the session");
     drop(driver);

@@ -304,9 +304,10 @@ async function loadAnalyses() {
   }
   out.push(el("h2", {}, "Projection to other instantiations"));
   for (const p of a.projections || []) {
-    const { collapsed, ...summary } = p;
+    const { collapses, unstable, ...summary } = p;
     out.push(table([summary]));
-    if (Array.isArray(collapsed)) out.push(table(collapsed));
+    if (Array.isArray(collapses) && collapses.length) out.push(table(collapses));
+    if (Array.isArray(unstable) && unstable.length) out.push(table(unstable));
   }
   box.replaceChildren(...out);
 }
@@ -314,9 +315,9 @@ async function loadAnalyses() {
 // ---- search executions ------------------------------------------------------------------------------
 // dei-sfit writes `outcome` as `{verdict: "pass"}` or `{verdict: "fail", message}`
 function verdict(e) { return e.outcome && typeof e.outcome === "object" ? e.outcome.verdict : e.outcome; }
-function failed(e) { const v = verdict(e); return v === "fail" || v === "failed" || e.passed === false; }
+function failed(e) { return verdict(e) === "fail"; }
 function outcomeText(e) {
-  const v = verdict(e) ?? (e.passed ? "pass" : "fail");
+  const v = verdict(e);
   return e.outcome && e.outcome.message ? `${v}: ${e.outcome.message}` : v;
 }
 async function loadSearch() {
