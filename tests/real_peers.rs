@@ -268,7 +268,7 @@ fn cinema_through_the_collector_and_dei_collector_to_jaeger() {
     );
     // the graphs are final once no half waits for its peer
     let settled = eventually(PATIENCE, || {
-        direct.collector.analyzer().graph.waiting() == 0 && via.collector.analyzer().graph.waiting() == 0
+        direct.collector.state().graph.waiting() == 0 && via.collector.state().graph.waiting() == 0
     });
     assert!(settled, "no span waits for its peer in either graph");
 

@@ -829,7 +829,7 @@ async fn web_view_stays_bounded_with_thousands_of_nodes_in_chromium() {
 
     // a collector whose client and server halves wait long enough to pair however slowly the spans arrive
     let mut config = ServerConfig::ephemeral();
-    config.analyzer.graph.store_ttl = Duration::from_secs(600);
+    config.state.graph.store_ttl = Duration::from_secs(600);
     let collector = server::start(config).await.expect("start the collector");
     let load = LargeLoad::generate();
     let depth = load.chain.len();
@@ -839,7 +839,7 @@ async fn web_view_stays_bounded_with_thousands_of_nodes_in_chromium() {
         .expect("export over OTLP/HTTP");
     assert_eq!(sent, 2 * load.rpcs.len());
     {
-        let a = collector.collector.analyzer();
+        let a = collector.collector.state();
         assert_eq!(a.tree.len(), load.rpcs.len() + 1, "one node per RPC, and the root");
         assert_eq!(a.graph.waiting(), 0, "every client span met its server span");
         assert_eq!(a.graph.edges().len(), load.edges().len());

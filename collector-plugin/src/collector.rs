@@ -1,11 +1,11 @@
 //! The running collector: accepts export requests from the receivers, forwards them, and feeds the
-//! [`Analyzer`].
+//! [`CollectorState`].
 
-use crate::analyzer::{Analyzer, AnalyzerConfig};
 use crate::counters::{Counters, RateLimitedLog};
 use crate::forward::{Batch, Forwarder};
 use crate::otlp::{self, Rejection};
 use crate::span_record::{self, AttributeIssue, SpanRecord};
+use crate::state::{CollectorState, StateConfig};
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,7 +30,7 @@ pub struct IngestConfig {
     pub analyze: bool,
     /// A JSON report of an exhaustive fault search (dei-sfit) served at `/api/v1/search` for the web view.
     pub search_report: Option<std::path::PathBuf>,
-    /// The base URL of Jaeger's UI (`--jaeger-ui`, checked by [`crate::ui::parse_jaeger_ui`]): the web view
+    /// The base URL of Jaeger's UI (`--jaeger-ui`, checked by [`crate::api::ui::parse_jaeger_ui`]): the web view
     /// links trace ids to Jaeger's trace page and tree nodes to a Jaeger search for their `dei.index` tag.
     pub jaeger_ui: Option<String>,
     /// Host names (with or without a port) the API and web view answer to besides IP literals and
@@ -53,7 +53,7 @@ impl Default for IngestConfig {
             search_report: None,
             jaeger_ui: None,
             api_allowed_hosts: Vec::new(),
-            metrics_max_histogram_edges: crate::graph::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES,
+            metrics_max_histogram_edges: crate::api::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES,
         }
     }
 }
@@ -126,7 +126,7 @@ struct Inbox {
 pub struct Collector {
     config: IngestConfig,
     counters: Arc<Counters>,
-    analyzer: Mutex<Analyzer>,
+    state: Mutex<CollectorState>,
     inbox: Mutex<Inbox>,
     /// Emptied record buffers, reused by the next requests.
     spare_records: Mutex<Vec<Vec<SpanRecord>>>,
@@ -137,15 +137,15 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// A collector with an analyzer and, optionally, a forwarder.
+    /// A collector with its state and, optionally, a forwarder.
     pub fn new(
         config: IngestConfig,
-        analyzer: AnalyzerConfig,
+        state: StateConfig,
         forwarder: Option<Forwarder>,
         counters: Arc<Counters>,
     ) -> Self {
         Collector {
-            analyzer: Mutex::new(Analyzer::new(analyzer, counters.clone())),
+            state: Mutex::new(CollectorState::new(state, counters.clone())),
             inbox: Mutex::default(),
             spare_records: Mutex::default(),
             counters,
@@ -168,18 +168,18 @@ impl Collector {
     }
 
     /// Locks the analysis state (for queries), after applying every span accepted so far.
-    pub fn analyzer(&self) -> MutexGuard<'_, Analyzer> {
-        let mut analyzer = self.analyzer.lock().unwrap_or_else(|p| p.into_inner());
-        self.drain_inbox(&mut analyzer);
-        analyzer
+    pub fn state(&self) -> MutexGuard<'_, CollectorState> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.drain_inbox(&mut state);
+        state
     }
 
     fn lock_inbox(&self) -> MutexGuard<'_, Inbox> {
         self.inbox.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Applies the inbox's batches to `analyzer` (whose lock the caller holds), until the inbox is empty.
-    fn drain_inbox(&self, analyzer: &mut Analyzer) {
+    /// Applies the inbox's batches to `state` (whose lock the caller holds), until the inbox is empty.
+    fn drain_inbox(&self, state: &mut CollectorState) {
         loop {
             let batches = {
                 let mut inbox = self.lock_inbox();
@@ -191,12 +191,12 @@ impl Collector {
             }
             let mut last = None;
             for (mut records, at) in batches {
-                analyzer.ingest_drain(&mut records, at);
+                state.ingest_drain(&mut records, at);
                 self.give_back(records);
                 last = Some(at);
             }
             if let Some(at) = last {
-                analyzer.housekeeping(at);
+                state.housekeeping(at);
             }
         }
     }
@@ -233,17 +233,17 @@ impl Collector {
         };
         loop {
             let guard = if full {
-                Some(self.analyzer.lock().unwrap_or_else(|p| p.into_inner()))
+                Some(self.state.lock().unwrap_or_else(|p| p.into_inner()))
             } else {
-                match self.analyzer.try_lock() {
+                match self.state.try_lock() {
                     Ok(g) => Some(g),
                     Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
                     Err(std::sync::TryLockError::WouldBlock) => None,
                 }
             };
-            let Some(mut analyzer) = guard else { return };
-            self.drain_inbox(&mut analyzer);
-            drop(analyzer);
+            let Some(mut state) = guard else { return };
+            self.drain_inbox(&mut state);
+            drop(state);
             // a batch pushed while we held the lock, whose submitter found it taken, is ours to apply
             if self.lock_inbox().batches.is_empty() {
                 return;
@@ -409,7 +409,7 @@ impl Collector {
 
     /// Periodic upkeep: expires unpaired spans and old traces.
     pub fn housekeeping(&self) {
-        self.analyzer().housekeeping(Instant::now());
+        self.state().housekeeping(Instant::now());
     }
 
     /// Drains the forwarding queue (until its deadline).

@@ -1,13 +1,11 @@
 //! Process-wide counters: what was received, rejected, dropped and evicted.
 //!
 //! Every rejection of bad input and every bounded-memory decision increments one of these, so that nothing is
-//! lost silently. They are exported as Prometheus counters by [`crate::graph::prometheus`] and as JSON by the
+//! lost silently. They are exported as Prometheus counters by the API layer (`/metrics`) and as JSON by the
 //! API (`GET /api/v1/stats`).
 
-use serde::Serialize;
-use std::sync::Mutex;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 macro_rules! counters {
     ($(#[$doc:meta] $name:ident),* $(,)?) => {
@@ -18,7 +16,7 @@ macro_rules! counters {
         }
 
         /// A point-in-time copy of [`Counters`].
-        #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+        #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
         pub struct CountersSnapshot {
             $(#[$doc] pub $name: u64,)*
         }
@@ -147,26 +145,28 @@ impl Counters {
 }
 
 /// Logs at most one message per interval for a class of event (bad input must not flood the log).
+#[cfg(feature = "server")]
 #[derive(Debug)]
 pub struct RateLimitedLog {
     interval: std::time::Duration,
-    last: Mutex<Option<Instant>>,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
     suppressed: AtomicU64,
 }
 
+#[cfg(feature = "server")]
 impl RateLimitedLog {
     /// A limiter that lets one message through per `interval`.
     pub fn new(interval: std::time::Duration) -> Self {
         RateLimitedLog {
             interval,
-            last: Mutex::new(None),
+            last: std::sync::Mutex::new(None),
             suppressed: AtomicU64::new(0),
         }
     }
 
     /// Logs `msg` at WARN unless a message was logged less than one interval ago.
     pub fn warn(&self, msg: &str) {
-        let now = Instant::now();
+        let now = std::time::Instant::now();
         let mut last = match self.last.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),

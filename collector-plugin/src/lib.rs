@@ -10,12 +10,18 @@
 //!   to coarser instantiations.
 //!
 //! Layout: [`otlp`] decodes and validates bodies, [`span_record`] extracts what analysis reads,
-//! [`analyzer`] holds the state, [`receiver`] and [`api`] serve it, [`forward`] sends batches on,
+//! [`state`] holds the collector's state (graph, tree, traces), [`analysis`] reads it, [`receiver`] and
+//! [`api`] serve it (the API layer renders the state into the [`views`]), [`forward`] sends batches on,
 //! [`offline`] reads OTLP/JSON files, [`bench`](mod@bench) has the load generator and the counting sink.
+//!
+//! # Features
+//! - `server` (default): everything above. Without it (`default-features = false`) the crate is only
+//!   [`views`], the types of the API's JSON, for clients.
 //!
 //! # Example
 //! ```
-//! use dei_collector::analyzer::{Analyzer, AnalyzerConfig};
+//! # #[cfg(feature = "server")] {
+//! use dei_collector::state::{CollectorState, StateConfig};
 //! use dei_collector::counters::Counters;
 //! use dei_collector::{otlp, span_record};
 //! use std::sync::Arc;
@@ -26,29 +32,47 @@
 //!   "attributes":[{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}}]}]}]}]}"#;
 //! let req = otlp::decode_json(json).unwrap();
 //! let mut issues = Vec::new();
-//! let spans = span_record::extract(&req, &mut issues);
-//! let mut analyzer = Analyzer::new(AnalyzerConfig::default(), Arc::new(Counters::default()));
+//! let spans = span_record::extract(&req, &mut issues).unwrap();
+//! let mut analyzer = CollectorState::new(StateConfig::default(), Arc::new(Counters::default()));
 //! analyzer.ingest(spans, std::time::Instant::now());
 //! assert_eq!(analyzer.tree.len(), 2); // the root `1` and one RPC
+//! # }
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "server")]
 pub mod analysis;
-pub mod analyzer;
+#[cfg(feature = "server")]
 pub mod api;
+#[cfg(feature = "server")]
 pub mod bench;
+#[cfg(feature = "server")]
 pub mod collector;
+#[cfg(feature = "server")]
 pub mod config_file;
 pub mod counters;
+#[cfg(feature = "server")]
 pub mod forward;
+#[cfg(feature = "server")]
+#[doc(hidden)]
+pub mod fuzzing;
+#[cfg(feature = "server")]
 pub mod graph;
+#[cfg(feature = "server")]
 pub mod limits;
+#[cfg(feature = "server")]
 pub mod offline;
+#[cfg(feature = "server")]
 pub mod otlp;
+#[cfg(feature = "server")]
 pub mod receiver;
-pub mod serde_index;
+#[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
 pub mod span_record;
+#[cfg(feature = "server")]
+pub mod state;
+#[cfg(feature = "server")]
 pub mod tree;
-pub mod ui;
+pub mod views;

@@ -136,7 +136,7 @@ struct ServeArgs {
     api_allowed_hosts: Vec<String>,
     /// Most service-graph edges whose latency histograms /metrics shows (the busiest); the others get only
     /// their request counters, and dei_metrics_histogram_edges_omitted says how many.
-    #[arg(long, default_value_t = dei_collector::graph::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES)]
+    #[arg(long, default_value_t = dei_collector::api::prometheus::DEFAULT_MAX_HISTOGRAM_EDGES)]
     metrics_max_histogram_edges: usize,
     /// Forward only: no graph, no tree.
     #[arg(long)]
@@ -145,7 +145,7 @@ struct ServeArgs {
     #[arg(long)]
     search_report: Option<PathBuf>,
     /// Jaeger's UI (e.g. http://jaeger:16686): the web view links trace ids and tree nodes to it.
-    #[arg(long, value_parser = dei_collector::ui::parse_jaeger_ui)]
+    #[arg(long, value_parser = dei_collector::api::ui::parse_jaeger_ui)]
     jaeger_ui: Option<String>,
     /// Most prefix-tree nodes.
     #[arg(long, default_value_t = 100_000)]
@@ -380,12 +380,12 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     config.ingest.jaeger_ui = a.jaeger_ui;
     config.ingest.api_allowed_hosts = a.api_allowed_hosts;
     config.ingest.metrics_max_histogram_edges = a.metrics_max_histogram_edges;
-    config.analyzer.max_nodes = a.max_nodes;
-    config.analyzer.graph.max_edges = a.max_edges;
-    config.analyzer.graph.store_ttl = Duration::from_millis(a.pairing_ttl_ms);
-    config.analyzer.graph.max_store_items = a.max_pairing_spans;
-    config.analyzer.traces.max_traces = a.max_traces;
-    config.analyzer.traces.max_age = Duration::from_secs(a.trace_max_age_secs);
+    config.state.max_nodes = a.max_nodes;
+    config.state.graph.max_edges = a.max_edges;
+    config.state.graph.store_ttl = Duration::from_millis(a.pairing_ttl_ms);
+    config.state.graph.max_store_items = a.max_pairing_spans;
+    config.state.traces.max_traces = a.max_traces;
+    config.state.traces.max_age = Duration::from_secs(a.trace_max_age_secs);
     let downstream = match (a.forward_grpc, a.forward_http) {
         (Some(g), _) => Some(Downstream::Grpc(g)),
         (None, Some(h)) => Some(Downstream::Http(h)),
@@ -496,13 +496,13 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
         }
         eprintln!("dei-collector: warning (--keep-going): skipped {what}");
     }
-    let view = || dei_collector::graph::render::graph_view(&analyzer);
+    let view = || dei_collector::api::render::graph_view(&analyzer);
     let out = match a.format {
         Format::Text => offline::text_report(&analyzer, &summary, a.tree_depth, &extra),
         Format::Json => serde_json::to_string_pretty(&offline::json_report(&analyzer, &summary, a.tree_depth, &extra))
             .map_err(|e| e.to_string())?,
-        Format::Dot => dei_collector::graph::render::to_dot(&view()),
-        Format::Mermaid => dei_collector::graph::render::to_mermaid(&view()),
+        Format::Dot => dei_collector::api::render::to_dot(&view()),
+        Format::Mermaid => dei_collector::api::render::to_mermaid(&view()),
     };
     println!("{out}");
     Ok(())

@@ -12,12 +12,12 @@
 pub mod jaeger;
 
 use crate::analysis;
-use crate::analyzer::{Analyzer, AnalyzerConfig};
+use crate::api::render;
+use crate::api::tree as views;
 use crate::counters::Counters;
-use crate::graph::render;
 use crate::otlp;
 use crate::span_record;
-use crate::tree::views;
+use crate::state::{CollectorState, StateConfig};
 use dei_propagator::Instantiation;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use serde_json::json;
@@ -106,7 +106,7 @@ fn kind(v: &serde_json::Value) -> &'static str {
 }
 
 /// Ingests one classified document; `at` names it in problems.
-fn ingest_classified(a: &mut Analyzer, doc: Doc, s: &mut Summary, at: &dyn Fn() -> String) {
+fn ingest_classified(a: &mut CollectorState, doc: Doc, s: &mut Summary, at: &dyn Fn() -> String) {
     match doc {
         Doc::Otlp(req) => {
             if let Err(e) = ingest_doc(a, &req, s) {
@@ -131,7 +131,7 @@ fn ingest_classified(a: &mut Analyzer, doc: Doc, s: &mut Summary, at: &dyn Fn() 
     }
 }
 
-fn bad(a: &Analyzer, s: &mut Summary) {
+fn bad(a: &CollectorState, s: &mut Summary) {
     s.bad_documents += 1;
     Counters::add(&a.counters().offline_bad_documents, 1);
 }
@@ -150,13 +150,13 @@ pub enum OfflineError {
 }
 
 /// An analyzer configured for offline input: pairing and trace ages do not expire by wall-clock time.
-pub fn offline_analyzer(counters: Arc<Counters>) -> Analyzer {
-    let mut config = AnalyzerConfig::default();
+pub fn offline_analyzer(counters: Arc<Counters>) -> CollectorState {
+    let mut config = StateConfig::default();
     config.graph.store_ttl = Duration::from_secs(365 * 24 * 3600);
     config.traces.max_age = Duration::from_secs(365 * 24 * 3600);
     config.traces.max_traces = 100_000;
     config.max_nodes = 1_000_000;
-    Analyzer::new(config, counters)
+    CollectorState::new(config, counters)
 }
 
 /// Where an offline run is: file `file` of `files`, `read` of `total` bytes.
@@ -219,7 +219,7 @@ impl<R: Read> Read for CountingReader<R> {
 }
 
 /// Ingests one export request; a request with invalid ids is counted as bad and its reason returned.
-fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary) -> Result<(), String> {
+fn ingest_doc(a: &mut CollectorState, req: &ExportTraceServiceRequest, s: &mut Summary) -> Result<(), String> {
     let mut issues = Vec::new();
     let extracted = otlp::with_lite(req, |lite| {
         otlp::validate_lite_ids(lite).map(|_| span_record::extract_lite(lite, &mut issues))
@@ -242,7 +242,11 @@ fn ingest_doc(a: &mut Analyzer, req: &ExportTraceServiceRequest, s: &mut Summary
 /// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer. A file that
 /// cannot be read is counted in [`Summary::unreadable_files`] (with the reason in the problems) and the
 /// others are still read; the caller decides whether that, or bad documents, fail the run.
-pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Write) -> Result<Summary, OfflineError> {
+pub fn ingest_files(
+    a: &mut CollectorState,
+    paths: &[PathBuf],
+    progress: &mut dyn Write,
+) -> Result<Summary, OfflineError> {
     let mut s = Summary {
         files: paths.len(),
         ..Default::default()
@@ -275,7 +279,7 @@ pub fn ingest_files(a: &mut Analyzer, paths: &[PathBuf], progress: &mut dyn Writ
 }
 
 fn ingest_file(
-    a: &mut Analyzer,
+    a: &mut CollectorState,
     path: &Path,
     s: &mut Summary,
     p: &mut Progress<'_>,
@@ -365,11 +369,11 @@ fn ingest_file(
 }
 
 /// The full JSON report: summary, graph, tree (to `tree_depth`) and every analysis.
-pub fn json_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> serde_json::Value {
+pub fn json_report(a: &CollectorState, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> serde_json::Value {
     let mut budget = 100_000;
     json!({
         "summary": s,
-        "stats": crate::api::stats_json(a, &a.counters().snapshot(), Default::default()),
+        "stats": crate::api::stats(a, &a.counters().snapshot(), Default::default()),
         "graph": render::graph_view(a),
         "tree": views::subtree(a, crate::tree::ROOT, tree_depth, &mut budget),
         "analyses": analysis::report(a, extra),
@@ -377,7 +381,7 @@ pub fn json_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instan
 }
 
 /// A readable text report.
-pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> String {
+pub fn text_report(a: &CollectorState, s: &Summary, tree_depth: usize, extra: &[Instantiation]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -411,10 +415,9 @@ pub fn text_report(a: &Analyzer, s: &Summary, tree_depth: usize, extra: &[Instan
         g.edges.len()
     );
     for e in &g.edges {
-        let kind = if e.connection_type.is_empty() {
-            "direct"
-        } else {
-            e.connection_type
+        let kind = match e.connection_type {
+            crate::views::EdgeType::Direct => "direct",
+            other => other.label(),
         };
         let _ = writeln!(
             o,

@@ -1,13 +1,13 @@
 //! Starting and stopping the whole collector: the gRPC and HTTP receivers, the API, the forwarder and the
 //! housekeeping timer.
 
-use crate::analyzer::AnalyzerConfig;
 use crate::api;
 use crate::collector::{Collector, IngestConfig};
 use crate::counters::Counters;
 use crate::forward::{ForwardConfig, Forwarder};
 use crate::limits::{ConnectionLimits, LimitedListener};
 use crate::receiver::{grpc::TraceExportService, http};
+use crate::state::StateConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +27,7 @@ pub struct ServerConfig {
     /// Input handling.
     pub ingest: IngestConfig,
     /// Analysis limits.
-    pub analyzer: AnalyzerConfig,
+    pub state: StateConfig,
     /// Where to forward, if anywhere.
     pub forward: Option<ForwardConfig>,
     /// Connection limits of every listener (the read timeout applies to the HTTP/1 listeners, OTLP/HTTP and
@@ -44,7 +44,7 @@ impl Default for ServerConfig {
             http_listen: SocketAddr::from(([127, 0, 0, 1], 4318)),
             api_listen: SocketAddr::from(([127, 0, 0, 1], 4319)),
             ingest: IngestConfig::default(),
-            analyzer: AnalyzerConfig::default(),
+            state: StateConfig::default(),
             forward: None,
             limits: ConnectionLimits::default(),
             max_grpc_streams: 100,
@@ -116,7 +116,7 @@ pub async fn start(config: ServerConfig) -> Result<Running, StartError> {
     };
     let collector = Arc::new(Collector::new(
         config.ingest.clone(),
-        config.analyzer.clone(),
+        config.state.clone(),
         forwarder,
         counters.clone(),
     ));

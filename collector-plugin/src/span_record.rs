@@ -91,31 +91,7 @@ pub struct StreamMapping {
     pub time_ns: u64,
 }
 
-/// An OTLP span status code.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StatusCode {
-    /// `STATUS_CODE_UNSET`.
-    #[default]
-    Unset,
-    /// `STATUS_CODE_OK`.
-    Ok,
-    /// `STATUS_CODE_ERROR`.
-    Error,
-}
-
-/// A span's status and the protocol status its caller saw.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize)]
-pub struct SpanStatus {
-    /// The OTLP status code.
-    pub code: StatusCode,
-    /// The status message (the description of an error), at most 1 KiB.
-    pub message: Option<Arc<str>>,
-    /// `rpc.grpc.status_code` (a value outside `i32` is ignored).
-    pub grpc_status_code: Option<i32>,
-    /// `http.response.status_code` (a value outside `i32` is ignored).
-    pub http_status_code: Option<i32>,
-}
+pub use crate::views::{SpanStatus, StatusCode};
 
 /// The `dei.*` attributes of one span, each `None` when absent or rejected.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -213,18 +189,12 @@ impl std::fmt::Display for AttributeIssue {
 
 /// Extracts every span of a fully decoded request whose ids were validated by
 /// [`crate::otlp::validate_ids`]. Spans with invalid ids are skipped.
-/// A request the receivers would refuse (array values nested too deeply) gives no span and one issue.
-pub fn extract(req: &ExportTraceServiceRequest, issues: &mut Vec<AttributeIssue>) -> Vec<SpanRecord> {
-    let mut found = Vec::new();
-    let out = crate::otlp::with_lite(req, |lite| extract_lite(lite, &mut found));
-    issues.append(&mut found);
-    out.unwrap_or_else(|refused| {
-        issues.push(AttributeIssue {
-            key: String::new(),
-            problem: refused.to_string(),
-        });
-        Vec::new()
-    })
+/// A request the receivers would refuse (array values nested too deeply) is refused here too.
+pub fn extract(
+    req: &ExportTraceServiceRequest,
+    issues: &mut Vec<AttributeIssue>,
+) -> Result<Vec<SpanRecord>, crate::otlp::Rejection> {
+    crate::otlp::with_lite(req, |lite| extract_lite(lite, issues))
 }
 
 /// Extracts every span of a [`lite`] request (the receivers' hot path).
@@ -572,7 +542,7 @@ mod tests {
         );
         let req = decode_json(json.as_bytes()).unwrap();
         let mut issues = Vec::new();
-        (extract(&req, &mut issues), issues)
+        (extract(&req, &mut issues).expect("a small request decodes"), issues)
     }
 
     #[test]
@@ -679,8 +649,8 @@ mod tests {
                 && crate::otlp::validate_ids(&req).is_ok()
             {
                 let mut issues = Vec::new();
-                let spans = extract(&req, &mut issues);
-                let mut a = crate::analyzer::Analyzer::new(Default::default(), Default::default());
+                let spans = extract(&req, &mut issues).expect("validate_ids decoded it");
+                let mut a = crate::state::CollectorState::new(Default::default(), Default::default());
                 a.ingest(spans, std::time::Instant::now());
             }
         }

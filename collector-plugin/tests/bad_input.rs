@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use dei_collector::forward::GRPC_EXPORT_PATH;
-use dei_collector::forward::codec::RawCodec;
+use dei_collector::otlp::codec::RawCodec;
 use dei_collector::server::{self, Running, ServerConfig};
 use prost::Message;
 use std::io::Write;
@@ -158,7 +158,7 @@ async fn http_rejections() {
     let (status, _) = post(&r, "application/json", Some("gzip"), gzip(GOOD.as_bytes())).await;
     assert_eq!(status, 200);
     assert_eq!(r.collector.counters().snapshot().requests_accepted, 2);
-    assert_eq!(r.collector.analyzer().tree.len(), 2);
+    assert_eq!(r.collector.state().tree.len(), 2);
     r.shutdown().await;
 }
 
@@ -188,7 +188,7 @@ async fn wrong_attribute_types_skip_the_spans_dei_data_or_are_rejected_in_strict
         (5, 1, 1)
     );
     // the span's DEI data, its well-formed index included, was skipped: the tree has only its root
-    assert_eq!(r.collector.analyzer().tree.len(), 1);
+    assert_eq!(r.collector.state().tree.len(), 1);
     r.shutdown().await;
 
     let r = start(true).await;

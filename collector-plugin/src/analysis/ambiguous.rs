@@ -3,29 +3,11 @@
 //! RPC occurrences of one trace.
 
 use super::NamedIndex;
-use crate::analyzer::Analyzer;
-use serde::Serialize;
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
-/// One ambiguous index.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    /// The index.
-    #[serde(flatten)]
-    pub node: NamedIndex,
-    /// Spans that carried `dei.ambiguous = true`.
-    pub flagged_by_instrumentation: u64,
-    /// Occurrences that shared the index with another occurrence of the same trace.
-    pub collisions_in_trace: u64,
-    /// Occurrences in total.
-    pub seen: u64,
-    /// Calling services.
-    pub client_services: BTreeMap<Arc<str>, u64>,
-}
+use crate::state::CollectorState;
+pub use crate::views::AmbiguousIndex as Finding;
 
 /// Every ambiguous index, most frequent first.
-pub fn detect(a: &Analyzer) -> Vec<Finding> {
+pub fn detect(a: &CollectorState) -> Vec<Finding> {
     let mut out: Vec<Finding> = a
         .tree
         .ids()

@@ -23,10 +23,10 @@
 //! - Traces evicted from the store are not seen; a caller that is not instrumented with payload digests only
 //!   gets `sequential_only` findings.
 
-use super::{NamedIndex, trace_hex};
-use crate::analyzer::Analyzer;
+use super::trace_hex;
+use crate::state::CollectorState;
+pub use crate::views::ChainedCall as Finding;
 use dei_propagator::{Index, PayloadDigest};
-use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -41,33 +41,6 @@ impl Default for Params {
     fn default() -> Self {
         Params { min_traces: 1 }
     }
-}
-
-/// One chained-call pair, aggregated over traces.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    /// The caller scope (parent index).
-    pub parent: NamedIndex,
-    /// The calling service.
-    pub caller: Option<Arc<str>>,
-    /// The service called twice.
-    pub service: Arc<str>,
-    /// The first call's signature.
-    pub first: Arc<str>,
-    /// The second call's signature.
-    pub second: Arc<str>,
-    /// Traces with the sequence.
-    pub traces: u64,
-    /// Distinct payloads of the first call.
-    pub distinct_first_inputs: usize,
-    /// Distinct payloads of the second call.
-    pub distinct_second_inputs: usize,
-    /// `data_dependent` or `sequential_only` (see the module docs).
-    pub confidence: &'static str,
-    /// Median gap between the first's end and the second's start, milliseconds.
-    pub median_gap_ms: f64,
-    /// One trace that shows it.
-    pub example_trace: String,
 }
 
 /// (parent scope, callee service, first signature, second signature).
@@ -85,7 +58,7 @@ struct Acc {
 }
 
 /// Finds chained calls in the retained traces.
-pub fn detect(a: &Analyzer, params: &Params) -> Vec<Finding> {
+pub fn detect(a: &CollectorState, params: &Params) -> Vec<Finding> {
     let mut acc: BTreeMap<PairKey, Acc> = BTreeMap::new();
     for t in a.traces.ordered() {
         // calls per (parent scope, callee service), in start order
@@ -144,7 +117,7 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Finding> {
         let data_dependent = has_payloads && functional && e.pairs.len() >= 2 && e.seconds.len() >= 2;
         e.gaps.sort_by(|a, b| a.total_cmp(b));
         out.push(Finding {
-            parent: NamedIndex::of(a, &parent),
+            parent: crate::analysis::named(a, &parent),
             caller: e.caller,
             service,
             first,
@@ -153,17 +126,17 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Finding> {
             distinct_first_inputs: e.pairs.len(),
             distinct_second_inputs: e.seconds.len(),
             confidence: if data_dependent {
-                "data_dependent"
+                crate::views::Confidence::DataDependent
             } else {
-                "sequential_only"
+                crate::views::Confidence::SequentialOnly
             },
             median_gap_ms: e.gaps.get(e.gaps.len() / 2).copied().unwrap_or(0.0),
             example_trace: e.example.map(|t| trace_hex(&t)).unwrap_or_default(),
         });
     }
     out.sort_by(|a, b| {
-        (b.confidence == "data_dependent")
-            .cmp(&(a.confidence == "data_dependent"))
+        (b.confidence == crate::views::Confidence::DataDependent)
+            .cmp(&(a.confidence == crate::views::Confidence::DataDependent))
             .then(b.traces.cmp(&a.traces))
     });
     out

@@ -9,10 +9,10 @@
 //! index's parent (for a top-level index, every trace is comparable). Traces are ordered by their first span
 //! start.
 
-use super::{NamedIndex, trace_hex};
-use crate::analyzer::Analyzer;
+use super::trace_hex;
+use crate::state::CollectorState;
+pub use crate::views::Episode;
 use dei_propagator::Index;
-use serde::Serialize;
 use std::collections::BTreeSet;
 
 /// Parameters.
@@ -28,32 +28,8 @@ impl Default for Params {
     }
 }
 
-/// One opened (and maybe re-closed) breaker.
-#[derive(Debug, Clone, Serialize)]
-pub struct Episode {
-    /// The index faults were injected on.
-    #[serde(flatten)]
-    pub node: NamedIndex,
-    /// Traces with a fault on it before it vanished.
-    pub fault_traces: usize,
-    /// The faults injected.
-    pub faults: BTreeSet<String>,
-    /// The last trace with a fault before it vanished.
-    pub last_fault_trace: String,
-    /// Consecutive comparable traces without the index (or anything under it).
-    pub absent_traces: usize,
-    /// First trace without it.
-    pub first_absent_trace: String,
-    /// The trace where it came back, if it did.
-    pub reclosed_trace: Option<String>,
-    /// `reclosed` or `open` (not seen again in the retained traces).
-    pub state: &'static str,
-    /// Nodes of its subtree in the prefix tree (what vanished with it).
-    pub subtree_size: usize,
-}
-
 /// Finds breaker episodes in the retained traces.
-pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
+pub fn detect(a: &CollectorState, params: &Params) -> Vec<Episode> {
     let traces = a.traces.ordered();
     let mut faulted: BTreeSet<Index> = BTreeSet::new();
     for t in &traces {
@@ -84,14 +60,18 @@ pub fn detect(a: &Analyzer, params: &Params) -> Vec<Episode> {
                      reclosed: Option<[u8; 16]>| {
             if absent.len() >= params.min_absent.max(1) {
                 out.push(Episode {
-                    node: NamedIndex::of(a, &index),
+                    node: crate::analysis::named(a, &index),
                     fault_traces,
                     faults: faults.clone(),
                     last_fault_trace: trace_hex(&last_fault),
                     absent_traces: absent.len(),
                     first_absent_trace: trace_hex(&absent[0]),
                     reclosed_trace: reclosed.map(|t| trace_hex(&t)),
-                    state: if reclosed.is_some() { "reclosed" } else { "open" },
+                    state: if reclosed.is_some() {
+                        crate::views::EpisodeState::Reclosed
+                    } else {
+                        crate::views::EpisodeState::Open
+                    },
                     subtree_size,
                 });
             }

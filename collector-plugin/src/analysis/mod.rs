@@ -19,30 +19,12 @@ pub mod circuit_breaker;
 pub mod projection;
 pub mod repeated_call;
 
-use crate::analyzer::Analyzer;
+use crate::state::CollectorState;
+pub use crate::views::{NamedIndex, Report};
 use dei_propagator::{Index, Instantiation};
-use serde::Serialize;
-use std::sync::Arc;
-
-/// Every analysis in one document.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    /// Retained traces the per-trace analyses looked at.
-    pub traces_analyzed: usize,
-    /// Circuit-breaker episodes.
-    pub circuit_breakers: Vec<circuit_breaker::Episode>,
-    /// Repeated calls.
-    pub repeated_calls: Vec<repeated_call::Finding>,
-    /// Chained calls.
-    pub chained_calls: Vec<chained_call::Finding>,
-    /// Ambiguous indexes.
-    pub ambiguous: Vec<ambiguous::Finding>,
-    /// Projections to coarser instantiations.
-    pub projections: Vec<projection::Projection>,
-}
 
 /// Runs every analysis; projections under Filibuster's and 3MileBeach's instantiations plus `extra`.
-pub fn report(a: &Analyzer, extra: &[Instantiation]) -> Report {
+pub fn report(a: &CollectorState, extra: &[Instantiation]) -> Report {
     let mut targets = vec![Instantiation::filibuster(), Instantiation::three_mile_beach()];
     for i in extra {
         if !targets.contains(i) {
@@ -59,22 +41,11 @@ pub fn report(a: &Analyzer, extra: &[Instantiation]) -> Report {
     }
 }
 
-/// An index with its readable signature, for findings.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
-pub struct NamedIndex {
-    /// The wire form.
-    pub index: String,
-    /// The readable signature, when known.
-    pub signature: Option<Arc<str>>,
-}
-
-impl NamedIndex {
-    /// Names `index` with the signature stored in the tree.
-    pub fn of(a: &Analyzer, index: &Index) -> NamedIndex {
-        NamedIndex {
-            index: index.encode(),
-            signature: a.tree.get(index).and_then(|(_, n)| n.stats.signature.clone()),
-        }
+/// Names `index` with the signature stored in the tree.
+pub fn named(a: &CollectorState, index: &Index) -> NamedIndex {
+    NamedIndex {
+        index: index.encode(),
+        signature: a.tree.get(index).and_then(|(_, n)| n.stats.signature.clone()),
     }
 }
 

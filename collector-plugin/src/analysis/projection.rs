@@ -6,71 +6,18 @@
 //! Occurrences without a signature are skipped; missing payload or stack digests are replayed as empty
 //! (counted in `missing_components`), which only matters for instantiations that include them.
 
-use super::{NamedIndex, trace_hex};
-use crate::analyzer::Analyzer;
+use super::trace_hex;
+use crate::state::CollectorState;
+pub use crate::views::{Collapse, Projection, UnstableName};
 use dei_propagator::projection::{RecordedRpc, project};
 use dei_propagator::{Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-
-/// One projected name that several distinct RPCs of one execution share.
-#[derive(Debug, Clone, Serialize)]
-pub struct Collapse {
-    /// The index under the coarser instantiation.
-    pub projected: String,
-    /// The distinct full indexes that collapsed into it (up to 16).
-    pub full: Vec<NamedIndex>,
-    /// Most distinct RPCs sharing it in one trace.
-    pub max_in_one_trace: usize,
-    /// Traces where it happened.
-    pub traces: u64,
-    /// One such trace.
-    pub example_trace: String,
-}
-
-/// A projection of the retained traces.
-#[derive(Debug, Clone, Serialize)]
-pub struct Projection {
-    /// The target instantiation.
-    pub instantiation: String,
-    /// RPC occurrences replayed.
-    pub rpcs: u64,
-    /// Distinct full indexes.
-    pub distinct_full: usize,
-    /// Distinct projected indexes.
-    pub distinct_projected: usize,
-    /// Occurrences that lacked a payload or stack digest.
-    pub missing_components: u64,
-    /// Replaying under the full `dei` instantiation reproduced the recorded index (instrumentation check).
-    pub reproduced_recorded: u64,
-    /// Names shared by distinct RPCs within one trace, largest first (up to `limit`).
-    pub collapses: Vec<Collapse>,
-    /// How many names were shared in total.
-    pub collapsed_names: usize,
-    /// Names that denote different RPCs in different traces (e.g. concurrent calls told apart only by
-    /// payload get their counts in scheduling order): a fault injected by that name hits a different RPC
-    /// from one run to the next. Largest first (up to `limit`).
-    pub unstable: Vec<UnstableName>,
-    /// How many names were unstable in total.
-    pub unstable_names: usize,
-}
-
-/// A projected name that stood for different full indexes in different traces.
-#[derive(Debug, Clone, Serialize)]
-pub struct UnstableName {
-    /// The index under the coarser instantiation.
-    pub projected: String,
-    /// The distinct full indexes it stood for (up to 16).
-    pub full: Vec<NamedIndex>,
-    /// How many distinct full indexes (counted up to 64).
-    pub distinct_full: usize,
-}
 
 /// Most full indexes remembered per projected name.
 const MAX_FULL_PER_NAME: usize = 64;
 
 /// Projects every retained trace to `target`.
-pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Projection {
+pub fn project_tree(a: &CollectorState, target: &Instantiation, limit: usize) -> Projection {
     let mut rpcs_total = 0u64;
     let mut missing = 0u64;
     let mut reproduced = 0u64;
@@ -131,7 +78,7 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         .into_iter()
         .map(|(p, (fulls, max, traces, ex))| Collapse {
             projected: p.encode(),
-            full: fulls.iter().take(16).map(|f| NamedIndex::of(a, f)).collect(),
+            full: fulls.iter().take(16).map(|f| crate::analysis::named(a, f)).collect(),
             max_in_one_trace: max,
             traces,
             example_trace: trace_hex(&ex),
@@ -149,7 +96,7 @@ pub fn project_tree(a: &Analyzer, target: &Instantiation, limit: usize) -> Proje
         .map(|(p, fulls)| UnstableName {
             projected: p.encode(),
             distinct_full: fulls.len(),
-            full: fulls.iter().take(16).map(|f| NamedIndex::of(a, f)).collect(),
+            full: fulls.iter().take(16).map(|f| crate::analysis::named(a, f)).collect(),
         })
         .collect();
     let unstable_names = unstable.len();

@@ -9,40 +9,18 @@
 //! Calls without a `dei.payload.digest` are not considered: without the payload, equal signatures say
 //! nothing about redundant work.
 
-use super::{NamedIndex, trace_hex};
-use crate::analyzer::Analyzer;
+use super::trace_hex;
+use crate::state::CollectorState;
+use crate::views::RepeatScope;
+pub use crate::views::RepeatedCall as Finding;
 use dei_propagator::{Index, PayloadDigest};
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-/// One repeated call pattern, aggregated over traces.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    /// `same_parent` or `across_layers`.
-    pub scope: &'static str,
-    /// The repeated call's signature.
-    pub signature: Arc<str>,
-    /// Its payload digest (hex).
-    pub payload_digest: String,
-    /// For `same_parent`: the parent index; for `across_layers`: `None`.
-    pub parent: Option<NamedIndex>,
-    /// Services that issued the calls.
-    pub callers: BTreeSet<Arc<str>>,
-    /// Traces where the pattern occurred.
-    pub traces: u64,
-    /// Most calls in one trace.
-    pub max_calls_in_one_trace: u64,
-    /// Calls in total over those traces.
-    pub total_calls: u64,
-    /// One trace that shows it.
-    pub example_trace: String,
-}
-
-type Key = (&'static str, Arc<str>, PayloadDigest, Option<Index>);
+type Key = (RepeatScope, Arc<str>, PayloadDigest, Option<Index>);
 
 /// Finds repeated calls in the retained traces, most widespread first.
-pub fn detect(a: &Analyzer) -> Vec<Finding> {
+pub fn detect(a: &CollectorState) -> Vec<Finding> {
     let mut agg: BTreeMap<Key, Finding> = BTreeMap::new();
     for t in a.traces.ordered() {
         let mut same_parent: HashMap<(Arc<str>, PayloadDigest, Index), Vec<usize>> = HashMap::new();
@@ -60,7 +38,7 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
                 scope: key.0,
                 signature: key.1.clone(),
                 payload_digest: key.2.to_hex(),
-                parent: key.3.as_ref().map(|p| NamedIndex::of(a, p)),
+                parent: key.3.as_ref().map(|p| crate::analysis::named(a, p)),
                 callers: BTreeSet::new(),
                 traces: 0,
                 max_calls_in_one_trace: 0,
@@ -78,7 +56,11 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
                     .iter()
                     .filter_map(|&i| t.occurrences[i].client_service.clone())
                     .collect();
-                add(("same_parent", sig, p, Some(parent)), occ.len() as u64, callers);
+                add(
+                    (RepeatScope::SameParent, sig, p, Some(parent)),
+                    occ.len() as u64,
+                    callers,
+                );
             }
         }
         for ((sig, p), parents) in by_call {
@@ -94,7 +76,7 @@ pub fn detect(a: &Analyzer) -> Vec<Finding> {
                     .iter()
                     .filter(|o| o.signature.as_ref() == Some(&sig) && o.payload == Some(p))
                     .count() as u64;
-                add(("across_layers", sig, p, None), calls, callers);
+                add((RepeatScope::AcrossLayers, sig, p, None), calls, callers);
             }
         }
     }

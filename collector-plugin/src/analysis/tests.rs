@@ -2,18 +2,19 @@
 
 use super::fixtures::*;
 use super::*;
-use crate::analyzer::{Analyzer, AnalyzerConfig};
+use crate::api::tree as views;
 use crate::counters::Counters;
-use crate::tree::views;
+use crate::state::{CollectorState, StateConfig};
 use dei_propagator::Index;
+use std::sync::Arc;
 use std::time::Instant;
 
-fn analyzer() -> Analyzer {
-    Analyzer::new(AnalyzerConfig::default(), Arc::new(Counters::default()))
+fn analyzer() -> CollectorState {
+    CollectorState::new(StateConfig::default(), Arc::new(Counters::default()))
 }
 
 /// frontend → users.GetUser, frontend → catalog.List → pricing.Price ×2
-fn shop(a: &mut Analyzer, trace: u8, t0: u64, fault_on_users: bool) -> (Index, Index) {
+fn shop(a: &mut CollectorState, trace: u8, t0: u64, fault_on_users: bool) -> (Index, Index) {
     let mut b = TraceBuilder::new(trace, t0);
     let root = b.root("frontend");
     let r = Index::root();
@@ -86,7 +87,7 @@ fn tree_merges_traces_and_counts_occurrences_once() {
     let catalog = t.tree.iter().find(|n| n.occurrence.index == cat).unwrap();
     assert_eq!(catalog.children.len(), 2);
     // the graph saw the pairs, the prefix relation gives the same edges
-    let g = crate::graph::render::graph_view(&a);
+    let g = crate::api::render::graph_view(&a);
     let e = g
         .edges
         .iter()
@@ -286,7 +287,10 @@ fn circuit_breaker_open_then_reclosed() {
     assert_eq!(eps.len(), 1, "{eps:?}");
     let e = &eps[0];
     assert_eq!(e.node.index, users.encode());
-    assert_eq!((e.fault_traces, e.absent_traces, e.state), (2, 2, "reclosed"));
+    assert_eq!(
+        (e.fault_traces, e.absent_traces, e.state),
+        (2, 2, crate::views::EpisodeState::Reclosed)
+    );
     assert_eq!(e.reclosed_trace.as_deref(), Some(hex::encode([6u8; 16]).as_str()));
     assert_eq!(e.faults.iter().collect::<Vec<_>>(), vec!["g14"]);
     let (_, n) = a.tree.get(&users).unwrap();
@@ -345,12 +349,18 @@ fn repeated_calls_under_one_parent_and_across_layers() {
     );
     a.ingest(b.spans, Instant::now());
     let f = repeated_call::detect(&a);
-    let same = f.iter().find(|f| f.scope == "same_parent").expect("same parent");
+    let same = f
+        .iter()
+        .find(|f| f.scope == crate::views::RepeatScope::SameParent)
+        .expect("same parent");
     assert_eq!(
         (&*same.signature, same.max_calls_in_one_trace),
         ("users.Users/GetCurrentUser", 2)
     );
-    let across = f.iter().find(|f| f.scope == "across_layers").expect("across layers");
+    let across = f
+        .iter()
+        .find(|f| f.scope == crate::views::RepeatScope::AcrossLayers)
+        .expect("across layers");
     assert_eq!(across.max_calls_in_one_trace, 3);
     assert!(across.callers.contains("cart") && across.callers.contains("frontend"));
     assert_eq!(f.len(), 2, "Cart/Get is called once: {f:?}");
@@ -394,7 +404,10 @@ fn chained_calls_with_data_dependency() {
         (&*f[0].first, &*f[0].second, &*f[0].service),
         ("users.Users/GetUser", "users.Users/GetProfile", "users")
     );
-    assert_eq!((f[0].traces, f[0].confidence), (3, "data_dependent"));
+    assert_eq!(
+        (f[0].traces, f[0].confidence),
+        (3, crate::views::Confidence::DataDependent)
+    );
 }
 
 #[test]
@@ -500,10 +513,10 @@ fn report_runs_every_analysis() {
 
 #[test]
 fn memory_is_bounded_with_counters() {
-    let mut config = AnalyzerConfig::default();
+    let mut config = StateConfig::default();
     config.traces.max_traces = 5;
     config.max_nodes = 20;
-    let mut a = Analyzer::new(config, Arc::new(Counters::default()));
+    let mut a = CollectorState::new(config, Arc::new(Counters::default()));
     for t in 0..50u8 {
         let mut b = TraceBuilder::new(t, t as u64 * 1_000_000_000);
         let root = b.root("frontend");
@@ -666,7 +679,7 @@ fn trace_view_carries_statuses_digests_and_stream_messages() {
     );
     let req = crate::otlp::decode_json(json.as_bytes()).expect("OTLP/JSON");
     let mut issues = Vec::new();
-    let records = crate::span_record::extract(&req, &mut issues);
+    let records = crate::span_record::extract(&req, &mut issues).expect("decodable");
     assert_eq!(issues, vec![]);
     let mut an = analyzer();
     an.ingest(records, Instant::now());
@@ -772,11 +785,49 @@ fn nodes_find_their_frames_by_stack_digest() {
     for index in [&one.index, &two.index] {
         let (_, node) = a.tree.get(index).expect("a node per call");
         assert_eq!(
-            views::NodeView::of(node, &a.stacks).stack,
+            views::node_view(node, &a.stacks).stack,
             Some(frames.clone()),
             "{}",
             index.encode()
         );
     }
     assert_eq!(a.stacks.len(), 1);
+}
+
+/// What the API serializes, a client deserializes into the same [`crate::views`] types, equal to the original:
+/// no field is renamed, dropped or defaulted on the way.
+#[test]
+fn every_view_reads_back_as_what_was_sent() {
+    fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(v: &T) {
+        let text = serde_json::to_string(v).expect("serializes");
+        let back: T = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(&back, v, "{text}");
+        // and the text it gives is the same again
+        assert_eq!(serde_json::to_string(&back).expect("serializes"), text);
+    }
+    let mut a = analyzer();
+    shop(&mut a, 1, 1_000_000_000, true);
+    shop(&mut a, 2, 2_000_000_000, false);
+    let t = views::trace_view(a.trace(&[1; 16]).unwrap());
+    assert!(!t.tree.is_empty());
+    round_trip(&t);
+    let mut budget = 1000;
+    let sub = views::subtree(&a, crate::tree::ROOT, 64, &mut budget).expect("root");
+    assert!(!sub.subtree.is_empty());
+    round_trip(&sub);
+    round_trip(&crate::api::render::graph_view(&a));
+    round_trip(&crate::analysis::report(&a, &[]));
+    round_trip(&crate::api::stats(&a, &a.counters().snapshot(), Default::default()));
+    round_trip(&views::diff(
+        &a,
+        &views::Selection::Traces(vec![[1; 16]]),
+        &views::Selection::Traces(vec![[2; 16]]),
+        10,
+    ));
+    // a renamed field is an error, not a default
+    let mut value = serde_json::to_value(&t).expect("serializes");
+    let node = &mut value["tree"][0];
+    let rpc = node.as_object_mut().expect("object").remove("rpc").expect("rpc");
+    node["rpc_id"] = rpc;
+    assert!(serde_json::from_value::<crate::views::TraceView>(value).is_err());
 }

@@ -1,7 +1,7 @@
 //! A sink: an OTLP receiver (gRPC and HTTP protobuf) that decodes and counts spans, and nothing else.
 //! `GET /count` on its HTTP port returns `{"spans": N, "requests": M}`.
 
-use crate::forward::codec::RawCodec;
+use crate::otlp::codec::RawCodec;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};

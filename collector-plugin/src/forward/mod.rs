@@ -14,7 +14,6 @@
 //! batch and counts it. [`Forwarder::shutdown`]
 //! stops accepting, drains the queue until a deadline, and counts what is left.
 
-pub mod codec;
 pub mod parts;
 
 use crate::counters::Counters;

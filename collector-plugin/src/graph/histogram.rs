@@ -77,6 +77,18 @@ impl Histogram {
     }
 }
 
+impl From<&Histogram> for crate::views::Latency {
+    fn from(h: &Histogram) -> Self {
+        crate::views::Latency {
+            count: h.count,
+            mean_s: h.mean(),
+            p50_s: h.quantile_upper_bound(0.5),
+            p99_s: h.quantile_upper_bound(0.99),
+            max_s: h.max,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,11 +11,9 @@
 //! Collector's connector does, instead of holding the half until the TTL.
 //!
 //! Edges derived from the DEI prefix relation (the caller's index is a prefix of the callee's) are computed
-//! from the prefix tree by [`render::index_edges`].
+//! from the prefix tree by `api::render::index_edges`.
 
 pub mod histogram;
-pub mod prometheus;
-pub mod render;
 
 use crate::counters::Counters;
 use crate::span_record::{Kind, PeerSource, SpanId, SpanRecord, TraceId};
@@ -60,15 +58,21 @@ pub enum ConnectionType {
     Database,
 }
 
+impl From<ConnectionType> for crate::views::EdgeType {
+    fn from(c: ConnectionType) -> Self {
+        match c {
+            ConnectionType::Direct => crate::views::EdgeType::Direct,
+            ConnectionType::VirtualNode => crate::views::EdgeType::VirtualNode,
+            ConnectionType::MessagingSystem => crate::views::EdgeType::MessagingSystem,
+            ConnectionType::Database => crate::views::EdgeType::Database,
+        }
+    }
+}
+
 impl ConnectionType {
     /// The label value.
     pub fn label(self) -> &'static str {
-        match self {
-            ConnectionType::Direct => "",
-            ConnectionType::VirtualNode => "virtual_node",
-            ConnectionType::MessagingSystem => "messaging_system",
-            ConnectionType::Database => "database",
-        }
+        crate::views::EdgeType::from(self).label()
     }
 }
 

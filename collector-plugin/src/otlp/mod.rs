@@ -5,6 +5,7 @@
 //! [`Rejection::grpc_code`] give: `400` / `INVALID_ARGUMENT` for bad input, and a retryable `503` (with
 //! `Retry-After`) / `UNAVAILABLE` when the collector is full and the client should retry.
 
+pub mod codec;
 pub mod lite;
 
 use crate::counters::Counters;

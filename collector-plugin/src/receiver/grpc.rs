@@ -6,8 +6,8 @@
 //! accepted. Messages over the size limit also get `INVALID_ARGUMENT`.
 
 use crate::collector::Collector;
-use crate::forward::codec::RawCodec;
 use crate::otlp::Rejection;
+use crate::otlp::codec::RawCodec;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use prost::Message;

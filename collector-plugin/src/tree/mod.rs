@@ -10,7 +10,6 @@
 pub(crate) mod interner;
 pub mod stacks;
 pub mod traces;
-pub mod views;
 
 use crate::counters::Counters;
 use crate::graph::histogram::Histogram;

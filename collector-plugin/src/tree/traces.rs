@@ -7,100 +7,11 @@
 //! messages, a fault) are boxed, and a trace of a few calls finds an occurrence by a linear scan; the hash
 //! maps for `(rpc, index)` and for distinct indexes are built only past [`LINEAR_LOOKUP_MAX`] occurrences.
 
-use crate::span_record::{SpanId, SpanRecord, SpanStatus, TraceId};
-use dei_propagator::{Index, PayloadDigest, StackDigest};
-use serde::Serialize;
+use crate::span_record::{SpanId, SpanRecord, TraceId};
+pub use crate::views::{MessageOf, Occurrence, StreamMessage};
+use dei_propagator::Index;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// One RPC occurrence in a trace: a client span and its server span, or either alone.
-#[derive(Debug, Clone, Serialize)]
-pub struct Occurrence {
-    /// The (final) index.
-    #[serde(serialize_with = "crate::serde_index::serialize")]
-    pub index: Index,
-    /// The RPC's identity in the trace: the client span id, or the server span's parent id.
-    #[serde(serialize_with = "crate::serde_index::hex8")]
-    pub rpc: SpanId,
-    /// The client span's parent (the span that issued the call), when the client span was seen.
-    #[serde(serialize_with = "crate::serde_index::hex8_opt")]
-    pub caller_span: Option<SpanId>,
-    /// `dei.signature` (or the span name).
-    pub signature: Option<Arc<str>>,
-    /// `dei.payload.digest`.
-    #[serde(serialize_with = "crate::serde_index::digest_opt")]
-    pub payload: Option<PayloadDigest>,
-    /// The start of the request's payload, when the caller recorded it (`dei.payload`, opt-in).
-    pub payload_preview: Option<Arc<str>>,
-    /// `dei.stack.digest` (of the client span), shared with the trace store's other occurrences of it.
-    #[serde(serialize_with = "crate::serde_index::stack_digest_opt")]
-    pub stack_digest: Option<Arc<StackDigest>>,
-    /// A stream's own occurrence (`dei.preliminary`): its index ends in the preliminary element.
-    pub preliminary: bool,
-    /// The client span's status, when the client span was seen (shared with equal statuses).
-    pub client_status: Option<Arc<SpanStatus>>,
-    /// The server span's status, when the server span was seen (shared with equal statuses).
-    pub server_status: Option<Arc<SpanStatus>>,
-    /// Calling service.
-    pub client_service: Option<Arc<str>>,
-    /// Called service (or virtual peer).
-    pub server_service: Option<Arc<str>>,
-    /// Client span start/end, Unix ns.
-    pub client_time: Option<(u64, u64)>,
-    /// Server span start/end, Unix ns.
-    pub server_time: Option<(u64, u64)>,
-    /// Either side had status ERROR.
-    pub error: bool,
-    /// The injected fault, if any.
-    pub fault: Option<Box<str>>,
-    /// Flagged ambiguous by instrumentation.
-    pub ambiguous: bool,
-    /// On a stream's occurrence: the messages its client sent (`dei.stream.message` events), in order.
-    pub messages: Box<[StreamMessage]>,
-    /// On a stream message's occurrence: which stream it was sent on.
-    pub stream: Option<Box<MessageOf>>,
-}
-
-/// One message a stream's client sent (a `dei.stream.message` event, paper §4.2).
-#[derive(Debug, Clone, Serialize)]
-pub struct StreamMessage {
-    /// Its 1-based position k on the stream, when the event said (`dei.message`).
-    pub k: Option<u32>,
-    /// The preliminary index the callee served it under (`…r|(x+k)~`).
-    #[serde(serialize_with = "crate::serde_index::serialize")]
-    pub preliminary_index: Index,
-    /// Its final index (its own occurrence's index).
-    #[serde(serialize_with = "crate::serde_index::serialize")]
-    pub index: Index,
-    /// The fault injected on it, wire form (the stream ended before it).
-    pub fault: Option<String>,
-    /// When it was sent, Unix ns.
-    pub time_unix_nano: u64,
-}
-
-/// The stream a message occurrence was sent on.
-#[derive(Debug, Clone, Serialize)]
-pub struct MessageOf {
-    /// The stream's (preliminary) index.
-    #[serde(serialize_with = "crate::serde_index::serialize")]
-    pub index: Index,
-    /// The message's 1-based position k, when known.
-    pub k: Option<u32>,
-    /// When it was sent, Unix ns.
-    pub time_unix_nano: u64,
-}
-
-impl Occurrence {
-    /// When the call started (client side preferred), Unix ns.
-    pub fn start_ns(&self) -> u64 {
-        self.client_time.or(self.server_time).map_or(0, |t| t.0)
-    }
-    /// When the call ended (client side preferred), Unix ns.
-    pub fn end_ns(&self) -> u64 {
-        self.client_time.or(self.server_time).map_or(0, |t| t.1)
-    }
-}
 
 /// One trace's record.
 #[derive(Debug, Clone)]

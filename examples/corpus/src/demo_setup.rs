@@ -119,7 +119,7 @@ pub async fn run(options: DemoOptions) -> Result<Demo, String> {
     // a client span without a server peer (an injected connection fault) waits for its peer until the
     // pairing TTL, then becomes an edge to a virtual node: wait until no span waits, so the graph is final
     let settle = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while collector.collector.analyzer().graph.waiting() > 0 && std::time::Instant::now() < settle {
+    while collector.collector.state().graph.waiting() > 0 && std::time::Instant::now() < settle {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     Ok(Demo {
@@ -132,8 +132,8 @@ pub async fn run(options: DemoOptions) -> Result<Demo, String> {
 impl Demo {
     /// Reads the summary from the collector's state and the report.
     pub fn summary(&self) -> Summary {
-        let analyzer = self.collector.collector.analyzer();
-        let view = dei_collector::graph::render::graph_view(&analyzer);
+        let analyzer = self.collector.collector.state();
+        let view = dei_collector::api::render::graph_view(&analyzer);
         let names = |is_virtual: bool| {
             let mut v: Vec<String> = view
                 .nodes

@@ -2,10 +2,15 @@
 //! Prometheus metrics. Documented in `collector-plugin/API.md`.
 
 use crate::analysis::{self, ambiguous, chained_call, circuit_breaker, projection, repeated_call};
-use crate::analyzer::Analyzer;
 use crate::collector::Collector;
-use crate::graph::{prometheus, render};
-use crate::tree::views::{self, Selection};
+use crate::state::CollectorState;
+pub mod prometheus;
+pub mod render;
+pub mod tree;
+pub mod ui;
+
+use crate::api::tree::{self as views, Selection};
+use crate::views::{NodeTraces, Stats, TraceList, TraceSummary};
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -23,7 +28,7 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/api/v1/stats", get(stats))
+        .route("/api/v1/stats", get(get_stats))
         .route("/api/v1/graph", get(graph))
         .route("/api/v1/tree", get(tree))
         .route("/api/v1/tree/node", get(node))
@@ -39,7 +44,7 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/v1/analyses/chained-calls", get(chained_calls))
         .route("/api/v1/analyses/ambiguous", get(ambiguous_indexes))
         .route("/api/v1/analyses/projection", get(projection))
-        .merge(crate::ui::router())
+        .merge(ui::router())
         .layer(axum::middleware::from_fn_with_state(collector.clone(), check_host))
         .with_state(collector)
 }
@@ -171,7 +176,7 @@ async fn readyz(State(c): State<Arc<Collector>>) -> Response {
 async fn metrics(State(c): State<Arc<Collector>>) -> Response {
     let queued = c.queue_depth();
     let counters = c.counters().snapshot();
-    let body = prometheus::render(&c.analyzer(), &counters, queued, c.config().metrics_max_histogram_edges);
+    let body = prometheus::render(&c.state(), &counters, queued, c.config().metrics_max_histogram_edges);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,
@@ -179,27 +184,27 @@ async fn metrics(State(c): State<Arc<Collector>>) -> Response {
         .into_response()
 }
 
-/// A JSON snapshot of the counters and the sizes of the state.
-pub fn stats_json(
-    a: &Analyzer,
+/// A snapshot of the counters and the sizes of the state.
+pub fn stats(
+    a: &CollectorState,
     counters: &crate::counters::CountersSnapshot,
     queued: crate::forward::QueueDepth,
-) -> serde_json::Value {
-    json!({
-        "counters": counters,
-        "tree_nodes": a.tree.len(),
-        "traces_retained": a.traces.len(),
-        "graph_edges": a.graph.edges().len(),
-        "graph_waiting_spans": a.graph.waiting(),
-        "forward_queue_spans": queued.spans,
-        "forward_queue_bytes": queued.bytes,
-    })
+) -> Stats {
+    Stats {
+        counters: counters.clone(),
+        tree_nodes: a.tree.len(),
+        traces_retained: a.traces.len(),
+        graph_edges: a.graph.edges().len(),
+        graph_waiting_spans: a.graph.waiting(),
+        forward_queue_spans: queued.spans,
+        forward_queue_bytes: queued.bytes,
+    }
 }
 
-async fn stats(State(c): State<Arc<Collector>>) -> Response {
+async fn get_stats(State(c): State<Arc<Collector>>) -> Response {
     let queued = c.queue_depth();
     let counters = c.counters().snapshot();
-    Json(stats_json(&c.analyzer(), &counters, queued)).into_response()
+    Json(stats(&c.state(), &counters, queued)).into_response()
 }
 
 #[derive(Deserialize)]
@@ -208,7 +213,7 @@ struct GraphQuery {
 }
 
 async fn graph(State(c): State<Arc<Collector>>, Query(q): Query<GraphQuery>) -> Response {
-    let view = render::graph_view(&c.analyzer());
+    let view = render::graph_view(&c.state());
     match q.format.as_deref() {
         None | Some("json") => Json(view).into_response(),
         Some("dot") => (
@@ -241,7 +246,7 @@ async fn tree(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Re
         Ok(i) => i,
         Err(r) => return r.into_response(),
     };
-    let a = c.analyzer();
+    let a = c.state();
     let Some((id, _)) = a.tree.get(&index) else {
         return not_found(format!("no node at {}", index.encode()));
     };
@@ -255,9 +260,9 @@ async fn node(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -> Re
         Ok(i) => i,
         Err(r) => return r.into_response(),
     };
-    let a = c.analyzer();
+    let a = c.state();
     match a.tree.get(&index) {
-        Some((_, n)) => Json(views::NodeView::of(n, &a.stacks)).into_response(),
+        Some((_, n)) => Json(views::node_view(n, &a.stacks)).into_response(),
         None => not_found(format!("no node at {}", index.encode())),
     }
 }
@@ -267,7 +272,7 @@ async fn children(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -
         Ok(i) => i,
         Err(r) => return r.into_response(),
     };
-    let a = c.analyzer();
+    let a = c.state();
     let Some((id, _)) = a.tree.get(&index) else {
         return not_found(format!("no node at {}", index.encode()));
     };
@@ -280,7 +285,7 @@ async fn children(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -
         .skip(offset)
         .take(limit)
         .filter_map(|i| a.tree.node(i))
-        .map(|n| views::NodeView::of(n, &a.stacks))
+        .map(|n| views::node_view(n, &a.stacks))
         .collect();
     Json(list).into_response()
 }
@@ -291,23 +296,25 @@ struct LimitQuery {
 }
 
 async fn traces(State(c): State<Arc<Collector>>, Query(q): Query<LimitQuery>) -> Response {
-    let a = c.analyzer();
+    let a = c.state();
     let all = a.traces.ordered();
     let limit = q.limit.unwrap_or(100).min(10_000);
     let list: Vec<_> = all
         .iter()
         .rev()
         .take(limit)
-        .map(|t| {
-            json!({
-                "trace_id": hex::encode(t.trace_id),
-                "start_unix_nano": t.start_ns,
-                "rpcs": t.occurrences.len(),
-                "faults": t.occurrences.iter().filter(|o| o.fault.is_some()).count(),
-            })
+        .map(|t| TraceSummary {
+            trace_id: hex::encode(t.trace_id),
+            start_unix_nano: t.start_ns,
+            rpcs: t.occurrences.len(),
+            faults: t.occurrences.iter().filter(|o| o.fault.is_some()).count(),
         })
         .collect();
-    Json(json!({ "retained": all.len(), "traces": list })).into_response()
+    Json(TraceList {
+        retained: all.len(),
+        traces: list,
+    })
+    .into_response()
 }
 
 async fn trace(State(c): State<Arc<Collector>>, Path(trace_id): Path<String>) -> Response {
@@ -315,7 +322,7 @@ async fn trace(State(c): State<Arc<Collector>>, Path(trace_id): Path<String>) ->
         Ok(i) => i,
         Err(r) => return r.into_response(),
     };
-    let a = c.analyzer();
+    let a = c.state();
     match a.trace(&id) {
         Some(t) => Json(views::trace_view(t)).into_response(),
         None => not_found(format!("trace {trace_id} is not retained")),
@@ -360,7 +367,7 @@ async fn diff(State(c): State<Arc<Collector>>, Query(q): Query<DiffQuery>) -> Re
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
-    Json(views::diff(&c.analyzer(), &sa, &sb, q.limit.unwrap_or(1000))).into_response()
+    Json(views::diff(&c.state(), &sa, &sb, q.limit.unwrap_or(1000))).into_response()
 }
 
 #[derive(Deserialize)]
@@ -393,27 +400,23 @@ async fn analyses(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQue
         Ok(v) => v,
         Err(r) => return r.into_response(),
     };
-    Json(analysis::report(&c.analyzer(), &extra)).into_response()
+    Json(analysis::report(&c.state(), &extra)).into_response()
 }
 
 async fn circuit_breakers(State(c): State<Arc<Collector>>) -> Response {
-    Json(circuit_breaker::detect(
-        &c.analyzer(),
-        &circuit_breaker::Params::default(),
-    ))
-    .into_response()
+    Json(circuit_breaker::detect(&c.state(), &circuit_breaker::Params::default())).into_response()
 }
 
 async fn repeated_calls(State(c): State<Arc<Collector>>) -> Response {
-    Json(repeated_call::detect(&c.analyzer())).into_response()
+    Json(repeated_call::detect(&c.state())).into_response()
 }
 
 async fn chained_calls(State(c): State<Arc<Collector>>) -> Response {
-    Json(chained_call::detect(&c.analyzer(), &chained_call::Params::default())).into_response()
+    Json(chained_call::detect(&c.state(), &chained_call::Params::default())).into_response()
 }
 
 async fn ambiguous_indexes(State(c): State<Arc<Collector>>) -> Response {
-    Json(ambiguous::detect(&c.analyzer())).into_response()
+    Json(ambiguous::detect(&c.state())).into_response()
 }
 
 async fn projection(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQuery>) -> Response {
@@ -421,7 +424,7 @@ async fn projection(State(c): State<Arc<Collector>>, Query(q): Query<ProjectionQ
         Ok(v) => v,
         Err(r) => return r.into_response(),
     };
-    let a = c.analyzer();
+    let a = c.state();
     let limit = q.limit.unwrap_or(50);
     Json(
         targets
@@ -437,7 +440,7 @@ async fn node_traces(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>
         Ok(i) => i,
         Err(r) => return r.into_response(),
     };
-    let a = c.analyzer();
+    let a = c.state();
     let limit = q.limit.unwrap_or(100).min(10_000);
     let traces: Vec<String> = a
         .traces
@@ -448,7 +451,11 @@ async fn node_traces(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>
         .take(limit)
         .map(|t| hex::encode(t.trace_id))
         .collect();
-    Json(json!({ "index": index.encode(), "traces": traces })).into_response()
+    Json(NodeTraces {
+        index: index.encode(),
+        traces,
+    })
+    .into_response()
 }
 
 async fn search(State(c): State<Arc<Collector>>) -> Response {

@@ -1,9 +1,9 @@
 //! Prometheus text exposition: the servicegraph connector's metric names plus the collector's counters.
 
-use crate::analyzer::Analyzer;
 use crate::counters::CountersSnapshot;
 use crate::forward::QueueDepth;
 use crate::graph::histogram::{DEFAULT_BUCKETS, Histogram};
+use crate::state::CollectorState;
 use std::fmt::Write;
 
 fn esc(s: &str) -> String {
@@ -28,7 +28,12 @@ pub const DEFAULT_MAX_HISTOGRAM_EDGES: usize = 500;
 /// the latency histograms (34 series per edge) go only to the `max_histogram_edges` edges with the most
 /// requests, so that a scrape stays bounded, and the gauge `dei_metrics_histogram_edges_omitted` says how
 /// many edges were left out.
-pub fn render(a: &Analyzer, counters: &CountersSnapshot, queue: QueueDepth, max_histogram_edges: usize) -> String {
+pub fn render(
+    a: &CollectorState,
+    counters: &CountersSnapshot,
+    queue: QueueDepth,
+    max_histogram_edges: usize,
+) -> String {
     let mut out = String::new();
     let edges = a.graph.edges();
     let with_histograms: std::collections::HashSet<usize> = {

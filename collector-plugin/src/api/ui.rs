@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Json, Redirect, Response};
 use axum::routing::get;
 use std::sync::Arc;
 
-const INDEX_HTML: &str = include_str!("../web/index.html");
-const APP_JS: &str = include_str!("../web/app.js");
-const STYLE_CSS: &str = include_str!("../web/style.css");
-const CYTOSCAPE_JS: &str = include_str!("../web/vendor/cytoscape.min.js");
+const INDEX_HTML: &str = include_str!("../../web/index.html");
+const APP_JS: &str = include_str!("../../web/app.js");
+const STYLE_CSS: &str = include_str!("../../web/style.css");
+const CYTOSCAPE_JS: &str = include_str!("../../web/vendor/cytoscape.min.js");
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()

@@ -1,58 +1,16 @@
 //! The service graph as JSON, Graphviz DOT and Mermaid, including the edges derived from the DEI prefix
 //! relation.
 
-use crate::analyzer::Analyzer;
-use crate::tree::views::Latency;
-use serde::Serialize;
+use crate::state::CollectorState;
+use crate::views::{EdgeType, GraphEdge, GraphNode, GraphView};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Arc;
 
-/// A node of the graph.
-#[derive(Debug, Clone, Serialize)]
-pub struct GraphNode {
-    /// Service or virtual node name.
-    pub id: Arc<str>,
-    /// True for uninstrumented peers and `user`.
-    #[serde(rename = "virtual")]
-    pub is_virtual: bool,
-}
-
-/// An edge of the graph.
-#[derive(Debug, Clone, Serialize)]
-pub struct GraphEdge {
-    /// Caller.
-    pub client: Arc<str>,
-    /// Callee.
-    pub server: Arc<str>,
-    /// servicegraph `connection_type` (`""`, `virtual_node`, `messaging_system`, `database`), or `index`
-    /// for an edge seen only through the prefix relation.
-    pub connection_type: &'static str,
-    /// Requests from span pairs.
-    pub requests: u64,
-    /// Failed requests from span pairs.
-    pub failed: u64,
-    /// RPC occurrences under indexes whose caller/callee services are these (prefix relation).
-    pub index_requests: u64,
-    /// Client latency.
-    pub client_latency: Option<Latency>,
-    /// Server latency.
-    pub server_latency: Option<Latency>,
-}
-
-/// The graph.
-#[derive(Debug, Clone, Serialize)]
-pub struct GraphView {
-    /// Nodes.
-    pub nodes: Vec<GraphNode>,
-    /// Edges.
-    pub edges: Vec<GraphEdge>,
-}
-
 /// Edges from the prefix relation: for each tree node, its caller is the service on its client spans, or
 /// else the server of its parent index (the caller's index is the prefix); its callee is the service on
 /// its server spans, or else the peer its client spans name. Weighted by occurrences.
-pub fn index_edges(a: &Analyzer) -> BTreeMap<(Arc<str>, Arc<str>), u64> {
+pub fn index_edges(a: &CollectorState) -> BTreeMap<(Arc<str>, Arc<str>), u64> {
     let mut out = BTreeMap::new();
     for id in a.tree.ids() {
         let Some(n) = a.tree.node(id) else { continue };
@@ -74,7 +32,7 @@ pub fn index_edges(a: &Analyzer) -> BTreeMap<(Arc<str>, Arc<str>), u64> {
 }
 
 /// Builds the graph view.
-pub fn graph_view(a: &Analyzer) -> GraphView {
+pub fn graph_view(a: &CollectorState) -> GraphView {
     let mut nodes: BTreeMap<Arc<str>, bool> = BTreeMap::new();
     for s in a.graph.services().keys() {
         nodes.insert(s.clone(), false);
@@ -90,7 +48,7 @@ pub fn graph_view(a: &Analyzer) -> GraphView {
         edges.push(GraphEdge {
             client: k.client.clone(),
             server: k.server.clone(),
-            connection_type: k.connection_type.label(),
+            connection_type: k.connection_type.into(),
             requests: e.requests,
             failed: e.failed,
             index_requests: idx,
@@ -104,7 +62,7 @@ pub fn graph_view(a: &Analyzer) -> GraphView {
         edges.push(GraphEdge {
             client: c,
             server: s,
-            connection_type: "index",
+            connection_type: EdgeType::Index,
             requests: 0,
             failed: 0,
             index_requests: n,
@@ -146,12 +104,12 @@ pub fn to_dot(g: &GraphView) -> String {
         let _ = writeln!(out, "  {}{};", quote(&n.id), style);
     }
     for e in &g.edges {
-        let label = if e.connection_type == "index" {
+        let label = if e.connection_type == EdgeType::Index {
             format!("index: {}", e.index_requests)
         } else {
             format!("{} req, {} failed", e.requests, e.failed)
         };
-        let style = if e.connection_type == "index" {
+        let style = if e.connection_type == EdgeType::Index {
             ", style=dotted"
         } else {
             ""
@@ -188,7 +146,7 @@ pub fn to_mermaid(g: &GraphView) -> String {
     }
     for e in &g.edges {
         let (c, s) = (mermaid_id(&names, &e.client), mermaid_id(&names, &e.server));
-        if e.connection_type == "index" {
+        if e.connection_type == EdgeType::Index {
             let _ = writeln!(out, "  {c} -.->|\"index: {}\"| {s}", e.index_requests);
         } else {
             let _ = writeln!(out, "  {c} -->|\"{} req, {} failed\"| {s}", e.requests, e.failed);

@@ -1,6 +1,6 @@
 //! The analysis state: the service graph, the DEI prefix tree and the retained traces, fed span by span.
 //!
-//! [`Analyzer::ingest`] is the single entry point for live and offline input. It pairs spans for the
+//! [`CollectorState::ingest`] is the single entry point for live and offline input. It pairs spans for the
 //! service graph, resolves preliminary stream indexes to final ones (paper §4.2) and records each RPC
 //! occurrence in its trace and in the tree.
 
@@ -18,7 +18,7 @@ use std::time::Instant;
 
 /// Limits of the analysis state.
 #[derive(Debug, Clone)]
-pub struct AnalyzerConfig {
+pub struct StateConfig {
     /// Service graph limits.
     pub graph: GraphConfig,
     /// Trace store limits.
@@ -29,9 +29,9 @@ pub struct AnalyzerConfig {
     pub max_stacks: usize,
 }
 
-impl Default for AnalyzerConfig {
+impl Default for StateConfig {
     fn default() -> Self {
-        AnalyzerConfig {
+        StateConfig {
             graph: GraphConfig::default(),
             traces: TraceStoreConfig::default(),
             max_nodes: 100_000,
@@ -42,7 +42,7 @@ impl Default for AnalyzerConfig {
 
 /// The service graph, the prefix tree and the retained traces.
 #[derive(Debug)]
-pub struct Analyzer {
+pub struct CollectorState {
     /// The service graph.
     pub graph: ServiceGraph,
     /// The DEI prefix tree.
@@ -74,10 +74,10 @@ struct Update {
     new_fault: Option<String>,
 }
 
-impl Analyzer {
+impl CollectorState {
     /// An empty analyzer that reports to `counters`.
-    pub fn new(config: AnalyzerConfig, counters: Arc<Counters>) -> Self {
-        Analyzer {
+    pub fn new(config: StateConfig, counters: Arc<Counters>) -> Self {
+        CollectorState {
             graph: ServiceGraph::new(config.graph),
             tree: PrefixTree::new(config.max_nodes),
             traces: TraceStore::new(config.traces),
@@ -99,13 +99,13 @@ impl Analyzer {
         self.housekeeping(now);
     }
 
-    /// Ingests spans without the [housekeeping](Analyzer::housekeeping) that [`Analyzer::ingest`] does
+    /// Ingests spans without the [housekeeping](CollectorState::housekeeping) that [`CollectorState::ingest`] does
     /// after them (for a caller that ingests several batches and then keeps house once).
     pub fn ingest_only(&mut self, mut spans: Vec<SpanRecord>, now: Instant) {
         self.ingest_drain(&mut spans, now);
     }
 
-    /// [`Analyzer::ingest_only`] from a buffer that is left empty (its capacity kept, for the next batch).
+    /// [`CollectorState::ingest_only`] from a buffer that is left empty (its capacity kept, for the next batch).
     pub fn ingest_drain(&mut self, spans: &mut Vec<SpanRecord>, now: Instant) {
         for span in spans.drain(..) {
             self.ingest_span(span, now);

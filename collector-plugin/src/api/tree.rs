@@ -1,0 +1,167 @@
+//! Builds the views of the tree from the state: nodes, subtrees, one trace's tree and diffs.
+
+use crate::analysis::trace_hex;
+use crate::state::CollectorState;
+use crate::tree::stacks::StackFrames;
+use crate::tree::traces::TraceRecord;
+use crate::tree::{Node, NodeId};
+use crate::views::{Diff, DiffSide, NodeView, SubtreeView, TraceNode, TraceView};
+use dei_propagator::Index;
+use std::collections::BTreeSet;
+
+/// The view of a node.
+pub fn node_view(n: &Node, stacks: &StackFrames) -> NodeView {
+    let s = &n.stats;
+    NodeView {
+        index: n.index.encode(),
+        element: n.index.last().map(|e| e.to_string()),
+        depth: n.index.depth(),
+        signature: s.signature.clone(),
+        instantiation: s.instantiation.clone(),
+        client_services: s.client_services.clone(),
+        server_services: s.server_services.clone(),
+        peers: s.peers.clone(),
+        seen: s.seen,
+        traces: s.traces,
+        errors: s.errors,
+        faults: s.faults.clone(),
+        ambiguous_flagged: s.ambiguous_flagged,
+        collisions: s.collisions,
+        client_latency: (&s.client_latency).into(),
+        server_latency: (&s.server_latency).into(),
+        first_seen_unix_nano: s.first_seen_ns,
+        last_seen_unix_nano: s.last_seen_ns,
+        preliminary: s.preliminary,
+        children: n.children.len(),
+        stack: s.stack.clone().or_else(|| {
+            s.stack_digest
+                .and_then(|d| stacks.get(&d))
+                .map(|frames| frames.to_vec())
+        }),
+    }
+}
+
+/// The subtree at `id`, at most `max_depth` levels below and `budget` nodes in total.
+pub fn subtree(a: &CollectorState, id: NodeId, max_depth: usize, budget: &mut usize) -> Option<SubtreeView> {
+    let n = a.tree.node(id)?;
+    *budget = budget.checked_sub(1)?;
+    let mut children = Vec::new();
+    if max_depth > 0 {
+        for c in a.tree.children(id) {
+            match subtree(a, c, max_depth - 1, budget) {
+                Some(v) => children.push(v),
+                None => break,
+            }
+        }
+    }
+    Some(SubtreeView {
+        node: node_view(n, &a.stacks),
+        subtree: children,
+    })
+}
+
+/// The tree of one retained trace.
+pub fn trace_view(t: &TraceRecord) -> TraceView {
+    let mut order: Vec<usize> = (0..t.occurrences.len()).collect();
+    order.sort_by_key(|&i| (t.occurrences[i].index.depth(), t.occurrences[i].start_ns(), i));
+    let known: BTreeSet<&Index> = t.occurrences.iter().map(|o| &o.index).collect();
+    fn build(t: &TraceRecord, me: usize, order: &[usize], depth_guard: usize) -> TraceNode {
+        let idx = &t.occurrences[me].index;
+        let mut children = Vec::new();
+        if depth_guard > 0 {
+            for &j in order {
+                let o = &t.occurrences[j];
+                if o.index.depth() == idx.depth() + 1 && o.index.starts_with(idx) {
+                    children.push(build(t, j, order, depth_guard - 1));
+                }
+            }
+        }
+        TraceNode {
+            occurrence: t.occurrences[me].clone(),
+            children,
+        }
+    }
+    let tops: Vec<usize> = order
+        .iter()
+        .copied()
+        .filter(|&i| t.occurrences[i].index.parent().is_none_or(|p| !known.contains(&p)))
+        .collect();
+    TraceView {
+        trace_id: trace_hex(&t.trace_id),
+        start_unix_nano: t.start_ns,
+        rpcs: t.occurrences.len(),
+        tree: tops.into_iter().map(|i| build(t, i, &order, 128)).collect(),
+        pending_preliminary: t.pending.len() + t.pending_messages.len(),
+    }
+}
+
+/// Which traces one side of a diff covers.
+#[derive(Debug, Clone)]
+pub enum Selection {
+    /// Traces whose first span started in `[from, to)`, Unix ns.
+    Window {
+        /// Start, inclusive.
+        from: u64,
+        /// End, exclusive.
+        to: u64,
+    },
+    /// These trace ids.
+    Traces(Vec<[u8; 16]>),
+}
+
+fn select(a: &CollectorState, s: &Selection) -> (usize, BTreeSet<Index>) {
+    let mut n = 0;
+    let mut set = BTreeSet::new();
+    let mut take = |t: &TraceRecord| {
+        n += 1;
+        set.extend(t.indexes().cloned());
+    };
+    match s {
+        Selection::Window { from, to } => {
+            for t in a.traces.ordered() {
+                if t.start_ns >= *from && t.start_ns < *to {
+                    take(t);
+                }
+            }
+        }
+        Selection::Traces(ids) => {
+            for id in ids {
+                if let Some(t) = a.traces.get(id) {
+                    take(t);
+                }
+            }
+        }
+    }
+    (n, set)
+}
+
+/// The diff between two selections of retained traces.
+pub fn diff(a: &CollectorState, sa: &Selection, sb: &Selection, limit: usize) -> Diff {
+    let (na, ia) = select(a, sa);
+    let (nb, ib) = select(a, sb);
+    let appeared: Vec<&Index> = ib.difference(&ia).collect();
+    let disappeared: Vec<&Index> = ia.difference(&ib).collect();
+    Diff {
+        a: DiffSide {
+            traces: na,
+            indexes: ia.len(),
+        },
+        b: DiffSide {
+            traces: nb,
+            indexes: ib.len(),
+        },
+        common: ia.intersection(&ib).count(),
+        appeared_total: appeared.len(),
+        disappeared_total: disappeared.len(),
+        appeared: appeared
+            .iter()
+            .take(limit)
+            .map(|i| crate::analysis::named(a, i))
+            .collect(),
+        disappeared: disappeared
+            .iter()
+            .take(limit)
+            .map(|i| crate::analysis::named(a, i))
+            .collect(),
+    }
+}
