@@ -1,24 +1,19 @@
-//! The `dei.*` span attributes: the contract with the collector and the fault search.
+//! Recording the `dei.*` span attributes, whose keys, value types and meanings are the span contract
+//! [`dei_propagator::semconv`] (re-exported here).
 //!
 //! They are recorded through tracing-opentelemetry (on the OpenTelemetry span of the tracing span, all of a
 //! span's attributes at once) so that they reach any OpenTelemetry exporter. Raw payloads never go on spans unless
 //! [`record_payloads`](crate::DeiConfigBuilder::record_payloads) is on.
 //!
-//! | attribute | client span | server span |
-//! |---|---|---|
-//! | `dei.index` | the outgoing index (wire form) | the incoming index (`1` for a root) |
-//! | `dei.signature` | `pkg.Service/Method`, `METHOD authority/path` | `pkg.Service/Method`, `METHOD /route/{template}` |
-//! | `dei.payload.digest` | SHA-256 of the payload, 64 hex | the same, digested from the received body |
-//! | `dei.stack.digest`, `dei.stack.mode`, `dei.stack.walker` | the caller's application stack | — (the callee cannot see it) |
-//! | `dei.stack` | the readable frames of that stack: once per distinct `dei.stack.digest` per process, on the first sampled client span that carries it ([`StackFrames`]) | — |
-//! | `dei.count`, `dei.depth` | of the index | of the index |
-//! | `dei.instantiation` | the scope's instantiation | the server's |
-//! | `dei.preliminary` | `true` on streams | `true` on streams |
-//! | `dei.ambiguous` | set when the call completes | — |
-//! | `dei.fault` | the injected fault, wire form (`g14`, `h503`, `c`, `l250`) | the incoming plan, wire form (`dei.fault.plan`) |
-//! | `dei.fault.plan.dropped` | — | `true` when this service refused the incoming plan ([`crate::Faults`]) |
-//! | `dei.incoming.dropped` | — | `true` when an edge layer dropped the incoming `dei`/`dei-faults` ([`crate::Incoming`]) |
-//! | `dei.depth_limited` | `true` when the index could not grow past 64 elements | — |
+//! What this crate records where:
+//! - both sides: [`INDEX`], [`SIGNATURE`], [`PAYLOAD_DIGEST`], [`COUNT`], [`DEPTH`], [`INSTANTIATION`], and
+//!   [`PRELIMINARY`] on streams;
+//! - client spans: [`STACK_DIGEST`], [`STACK_MODE`], [`STACK_WALKER`], the readable frames [`STACK`] (once per
+//!   distinct stack digest per process, on the first sampled client span that carries it: [`StackFrames`]),
+//!   [`AMBIGUOUS`] when the call completes, [`FAULT`] when one was injected, [`DEPTH_LIMITED`];
+//! - server spans: [`FAULT_PLAN`] (the incoming plan), [`FAULT_PLAN_DROPPED`] when this service refused it
+//!   ([`crate::Faults`]), [`INCOMING_DROPPED`] when an edge layer dropped the incoming `dei`/`dei-faults`
+//!   ([`crate::Incoming`]).
 //!
 //! Only sampled (or recording) spans get them: on a trace that is not sampled the layers compute and
 //! propagate the index but record nothing ([`Unsampled`]).
@@ -45,53 +40,11 @@ pub(crate) const RPC_SERVICE: &str = "rpc.service";
 /// `rpc.method` (OpenTelemetry semantic conventions), set with the `dei.*` attributes on gRPC spans.
 pub(crate) const RPC_METHOD: &str = "rpc.method";
 
-/// `dei.index`: the index, wire form.
-pub const INDEX: &str = "dei.index";
-/// `dei.signature`: the readable RPC signature.
-pub const SIGNATURE: &str = "dei.signature";
-/// `dei.payload.digest`: SHA-256 of the payload, 64 hex characters.
-pub const PAYLOAD_DIGEST: &str = "dei.payload.digest";
-/// `dei.payload`: the raw payload (lossy UTF-8, first KiB), only when turned on.
-pub const PAYLOAD: &str = "dei.payload";
-/// `dei.stack.digest`: SHA-256 of the application frames, 64 hex characters.
-pub const STACK_DIGEST: &str = "dei.stack.digest";
-/// `dei.stack`: readable application frames, innermost first, one per line.
-pub const STACK: &str = "dei.stack";
-/// `dei.stack.mode`: how the stack was captured (see [`crate::stack::StackMode`]).
-pub const STACK_MODE: &str = "dei.stack.mode";
-/// `dei.stack.walker`: how the stack was walked, `frame-pointers` or `dwarf` (see
-/// [`crate::stack::StackWalker`]); only when the mode unwinds.
-pub const STACK_WALKER: &str = "dei.stack.walker";
-/// `dei.count`: the innermost element's invocation count.
-pub const COUNT: &str = "dei.count";
-/// `dei.depth`: the number of elements.
-pub const DEPTH: &str = "dei.depth";
-/// `dei.instantiation`: the instantiation's name.
-pub const INSTANTIATION: &str = "dei.instantiation";
-/// `dei.preliminary`: a stream's preliminary index.
-pub const PRELIMINARY: &str = "dei.preliminary";
-/// `dei.ambiguous`: another RPC with the same invocation signature was in flight in the same scope.
-pub const AMBIGUOUS: &str = "dei.ambiguous";
-/// `dei.fault`: the fault injected on this RPC, wire form.
-pub const FAULT: &str = "dei.fault";
-/// `dei.fault.plan`: on a server span, the fault plan that came with the request (wire form).
-pub const FAULT_PLAN: &str = "dei.fault.plan";
-/// `dei.fault.plan.dropped`: on a server span, `true` when the request came with a fault plan that this
-/// service dropped ([`Faults::Refuse`](crate::Faults::Refuse)).
-pub const FAULT_PLAN_DROPPED: &str = "dei.fault.plan.dropped";
-/// `dei.incoming.dropped`: on a server span, `true` when a server layer at a trust boundary
-/// ([`Incoming::Restart`](crate::Incoming::Restart)) dropped the request's `dei` or `dei-faults` values.
-pub const INCOMING_DROPPED: &str = "dei.incoming.dropped";
-/// `dei.depth_limited`: on a client span, `true` when the call's index could not be extended because its
-/// scope was at the depth limit (64 elements): the index is its caller's, not unique to this call, and no
-/// fault applies to it (see [`dei_propagator::RequestScope::issue`]).
-pub const DEPTH_LIMITED: &str = "dei.depth_limited";
-/// The span event recorded for each message sent on a stream.
-pub const STREAM_MESSAGE_EVENT: &str = "dei.stream.message";
-/// `dei.preliminary_index`: on a stream message event, the stream's preliminary index.
-pub const PRELIMINARY_INDEX: &str = "dei.preliminary_index";
-/// `dei.message`: on a stream message event, the message's 1-based position k.
-pub const MESSAGE: &str = "dei.message";
+pub use dei_propagator::semconv::{
+    AMBIGUOUS, COUNT, DEPTH, DEPTH_LIMITED, FAULT, FAULT_PLAN, FAULT_PLAN_DROPPED, INCOMING_DROPPED, INDEX,
+    INSTANTIATION, MESSAGE, PAYLOAD, PAYLOAD_DIGEST, PRELIMINARY, PRELIMINARY_INDEX, SIGNATURE, STACK, STACK_DIGEST,
+    STACK_MODE, STACK_WALKER, STREAM_MESSAGE_EVENT,
+};
 
 /// Largest raw payload recorded.
 const PAYLOAD_RECORD_CAP: usize = 1024;

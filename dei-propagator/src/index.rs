@@ -213,6 +213,14 @@ impl Index {
 /// assert_eq!(index.depth(), 3);
 /// assert_eq!(index.parent().map(|p| p.depth()), Some(2));
 /// ```
+/// An index hashes and compares as its elements, so that a map keyed by indexes is looked up by a prefix of
+/// another index's elements without making an index of it.
+impl std::borrow::Borrow<[Element]> for Index {
+    fn borrow(&self) -> &[Element] {
+        &self.elements
+    }
+}
+
 impl FromIterator<Element> for Index {
     fn from_iter<I: IntoIterator<Item = Element>>(iter: I) -> Self {
         Index {

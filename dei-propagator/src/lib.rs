@@ -19,7 +19,10 @@
 //!   ([`composite_propagator_with`]`(`[`Carriers::HEADER_AND_BAGGAGE`]`)`); [`inject_with_index`] and
 //!   [`extract_with_index`] carry an RPC's index without a `Context` value of its own
 //!   ([`extract_with_index_counted`] reads a carrier's single `dei` value without a list);
-//! - [`FaultPlan`]s that ride on the same context.
+//! - [`FaultPlan`]s that ride on the same context;
+//! - the span contract, [`semconv`]: every `dei.*` span attribute key with its type and meaning, the parser of
+//!   a span's `dei.*` attributes and the rewriter of preliminary stream indexes, shared by the instrumentation
+//!   that records them and the collector and search that read them.
 //!
 //! Instrumentation that fills in payloads and stacks for tonic, axum and reqwest lives in
 //! `dei-instrumentation`.
@@ -50,6 +53,7 @@ pub mod projection;
 mod propagator;
 pub mod rejection;
 pub mod scope;
+pub mod semconv;
 mod signature;
 mod spawn;
 mod stack;

@@ -1,9 +1,10 @@
 //! What one execution of a functional test showed: the RPCs it issued, their faults and outcomes.
 
 use dei_propagator::projection::{RecordedRpc, project};
+use dei_propagator::semconv::StreamRewriter;
 use dei_propagator::{Fault, Index, Instantiation, InvocationSignature};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 /// How an RPC ended, as its caller saw it.
@@ -97,18 +98,9 @@ pub struct ObservedRpc {
     pub payload_preview: Option<String>,
 }
 
-/// How many characters of a recorded payload an [`ObservedRpc`] keeps as its preview.
-pub const PAYLOAD_PREVIEW_CHARS: usize = 64;
-
-/// The first [`PAYLOAD_PREVIEW_CHARS`] characters of `payload`, with `…` when it was longer.
-pub fn payload_preview(payload: &str) -> String {
-    let mut chars = payload.chars();
-    let mut out: String = chars.by_ref().take(PAYLOAD_PREVIEW_CHARS).collect();
-    if chars.next().is_some() {
-        out.push('…');
-    }
-    out
-}
+/// How many characters of a recorded payload an [`ObservedRpc`] keeps as its preview, and the preview itself
+/// (the span contract's, which `dei-collector` keeps as well).
+pub use dei_propagator::semconv::{PAYLOAD_PREVIEW_CHARS, payload_preview};
 
 fn default_true() -> bool {
     true
@@ -148,6 +140,16 @@ pub struct Observation {
     pub rpcs: Vec<ObservedRpc>,
     /// Stream messages whose preliminary indexes are to be rewritten.
     pub streams: Vec<StreamMapping>,
+    /// Spans (or stream message events, or collector occurrences) whose DEI data was malformed (a `dei.*`
+    /// attribute the span contract rejects, [`dei_propagator::semconv`]): the source left the malformed values
+    /// out, and skipped the span when its index was one, so RPCs or faults may be missing from this
+    /// observation.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub malformed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A set of (index, fault): a plan, or the faults an execution actually injected.
@@ -160,36 +162,37 @@ impl Observation {
     /// Only proper prefixes are rewritten: an index that ends in a preliminary element is a stream's own. An
     /// RPC rewritten under a message whose parent is the message's stream (what span ancestry shows: the
     /// callee's server span hangs under the stream's client span) is re-parented to the message that caused it.
+    /// The rewriting is the span contract's ([`StreamRewriter`]), which `dei-collector` uses too.
     pub fn finalize(&mut self) {
-        // longest preliminary prefixes first, so that nested streams rewrite innermost-first
-        let mut maps = self.streams.clone();
-        maps.sort_by_key(|m| std::cmp::Reverse(m.preliminary.depth()));
-        // each mapping's message, found by its final index before anything is rewritten
-        let messages: Vec<Option<usize>> = maps
-            .iter()
-            .map(|m| self.rpcs.iter().position(|r| r.index == m.final_index))
-            .collect();
-        let stream_of: Vec<Option<usize>> = messages.iter().map(|p| p.and_then(|p| self.rpcs[p].parent)).collect();
+        let mut rewriter = StreamRewriter::new();
+        // the first mapping of a preliminary index counts (a later one replaces an earlier one when inserted)
+        for m in self.streams.iter().rev() {
+            rewriter.insert(m.preliminary.clone(), m.final_index.clone());
+        }
+        if rewriter.is_empty() {
+            self.sort_by_start();
+            return;
+        }
+        // each message's position (the first RPC at its final index) and the stream it was sent on, found
+        // before anything is rewritten or re-parented
+        let mut message_at: HashMap<Index, usize> = HashMap::new();
+        for (p, r) in self.rpcs.iter().enumerate() {
+            message_at.entry(r.index.clone()).or_insert(p);
+        }
+        let parents: Vec<Option<usize>> = self.rpcs.iter().map(|r| r.parent).collect();
         for i in 0..self.rpcs.len() {
-            // innermost mapping first; then the outer ones its result still starts with (nested streams)
-            for round in 0..maps.len() {
-                let rpc = &self.rpcs[i];
-                let hit = maps.iter().enumerate().find_map(|(j, m)| {
-                    (rpc.index != m.final_index && rpc.index.depth() > m.preliminary.depth())
-                        .then(|| rpc.index.rewrite_prefix(&m.preliminary, &m.final_index))
-                        .flatten()
-                        .map(|rewritten| (j, rewritten))
-                });
-                let Some((j, rewritten)) = hit else { break };
-                let reparent =
-                    round == 0 && rpc.parent.is_some() && rpc.parent == stream_of[j] && messages[j] != Some(i);
-                let rpc = &mut self.rpcs[i];
-                rpc.index = rewritten;
-                rpc.rewritten = true;
-                if reparent {
-                    rpc.parent = messages[j];
-                }
+            let rewrite = rewriter.rewrite(&self.rpcs[i].index, true);
+            if !rewrite.rewritten {
+                continue;
             }
+            let message = rewrite.message.and_then(|f| message_at.get(f).copied());
+            let stream = message.and_then(|p| parents[p]);
+            let rpc = &mut self.rpcs[i];
+            if rpc.parent.is_some() && rpc.parent == stream && message != Some(i) {
+                rpc.parent = message;
+            }
+            rpc.index = rewrite.index;
+            rpc.rewritten = true;
         }
         self.sort_by_start();
     }
@@ -329,6 +332,7 @@ mod tests {
                 preliminary: stream.stream_message(1),
                 final_index: message.clone(),
             }],
+            malformed: 0,
         };
         obs.finalize();
         let r = &obs.rpcs;

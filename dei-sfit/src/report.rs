@@ -71,6 +71,12 @@ pub struct ExecutionRecord {
     /// ones a parallel search runs beyond the sequential search's ([`Report::in_flight_redundant`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight_redundant: Option<Witness>,
+    /// Spans whose DEI data was malformed ([`Observation::malformed`]): the observation may lack RPCs or
+    /// injected faults.
+    ///
+    /// [`Observation::malformed`]: crate::Observation::malformed
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub malformed_spans: usize,
     /// The RPCs observed.
     pub rpcs: Vec<ObservedRpc>,
     /// Time spent in the test itself, microseconds.
@@ -80,6 +86,10 @@ pub struct ExecutionRecord {
     pub collect_us: u64,
     /// Time the search spent around the test in all (`collect_us` plus scheduling), microseconds.
     pub overhead_us: u64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl ExecutionRecord {
@@ -255,6 +265,14 @@ impl Report {
         if unsettled_executions > 0 {
             warnings.push(format!(
                 "{unsettled_executions} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            ));
+        }
+        let malformed_executions = executions.iter().filter(|e| e.malformed_spans > 0).count();
+        if malformed_executions > 0 {
+            let spans: usize = executions.iter().map(|e| e.malformed_spans).sum();
+            warnings.push(format!(
+                "{malformed_executions} execution(s) with {spans} span(s) with malformed dei.* attributes, left \
+                 out (logged as they were read): RPCs and faults may be missing"
             ));
         }
         if nothing_injected {

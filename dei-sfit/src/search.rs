@@ -418,6 +418,7 @@ impl Search {
             redundant_by_reference_with: None,
             scheduled_by: None,
             in_flight_redundant: None,
+            malformed_spans: obs.malformed,
             rpcs: obs.rpcs,
             test_us: test_time.as_micros() as u64,
             collect_us: total.saturating_sub(test_time).as_micros() as u64,
@@ -617,7 +618,7 @@ impl Search {
         }
         let obs = Observation {
             rpcs: record.rpcs.clone(),
-            streams: Vec::new(),
+            ..Observation::default()
         };
         self.learn(&mut state.know, &obs, &effective, state.executions.len());
         for new_plan in self.extensions(&obs, &state.know) {

@@ -8,7 +8,8 @@
 //!   processes that export their spans over OTLP.
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
-use dei_propagator::{Fault, Index, InvocationSignature, PayloadDigest, Signature, StackDigest};
+use dei_propagator::semconv::{AttributeValue, DeiSpan, StreamMessage, payload_preview};
+use dei_propagator::{Fault, Index, InvocationSignature, Signature};
 use futures::future::BoxFuture;
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState,
@@ -25,30 +26,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod collector;
 
-/// Span attribute and event names written by `dei-instrumentation`.
+/// Span attribute and event names written by `dei-instrumentation`: the span contract's
+/// ([`dei_propagator::semconv`], which defines each key's type and meaning), and the OpenTelemetry status
+/// attributes the sources read.
 pub mod attr {
-    /// The RPC's index (wire form).
-    pub const INDEX: &str = "dei.index";
-    /// The readable RPC signature.
-    pub const SIGNATURE: &str = "dei.signature";
-    /// SHA-256 of the payload, hex.
-    pub const PAYLOAD_DIGEST: &str = "dei.payload.digest";
-    /// The raw payload (lossy UTF-8, bounded), recorded only when the services turn it on
-    /// (`DeiConfig::builder().record_payloads(true)`).
-    pub const PAYLOAD: &str = "dei.payload";
-    /// SHA-256 of the call stack, hex.
-    pub const STACK_DIGEST: &str = "dei.stack.digest";
-    /// The injected fault, wire form (`g14`, `h503`, `c`, `l250`).
-    pub const FAULT: &str = "dei.fault";
-    /// True for a stream's preliminary index.
-    pub const PRELIMINARY: &str = "dei.preliminary";
-    /// The span event that maps one stream message's preliminary index to its final index.
-    pub const STREAM_MESSAGE_EVENT: &str = "dei.stream.message";
-    /// On [`STREAM_MESSAGE_EVENT`]: the stream's preliminary index.
-    pub const PRELIMINARY_INDEX: &str = "dei.preliminary_index";
-    /// On [`STREAM_MESSAGE_EVENT`]: the message's 1-based position k; the callee served it under the
-    /// preliminary index counted up by k.
-    pub const MESSAGE: &str = "dei.message";
+    pub use dei_propagator::semconv::{
+        FAULT, INDEX, MESSAGE, PAYLOAD, PAYLOAD_DIGEST, PRELIMINARY, PRELIMINARY_INDEX, SIGNATURE, STACK_DIGEST,
+        STREAM_MESSAGE_EVENT,
+    };
     /// The gRPC status code of a client call (OpenTelemetry semantic convention).
     pub const GRPC_STATUS: &str = "rpc.grpc.status_code";
     /// The HTTP status of a client call (OpenTelemetry semantic convention).
@@ -666,8 +651,11 @@ fn attr<'a>(attributes: &'a [KeyValue], key: &'static str) -> Option<&'a Value> 
     attributes.iter().find(|kv| kv.key == key).map(|kv| &kv.value)
 }
 
-fn attr_str(attributes: &[KeyValue], key: &'static str) -> Option<String> {
-    attr(attributes, key).map(|v| v.as_str().into_owned())
+/// A span's or event's attributes as the span contract's parser reads them (borrowed, nothing copied).
+fn contract_values(attributes: &[KeyValue]) -> impl Iterator<Item = (&str, AttributeValue<'_>)> {
+    attributes
+        .iter()
+        .map(|kv| (kv.key.as_str(), AttributeValue::from(&kv.value)))
 }
 
 fn attr_i64(attributes: &[KeyValue], key: &'static str) -> Option<i64> {
@@ -707,8 +695,12 @@ fn outcome_of(span: &SpanData, fault: Option<Fault>) -> Outcome {
 /// Builds an execution's observation from exported spans: every client span with `dei.index` is an RPC; its
 /// parent is the nearest ancestor span that is one; `dei.stream.message` events give stream mappings and the
 /// messages themselves, as RPCs under the stream at their final indexes, with the fault (`dei.fault` on the
-/// event) injected on that message.
-/// Spans with malformed DEI attributes are skipped (they cannot be targeted).
+/// event) injected on that message. The attributes are read by the span contract's parser
+/// ([`dei_propagator::semconv::DeiSpan`], [`StreamMessage`](dei_propagator::semconv::StreamMessage)).
+///
+/// A malformed `dei.*` attribute is left out (a client span whose index is malformed is no RPC: it cannot be
+/// targeted), and a malformed stream message event is skipped; each such span is logged and counted in
+/// [`Observation::malformed`].
 ///
 /// Stream messages are targeted ([`MessageTargeting::Targeted`]); see [`observation_from_spans_with`].
 pub fn observation_from_spans(spans: &[SpanData]) -> Observation {
@@ -731,35 +723,36 @@ pub enum MessageTargeting {
 /// [`observation_from_spans`], with stream messages targeted or not.
 pub fn observation_from_spans_with(spans: &[SpanData], messages_targeting: MessageTargeting) -> Observation {
     let by_id: HashMap<SpanId, &SpanData> = spans.iter().map(|s| (s.span_context.span_id(), s)).collect();
-    let is_rpc = |s: &SpanData| {
-        s.span_kind == SpanKind::Client
-            && attr_str(&s.attributes, attr::INDEX).is_some_and(|i| Index::decode(&i).is_ok())
-    };
-    let rpc_spans: Vec<&SpanData> = spans.iter().filter(|s| is_rpc(s)).collect();
+    let mut malformed = 0;
+    // the client spans with an index, with their DEI data
+    let rpc_spans: Vec<(&SpanData, DeiSpan, Index)> = spans
+        .iter()
+        .filter(|s| s.span_kind == SpanKind::Client)
+        .filter_map(|s| {
+            let mut rejected = Vec::new();
+            let dei = DeiSpan::parse_lenient(contract_values(&s.attributes), |e| rejected.push(e));
+            if !rejected.is_empty() {
+                malformed += 1;
+                tracing::warn!(span = %s.name, "dei-sfit: malformed dei attributes left out: {rejected:?}");
+            }
+            dei.index.clone().map(|index| (s, dei, index))
+        })
+        .collect();
     let position: HashMap<SpanId, usize> = rpc_spans
         .iter()
         .enumerate()
-        .map(|(i, s)| (s.span_context.span_id(), i))
+        .map(|(i, (s, _, _))| (s.span_context.span_id(), i))
         .collect();
     let mut obs = Observation::default();
     let mut messages: Vec<ObservedRpc> = Vec::new();
-    for span in &rpc_spans {
-        let a = &span.attributes;
-        let Some(index) = attr_str(a, attr::INDEX).and_then(|i| Index::decode(&i).ok()) else {
-            continue;
-        };
-        let signature = attr_str(a, attr::SIGNATURE).unwrap_or_default();
-        let invocation = match (
-            attr_str(a, attr::PAYLOAD_DIGEST).and_then(|d| PayloadDigest::from_hex(&d).ok()),
-            attr_str(a, attr::STACK_DIGEST).and_then(|d| StackDigest::from_hex(&d).ok()),
-        ) {
+    for (span, dei, index) in rpc_spans {
+        let signature = dei.signature.unwrap_or_default().to_string();
+        let invocation = match (dei.payload_digest, dei.stack_digest) {
             (Some(p), Some(s)) => Some(InvocationSignature::new(Signature::from_name(signature.clone()), p, s)),
             _ => None,
         };
-        let fault_in =
-            |attributes: &[KeyValue]| attr_str(attributes, attr::FAULT).and_then(|f| f.parse::<Fault>().ok());
         // A message's fault is recorded on its event; the span's own is the stream's.
-        let fault = fault_in(a);
+        let fault = dei.fault;
         // nearest ancestor span that is an RPC; bounded walk in case of a malformed cycle
         let mut parent = None;
         let mut cur = span.parent_span_id;
@@ -781,37 +774,35 @@ pub fn observation_from_spans_with(spans: &[SpanData], messages_targeting: Messa
             if event.name != attr::STREAM_MESSAGE_EVENT {
                 continue;
             }
-            let pre = attr_str(&event.attributes, attr::PRELIMINARY_INDEX).and_then(|i| Index::decode(&i).ok());
-            let fin = attr_str(&event.attributes, attr::INDEX).and_then(|i| Index::decode(&i).ok());
-            let k = attr_i64(&event.attributes, attr::MESSAGE).and_then(|k| u32::try_from(k).ok());
-            if let (Some(pre), Some(final_index)) = (pre, fin) {
-                let preliminary = match k {
-                    Some(k) if pre.is_preliminary() => pre.stream_message(k),
-                    _ => pre,
-                };
-                obs.streams.push(StreamMapping {
-                    preliminary,
-                    final_index: final_index.clone(),
-                });
-                // the message itself, as an RPC issued under the stream: the instrumentation checks the plan
-                // for its final index and records an injected fault on its event
-                let message_fault = fault_in(&event.attributes);
-                messages.push(ObservedRpc {
-                    index: final_index,
-                    signature: signature.clone(),
-                    invocation: None,
-                    parent: Some(position_here),
-                    fault: message_fault,
-                    outcome: message_fault.map_or_else(Outcome::ok, Outcome::of_fault),
-                    start: nanos(event.timestamp),
-                    end: nanos(event.timestamp),
-                    rewritten: false,
-                    injectable: messages_targeting == MessageTargeting::Targeted,
-                    reference: None,
-                    message: k,
-                    payload_preview: None,
-                });
-            }
+            let message = match StreamMessage::parse(contract_values(&event.attributes)) {
+                Ok(message) => message,
+                Err(e) => {
+                    malformed += 1;
+                    tracing::warn!(span = %span.name, "dei-sfit: stream message event skipped: {e}");
+                    continue;
+                }
+            };
+            obs.streams.push(StreamMapping {
+                preliminary: message.served_under(),
+                final_index: message.final_index.clone(),
+            });
+            // the message itself, as an RPC issued under the stream: the instrumentation checks the plan for
+            // its final index and records an injected fault on its event
+            messages.push(ObservedRpc {
+                index: message.final_index,
+                signature: signature.clone(),
+                invocation: None,
+                parent: Some(position_here),
+                fault: message.fault,
+                outcome: message.fault.map_or_else(Outcome::ok, Outcome::of_fault),
+                start: nanos(event.timestamp),
+                end: nanos(event.timestamp),
+                rewritten: false,
+                injectable: messages_targeting == MessageTargeting::Targeted,
+                reference: None,
+                message: message.k,
+                payload_preview: None,
+            });
         }
         obs.rpcs.push(ObservedRpc {
             index,
@@ -826,11 +817,11 @@ pub fn observation_from_spans_with(spans: &[SpanData], messages_targeting: Messa
             injectable: true,
             reference: None,
             message: None,
-            payload_preview: attr_str(a, attr::PAYLOAD).map(|p| crate::observation::payload_preview(&p)),
+            payload_preview: dei.payload.map(payload_preview),
         });
     }
-    // positions: the RPC spans first, in `rpc_spans` order (every one decodes: `is_rpc` checked), then the
-    // stream messages
+    // positions: the RPC spans first, in `rpc_spans` order, then the stream messages
     obs.rpcs.extend(messages);
+    obs.malformed = malformed;
     obs
 }

@@ -131,7 +131,8 @@ async fn spans_become_an_observation() {
     );
     assert_eq!(obs.rpcs[pa].payload_preview, None, "no payload recorded, no preview");
     assert_eq!(obs.rpcs[pb].outcome, Outcome::Err { code: "g14".into() });
-    assert_eq!(obs.rpcs[pc].fault, None, "a malformed fault is ignored");
+    assert_eq!(obs.rpcs[pc].fault, None, "a malformed fault is left out");
+    assert_eq!(obs.malformed, 3, "the two spans with a malformed index, and C's fault");
     assert_eq!(obs.rpcs[pc].outcome, Outcome::Err { code: "g13".into() });
     let message = obs.rpcs.iter().find(|r| r.index == fin).expect("message");
     assert!(

@@ -26,7 +26,8 @@
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
 use crate::source::{ExecutionKey, MessageTargeting, Settled, SourceError, SpanSource};
-use dei_propagator::{Fault, Index, InvocationSignature, PayloadDigest, Signature, StackDigest};
+use dei_propagator::semconv::{self, AttributeError, AttributeValue, DeiSpan};
+use dei_propagator::{Fault, Index, InvocationSignature, Signature};
 use futures::future::BoxFuture;
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags, TraceId, TraceState};
@@ -444,8 +445,10 @@ fn outcome_of(n: &TraceNode, fault: Option<Fault>) -> Outcome {
 /// Builds an execution's observation from a trace view, as [`observation_from_spans`] builds it from the
 /// spans themselves: the RPC occurrences (messages excluded) with their invocation components, faults and
 /// outcomes, then each stream's messages (from the stream's `messages`) as RPCs under the stream at their
-/// final indexes, with their own faults, targeted as `messages` says. Occurrences whose index does not
-/// decode are skipped.
+/// final indexes, with their own faults, targeted as `messages` says. The occurrences' DEI values are read by
+/// the span contract's parser ([`DeiSpan`]); a malformed one is left out (an occurrence whose index is
+/// malformed is skipped), logged and counted in [`Observation::malformed`], and so is a message with a malformed
+/// index or fault.
 ///
 /// [`observation_from_spans`]: crate::source::observation_from_spans
 pub fn observation_from_trace_with(view: &TraceView, messages_targeting: MessageTargeting) -> Observation {
@@ -456,17 +459,29 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
         .iter()
         .flat_map(|n| n.messages.iter().map(move |m| (n.rpc.as_str(), m.index.as_str())))
         .collect();
-    let rpcs: Vec<(&TraceNode, Index)> = nodes
+    let mut malformed = 0;
+    // each occurrence's DEI data, read by the span contract's parser from the values the collector sends
+    let rpcs: Vec<(&TraceNode, DeiSpan, Index)> = nodes
         .into_iter()
         .filter(|n| n.stream.is_none() && !listed.contains(&(n.rpc.as_str(), n.index.as_str())))
-        .filter_map(|n| Index::decode(&n.index).ok().map(|i| (n, i)))
+        .filter_map(|n| {
+            let mut rejected = Vec::new();
+            let dei = contract_values(n, |e| rejected.push(e));
+            if !rejected.is_empty() {
+                malformed += 1;
+                tracing::warn!(rpc = %n.rpc, "dei-sfit: malformed dei values left out: {rejected:?}");
+            }
+            dei.index.clone().map(|index| (n, dei, index))
+        })
         .collect();
     let mut obs = Observation::default();
     // (position of the stream, message) for each decodable message
     let mut messages: Vec<(usize, &MessageView, Index)> = Vec::new();
-    for (p, (n, _)) in rpcs.iter().enumerate() {
+    for (p, (n, _, _)) in rpcs.iter().enumerate() {
         for m in &n.messages {
             let (Ok(pre), Ok(fin)) = (Index::decode(&m.preliminary_index), Index::decode(&m.index)) else {
+                malformed += 1;
+                tracing::warn!(rpc = %n.rpc, "dei-sfit: stream message with a malformed index skipped");
                 continue;
             };
             obs.streams.push(StreamMapping {
@@ -478,7 +493,7 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
     }
     let times = |n: &TraceNode| n.client_time.or(n.server_time);
     // every RPC's index and times, the occurrences first, then the messages (as the in-memory source)
-    let mut entries: Vec<(&Index, Option<(u64, u64)>)> = rpcs.iter().map(|(n, i)| (i, times(n))).collect();
+    let mut entries: Vec<(&Index, Option<(u64, u64)>)> = rpcs.iter().map(|(n, _, i)| (i, times(n))).collect();
     entries.extend(
         messages
             .iter()
@@ -489,7 +504,7 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
         by_index.entry(i).or_default().push(p);
     }
     let message_indexes: Vec<&Index> = messages.iter().map(|(_, _, i)| i).collect();
-    for (n, index) in &rpcs {
+    for (n, dei, index) in &rpcs {
         let (start, end) = times(n).unwrap_or((0, u64::MAX));
         let parent = index.parent().and_then(|pi| {
             let candidates = by_index.get(&pi)?;
@@ -500,12 +515,8 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
                 .find(|&c| entries[c].1.is_some_and(|(s, e)| s <= start && start <= e))
                 .or_else(|| candidates.first().copied())
         });
-        let fault = n.fault.as_deref().and_then(|f| f.parse::<Fault>().ok());
-        let invocation = match (
-            n.payload.as_deref().and_then(|d| PayloadDigest::from_hex(d).ok()),
-            n.stack_digest.as_deref().and_then(|d| StackDigest::from_hex(d).ok()),
-            n.signature.as_deref(),
-        ) {
+        let fault = dei.fault;
+        let invocation = match (dei.payload_digest, dei.stack_digest, dei.signature) {
             (Some(p), Some(s), Some(sig)) => Some(InvocationSignature::new(Signature::from_name(sig), p, s)),
             _ => None,
         };
@@ -531,7 +542,15 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
         });
     }
     for (stream, m, index) in messages {
-        let fault = m.fault.as_deref().and_then(|f| f.parse::<Fault>().ok());
+        let fault = match m.fault.as_deref().map(|f| f.parse::<Fault>()) {
+            Some(Err(())) => {
+                malformed += 1;
+                tracing::warn!("dei-sfit: stream message with a malformed fault {:?}", m.fault);
+                None
+            }
+            Some(Ok(f)) => Some(f),
+            None => None,
+        };
         obs.rpcs.push(ObservedRpc {
             index,
             signature: rpcs[stream].0.signature.clone().unwrap_or_default(),
@@ -548,7 +567,25 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
             payload_preview: None,
         });
     }
+    obs.malformed = malformed;
     obs
+}
+
+/// An occurrence's DEI values (index, signature, digests, fault) as the span contract reads them.
+fn contract_values(n: &TraceNode, rejected: impl FnMut(AttributeError)) -> DeiSpan<'_> {
+    let fields = [
+        (semconv::INDEX, Some(n.index.as_str())),
+        (semconv::SIGNATURE, n.signature.as_deref()),
+        (semconv::PAYLOAD_DIGEST, n.payload.as_deref()),
+        (semconv::STACK_DIGEST, n.stack_digest.as_deref()),
+        (semconv::FAULT, n.fault.as_deref()),
+    ];
+    DeiSpan::parse_lenient(
+        fields
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, AttributeValue::Str(v?)))),
+        rejected,
+    )
 }
 
 /// [`observation_from_trace_with`], stream messages targeted.
@@ -657,6 +694,7 @@ mod tests {
         };
         let obs = observation_from_trace(&view);
         assert_eq!(obs.rpcs.len(), 7, "{:#?}", obs.rpcs);
+        assert_eq!(obs.malformed, 1, "the occurrence whose index does not decode");
         let pos = |i: &Index| obs.rpcs.iter().position(|r| &r.index == i).expect("rpc");
         let (pa, pb, ps, ph, pw, pu) = (pos(&a), pos(&b), pos(&pre), pos(&hello), pos(&world), pos(&under_hello));
         assert_eq!(obs.rpcs[pa].parent, None);
