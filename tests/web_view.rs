@@ -418,6 +418,12 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
         "{outcomes:?}"
     );
 
+    // every view's navigation: the graph's legend, layers and details, the tree's keyboard and search box,
+    // the search report in words; then URLs that reopen a selection, and API errors shown on the page
+    check_graph_details(&client).await;
+    let index = check_tree_keyboard_and_search(&client).await;
+    check_search_report(&client).await;
+
     // app.js reads no field that the API does not send, on any tab (it read each endpoint's JSON above)
     click(&client, "#tabs button[data-tab=traces]").await;
     wait_for(
@@ -462,9 +468,253 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
         unsent.as_array().is_some_and(|reads| reads.is_empty()),
         "app.js reads fields that the API does not send (null: the recorder was not installed): {unsent:#}"
     );
+    check_deep_links_and_errors(&client, &ui, &index).await;
     client.close().await.expect("close the session");
     drop(driver);
     demo.collector.shutdown().await;
+}
+
+/// The graph: a legend for both kinds of node and for the failure colours, callers above their callees
+/// (a layered layout from the nodes nobody calls), and an edge's numbers, latency percentiles included,
+/// on a click.
+async fn check_graph_details(client: &Client) {
+    click(client, "#tabs button[data-tab=graph]").await;
+    let legend = wait_for(
+        client,
+        "the graph's legend",
+        "return document.getElementById('graph-legend').textContent;",
+        |v| v.as_str().is_some_and(|t| t.contains("virtual")),
+    )
+    .await;
+    assert!(legend.as_str().unwrap_or("").contains("failed / requests"), "{legend}");
+    let levels = client
+        .execute(
+            "const cy = window.deiGraph, roots = cy.nodes().roots(), rest = cy.nodes().difference(roots);
+             return [roots.length, rest.length, Math.max(...roots.map(n => n.position('y'))),
+                     Math.min(...rest.map(n => n.position('y')))];",
+            vec![],
+        )
+        .await
+        .expect("node levels");
+    let l: Vec<f64> = levels
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_f64)
+        .collect();
+    assert!(
+        l.len() == 4 && l[0] >= 1.0 && l[1] >= 1.0,
+        "roots and callees: {levels}"
+    );
+    assert!(l[2] < l[3], "every root sits above every callee: {levels}");
+    client
+        .execute(
+            "const e = window.deiGraph.edges().filter(e => e.data('failed') > 0)[0] || window.deiGraph.edges()[0];
+             e.emit('tap');",
+            vec![],
+        )
+        .await
+        .expect("tap an edge");
+    let detail = wait_for(
+        client,
+        "an edge's details",
+        "return document.getElementById('graph-detail').textContent;",
+        |v| v.as_str().is_some_and(|t| t.contains("requests")),
+    )
+    .await;
+    let detail = detail.as_str().unwrap_or("");
+    assert!(
+        detail.contains("→") && detail.contains("p50") && detail.contains("p99"),
+        "{detail}"
+    );
+}
+
+/// The tree with the keyboard (ArrowRight opens a node and sets `aria-expanded`, ArrowDown moves to its
+/// first child), then a pasted `dei.index` opens its node. Returns that index.
+async fn check_tree_keyboard_and_search(client: &Client) -> String {
+    click(client, "#tabs button[data-tab=tree]").await;
+    let first = wait_for(
+        client,
+        "a tree item with children",
+        "const li = document.querySelector('#tree [role=treeitem][aria-expanded]');
+         return li ? [li.dataset.index, li.getAttribute('aria-expanded')] : null;",
+        |v| v.is_array(),
+    )
+    .await;
+    let open = first[1] == "true";
+    let first = first[0].as_str().unwrap_or_default().to_string();
+    let state =
+        "return document.querySelector(`#tree [data-index=\"${arguments[0]}\"]`).getAttribute('aria-expanded');";
+    client
+        .execute(
+            "document.querySelector(`#tree [data-index=\"${arguments[0]}\"]`).focus();",
+            vec![json!(first)],
+        )
+        .await
+        .expect("focus the item");
+    if open {
+        // opened by the clicks above: ArrowLeft closes it first
+        let focused = client.active_element().await.expect("the focused item");
+        focused.send_keys("\u{e012}").await.expect("ArrowLeft"); // WebDriver's ArrowLeft
+        let closed = client.execute(state, vec![json!(first)]).await.expect("its state");
+        assert_eq!(closed, "false", "ArrowLeft closes an open item");
+    }
+    let focused = client.active_element().await.expect("the focused item");
+    focused.send_keys("\u{e014}").await.expect("ArrowRight"); // WebDriver's ArrowRight
+    wait_for(
+        client,
+        "the item opened by ArrowRight",
+        &format!(
+            "const li = document.querySelector('#tree [data-index=\"{first}\"]');
+             return [li.getAttribute('aria-expanded'), li.querySelectorAll('[role=treeitem]').length];"
+        ),
+        |v| v[0] == "true" && v[1].as_u64().is_some_and(|n| n > 0),
+    )
+    .await;
+    client
+        .active_element()
+        .await
+        .expect("the focused item")
+        .send_keys("\u{e015}") // ArrowDown
+        .await
+        .expect("ArrowDown");
+    let child = client
+        .execute("return document.activeElement.dataset.index;", vec![])
+        .await
+        .expect("the focused child");
+    let child = child.as_str().unwrap_or_default().to_string();
+    assert!(
+        child.starts_with(&format!("{first}.")),
+        "ArrowDown moves from {first} to its first child, not to {child:?}"
+    );
+
+    // a pasted index opens its node, and the URL names it
+    let input = client
+        .find(Locator::Css("#index-search input"))
+        .await
+        .expect("the index box");
+    input
+        .send_keys(&format!(" {child} \u{e007}"))
+        .await
+        .expect("paste and submit (Enter)");
+    let shown = wait_for(
+        client,
+        "the pasted index's node",
+        "return [document.getElementById('detail-index')?.textContent, location.hash];",
+        |v| v[0] == child.as_str(),
+    )
+    .await;
+    assert_eq!(shown[1], format!("#tree/{child}"), "{shown}");
+    child
+}
+
+/// The search report in words: planned faults as `signature → fault` with the fault spelled out, and the call
+/// tree of an execution whose plan was carried out, with its injected faults marked.
+async fn check_search_report(client: &Client) {
+    click(client, "#tabs button[data-tab=search]").await;
+    let plans = wait_for(
+        client,
+        "the executions' plans",
+        "return [...document.querySelectorAll('#executions tr')].slice(1).map(r => r.cells[2].textContent);",
+        |v| v.as_array().is_some_and(|a| a.len() > 1),
+    )
+    .await;
+    let plans = strings(&plans);
+    assert!(plans.contains("none (the fault-free run)"), "{plans:?}");
+    let spelled = ["gRPC ", "HTTP ", "connection error", "latency "];
+    assert!(
+        plans
+            .iter()
+            .filter(|p| !p.starts_with("none"))
+            .all(|p| p.contains(" → ") && spelled.iter().any(|w| p.contains(w))),
+        "every plan names its targets and spells out its faults: {plans:?}"
+    );
+    client
+        .execute(
+            "[...document.querySelectorAll('#executions tr')].slice(1)
+               .find(r => r.cells[3].textContent === 'every planned fault injected').click();",
+            vec![],
+        )
+        .await
+        .expect("click an execution whose plan was carried out");
+    let tree = wait_for(
+        client,
+        "an execution's call tree with its injected faults",
+        "return [...document.querySelectorAll('#execution-detail .badge.fault')].map(b => b.textContent);",
+        |v| v.as_array().is_some_and(|a| !a.is_empty()),
+    )
+    .await;
+    assert!(strings(&tree).iter().all(|b| b.starts_with("injected: ")), "{tree}");
+}
+
+/// A URL reopens what it names, in a page loaded afresh: a tree node, a trace; an API error is shown on the
+/// page, as is a pasted value that is not an index.
+async fn check_deep_links_and_errors(client: &Client, ui: &str, index: &str) {
+    client.goto("about:blank").await.expect("leave the page");
+    client
+        .goto(&format!("{ui}#tree/{index}"))
+        .await
+        .expect("deep link to a node");
+    wait_for(
+        client,
+        "the linked node's details",
+        "return [document.getElementById('detail-index')?.textContent,
+                 document.querySelector('#tabs button.active')?.dataset.tab];",
+        |v| v[0] == index && v[1] == "tree",
+    )
+    .await;
+    let trace = wait_for(
+        client,
+        "a trace link in the node's details",
+        "const a = document.querySelector('#detail-traces a'); return a ? a.textContent : null;",
+        |v| v.is_string(),
+    )
+    .await;
+    let trace = trace.as_str().unwrap_or_default().to_string();
+    client.goto("about:blank").await.expect("leave the page");
+    client
+        .goto(&format!("{ui}#traces/{trace}"))
+        .await
+        .expect("deep link to a trace");
+    wait_for(
+        client,
+        "the linked trace",
+        "return document.getElementById('trace-tree').textContent;",
+        |v| v.as_str().is_some_and(|t| t.contains(&trace)),
+    )
+    .await;
+
+    let missing = "0123456789abcdef0123456789abcdef";
+    client
+        .goto(&format!("{ui}#traces/{missing}"))
+        .await
+        .expect("a trace the collector does not have");
+    let error = wait_for(
+        client,
+        "the API's error on the page",
+        "const e = document.getElementById('error'); return e.hidden ? null : e.textContent;",
+        |v| v.is_string(),
+    )
+    .await;
+    assert!(error.as_str().unwrap_or("").contains("404"), "{error}");
+    client
+        .execute("document.querySelector('#error button').click();", vec![])
+        .await
+        .expect("dismiss");
+    click(client, "#tabs button[data-tab=tree]").await;
+    let input = client
+        .find(Locator::Css("#index-search input"))
+        .await
+        .expect("the index box");
+    input.send_keys("not an index\u{e007}").await.expect("submit (Enter)");
+    let error = wait_for(
+        client,
+        "the refusal of a value that is not an index",
+        "const e = document.getElementById('error'); return e.hidden ? null : e.textContent;",
+        |v| v.is_string(),
+    )
+    .await;
+    assert!(error.as_str().unwrap_or("").contains("not a dei.index"), "{error}");
 }
 
 /// Writes a screenshot under the target directory, and over the tracked figure in `docs/figures/` only when

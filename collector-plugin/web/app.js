@@ -9,10 +9,35 @@ const PAGE = 200;
 // tree depth from which children are barely indented
 const DEEP = 12;
 
-async function getJSON(path) {
-  const r = await fetch(API + path);
-  if (!r.ok) throw new Error(`${path}: ${r.status}`);
+// A failed API call is shown in the banner under the header (and thrown); `quiet` lists statuses that are an
+// answer rather than an error (the search report's 404 when no report was given).
+async function getJSON(path, { quiet = [] } = {}) {
+  let r;
+  try { r = await fetch(API + path); } catch (e) {
+    showError(`${API + path}: the collector did not answer (${e.message})`);
+    throw e;
+  }
+  if (!r.ok) {
+    const body = quiet.includes(r.status) ? "" : await r.text().catch(() => "");
+    const msg = `${API + path}: ${r.status} ${r.statusText}${body ? " · " + body.slice(0, 300) : ""}`;
+    if (!quiet.includes(r.status)) showError(msg);
+    const err = new Error(msg);
+    err.status = r.status;
+    throw err;
+  }
   return r.json();
+}
+
+function showError(message) {
+  const box = document.getElementById("error");
+  box.replaceChildren(el("span", { class: "message" }, message),
+    el("button", { type: "button", onclick: () => { box.hidden = true; } }, "dismiss"));
+  box.hidden = false;
+}
+// what a loader threw, once: getJSON has shown its own failures already
+function reportError(e) {
+  console.error(e);
+  if (e && e.status === undefined && !(e instanceof TypeError)) showError(String(e.message || e));
 }
 
 function el(tag, attrs = {}, ...children) {
@@ -50,17 +75,63 @@ async function jaegerIndexLink(service, index) {
 
 function badge(text, cls = "") { return el("span", { class: "badge " + cls }, text); }
 
+// A fault's wire form (`g14`, `h503`, `c`, `l250`) in words.
+const GRPC_CODES = ["OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+  "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+  "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"];
+function describeFault(f) {
+  const s = String(f), kind = s[0], n = s.slice(1);
+  if (kind === "g" && GRPC_CODES[Number(n)]) return `gRPC ${GRPC_CODES[Number(n)]} (${n})`;
+  if (kind === "h" && /^[0-9]{3}$/.test(n)) return `HTTP ${n}`;
+  if (kind === "c" && n === "") return "connection error";
+  if (kind === "l" && /^[0-9]+$/.test(n)) return `latency ${n} ms`;
+  return s;
+}
+
+// An index element `r|c` on the wire: an 11-character digest of the invocation signature (RPC, payload, call
+// stack), the count, and `~` on a preliminary stream element.
+function elementParts(element) {
+  const m = /^([A-Za-z0-9_-]{11})([0-9]+)(~?)$/.exec(element || "");
+  return m ? { digest: m[1], count: Number(m[2]), preliminary: m[3] === "~" } : null;
+}
+const INDEX_RE = /^1(\.[A-Za-z0-9_-]{11}[0-9]+~?)*$/;
+
+// "how the collector saw an edge" (servicegraph's connection_type), in words
+const EDGE_KIND = { "": "client and server spans", virtual_node: "client spans only: the callee is not instrumented or was never reached",
+  messaging_system: "messaging", database: "database client spans", index: "the DEI prefix relation only" };
+
 function sumValues(obj) { return Object.values(obj || {}).reduce((a, b) => a + b, 0); }
 
 // ---- tabs -------------------------------------------------------------------------------------------
+// Every view has a URL: #graph, #tree, #tree/<dei.index>, #traces, #traces/<trace id>, #analyses, #search,
+// #diff. Opening a node or a trace puts it in the URL; loading a URL (or going back) opens what it names.
 const loaded = {};
-function showTab(name) {
+function showTab(name, hash = "#" + name) {
   document.querySelectorAll("#tabs button").forEach(b => b.classList.toggle("active", b.dataset.tab === name));
   document.querySelectorAll(".tab").forEach(s => s.classList.toggle("active", s.id === "tab-" + name));
-  if (!loaded[name]) { loaded[name] = true; loaders[name]().catch(e => console.error(e)); }
-  history.replaceState(null, "", "#" + name);
+  if (!loaded[name]) loaded[name] = loaders[name]().catch(reportError);
+  if (location.hash !== hash) history.pushState(null, "", hash);
+  routed = location.hash;
+  return loaded[name];
 }
 document.querySelectorAll("#tabs button").forEach(b => b.addEventListener("click", () => showTab(b.dataset.tab)));
+
+function route() {
+  const [tab, ...rest] = location.hash.slice(1).split("/");
+  const arg = decodeURIComponent(rest.join("/"));
+  if (tab === "tree" && arg) return openIndex(arg);
+  if (tab === "traces" && arg) return openTrace(arg);
+  return showTab(tab in loaders ? tab : "graph");
+}
+// going back or forward, or a link to another view's URL (both events may fire for one navigation)
+let routed = null;
+function reroute() {
+  if (location.hash === routed) return;
+  routed = location.hash;
+  route().catch(reportError);
+}
+window.addEventListener("popstate", reroute);
+window.addEventListener("hashchange", reroute);
 
 // ---- service graph ----------------------------------------------------------------------------------
 // Above these sizes the graph gets a layout that costs O(nodes + edges) (concentric rings by degree) instead of
@@ -69,11 +140,41 @@ const BIG_GRAPH_NODES = 40;
 const BIG_GRAPH_EDGES = 120;
 
 function graphLayout(nodes, edges) {
-  if (nodes <= BIG_GRAPH_NODES && edges <= BIG_GRAPH_EDGES)
-    return { name: "breadthfirst", directed: true, padding: 20, spacingFactor: 1.2 };
+  // small graphs: top-down levels (layeredPositions, computed in loadGraph)
+  if (nodes <= BIG_GRAPH_NODES && edges <= BIG_GRAPH_EDGES) return { name: "preset", fit: true, padding: 30 };
   // rings by degree, hubs in the middle
   return { name: "concentric", padding: 20, minNodeSpacing: 10, animate: false,
            concentric: n => n.degree(), levelWidth: ns => Math.max(1, ns.maxDegree() / 6) };
+}
+
+// A layered layout: each service one level below its lowest caller (a longest-path layering; a cycle's back
+// edge does not count), and the services of a level ordered by where their callers sit, as Sugiyama-style
+// layouts do. No edge then runs along a level through other nodes, and callers sit above their callees.
+function layeredPositions(cy) {
+  const level = new Map(), visiting = new Set();
+  const depth = n => {
+    if (level.has(n.id())) return level.get(n.id());
+    if (visiting.has(n.id())) return 0;
+    visiting.add(n.id());
+    let d = 0;
+    n.incomers("node").forEach(m => { if (m.id() !== n.id()) d = Math.max(d, depth(m) + 1); });
+    visiting.delete(n.id());
+    level.set(n.id(), d);
+    return d;
+  };
+  cy.nodes().forEach(depth);
+  const rows = [];
+  cy.nodes().forEach(n => { const d = level.get(n.id()); (rows[d] = rows[d] || []).push(n); });
+  const positions = {};
+  const callerX = n => {
+    const xs = n.incomers("node").map(m => positions[m.id()]).filter(Boolean).map(p => p.x);
+    return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0;
+  };
+  rows.forEach((row, d) => {
+    row.sort((a, b) => callerX(a) - callerX(b) || a.id().localeCompare(b.id()));
+    row.forEach((n, i) => { positions[n.id()] = { x: (i - (row.length - 1) / 2) * 170, y: d * 110 }; });
+  });
+  return positions;
 }
 
 async function loadGraph() {
@@ -82,10 +183,11 @@ async function loadGraph() {
   for (const n of g.nodes) elements.push({ data: { id: n.id, label: n.id, virtual: n.virtual ? 1 : 0 } });
   g.edges.forEach((e, i) => elements.push({
     data: { id: "e" + i, source: e.client, target: e.server, failed: e.failed,
+            ratio: e.requests ? e.failed / e.requests : 0,
             label: `${e.requests} req` + (e.failed ? ` / ${e.failed} failed` : "") },
   }));
   const layout = graphLayout(g.nodes.length, g.edges.length);
-  const big = layout.name !== "breadthfirst";
+  const big = layout.name !== "preset";
   const canvas = document.getElementById("graph-canvas");
   canvas.dataset.layout = layout.name;
   const cy = cytoscape({
@@ -99,14 +201,23 @@ async function loadGraph() {
         "target-arrow-shape": big ? "none" : "triangle", width: big ? 1 : 2, opacity: big ? 0.5 : 1,
         "line-color": "#9aa5b8", "target-arrow-color": "#9aa5b8", "font-size": 10, "min-zoomed-font-size": 6,
         "text-background-color": "#fff", "text-background-opacity": 0.8 } },
-      { selector: "edge[failed > 0]", style: { "line-color": "#e0574a", "target-arrow-color": "#e0574a" } },
+      // failure ratio as colour: grey (none failed) to red (all failed)
+      { selector: "edge[failed > 0]", style: { "line-color": "mapData(ratio, 0, 1, #f0a35e, #c0271b)",
+        "target-arrow-color": "mapData(ratio, 0, 1, #f0a35e, #c0271b)" } },
+      { selector: ":selected", style: { "border-width": 3, "border-color": "#2a6fd6", "line-color": "#2a6fd6",
+        "target-arrow-color": "#2a6fd6" } },
       { selector: "edge.focus", style: { label: "data(label)", "curve-style": "bezier", "target-arrow-shape": "triangle",
         width: 2, opacity: 1, "line-color": "#2a6fd6", "target-arrow-color": "#2a6fd6", "z-index": 10 } },
     ],
-    layout,
+    layout: { name: "preset" },
+    maxZoom: 1.2, // fitting a small graph would otherwise blow its labels up
     hideEdgesOnViewport: big,
     textureOnViewport: big,
   });
+  cy.layout(layout.name === "preset" ? { ...layout, positions: layeredPositions(cy) } : layout).run();
+  cy.on("tap", "node", ev => showGraphNode(ev.target.id(), g));
+  cy.on("tap", "edge", ev => showGraphEdge(g.edges[Number(ev.target.id().slice(1))]));
+  graphLegend();
   if (big) {
     // a node's edges with their labels while the pointer is on it
     cy.on("mouseover", "node", ev => ev.target.connectedEdges().addClass("focus"));
@@ -117,41 +228,134 @@ async function loadGraph() {
   window.deiGraph = cy;
   const table = document.getElementById("graph-edges");
   table.replaceChildren(el("tr", {}, el("th", {}, "client"), el("th", {}, "server"), el("th", {}, "requests"),
-    el("th", {}, "failed"), el("th", {}, "via")));
+    el("th", {}, "failed"), el("th", {}, "p50 / p99 (client)"), el("th", {}, "seen through")));
   const edges = [...g.edges].sort((a, b) => b.failed - a.failed || b.requests - a.requests);
-  renderPaged(table, edges, e => el("tr", { class: e.failed ? "failed" : "" }, el("td", {}, e.client),
-    el("td", {}, e.server), el("td", {}, e.requests), el("td", {}, e.failed), el("td", {}, e.connection_type || "")),
-    { moreRow: () => el("tr", { class: "more" }, el("td", { colspan: 5 })) });
+  renderPaged(table, edges, e => el("tr", { class: e.failed ? "failed" : "", onclick: () => showGraphEdge(e) },
+    el("td", {}, e.client), el("td", {}, e.server), el("td", {}, e.requests), el("td", {}, e.failed),
+    el("td", {}, e.client_latency ? `${ms(e.client_latency.p50_s)} / ${ms(e.client_latency.p99_s)}` : ""),
+    el("td", {}, EDGE_KIND[e.connection_type] ?? e.connection_type)),
+    { moreRow: () => el("tr", { class: "more" }, el("td", { colspan: 6 })) });
+}
+
+function ms(seconds) { return `${(seconds * 1000).toFixed(seconds < 0.01 ? 2 : 1)} ms`; }
+
+function graphLegend() {
+  document.getElementById("graph-legend").replaceChildren(
+    el("span", { class: "key" }, el("i", { class: "swatch service" }), "service (its server spans were seen)"),
+    el("span", { class: "key" }, el("i", { class: "swatch virtual" }),
+      "virtual: a callee never seen serving (not instrumented, or every call failed before reaching it)"),
+    el("span", { class: "key" }, el("i", { class: "swatch ok" }), "no failed request"),
+    el("span", { class: "key" }, el("i", { class: "swatch ratio" }), "failed / requests, 0 % to 100 %"),
+    el("span", { class: "hint" }, "click a node or an edge for its numbers"));
+}
+
+function latencyText(l) {
+  return l && l.count ? `p50 ${ms(l.p50_s)} · p99 ${ms(l.p99_s)} · max ${ms(l.max_s)} (${l.count} spans)` : "no spans";
+}
+
+function showGraphEdge(e) {
+  const ratio = e.requests ? ` (${(100 * e.failed / e.requests).toFixed(1)} %)` : "";
+  document.getElementById("graph-detail").replaceChildren(
+    el("h2", {}, `${e.client} → ${e.server}`),
+    el("p", {}, `${e.requests} requests · ${e.failed} failed${ratio}` +
+      (e.index_requests ? ` · ${e.index_requests} RPCs under DEI indexes` : "")),
+    el("p", {}, "client latency: ", latencyText(e.client_latency)),
+    el("p", {}, "server latency: ", latencyText(e.server_latency)),
+    el("p", { class: "hint" }, "seen through ", EDGE_KIND[e.connection_type] ?? e.connection_type));
+}
+
+function showGraphNode(id, g) {
+  const node = g.nodes.find(n => n.id === id) || { id };
+  const out = g.edges.filter(e => e.client === id), into = g.edges.filter(e => e.server === id);
+  const sum = (es, k) => es.reduce((a, e) => a + e[k], 0);
+  const list = es => el("ul", {}, ...es.map(e => el("li", {},
+    el("a", { href: "#graph", onclick: ev => { ev.preventDefault(); showGraphEdge(e); } },
+      `${e.client} → ${e.server}`), `: ${e.requests} requests, ${e.failed} failed`)));
+  document.getElementById("graph-detail").replaceChildren(
+    el("h2", {}, id), el("p", { class: "hint" }, node.virtual ? "virtual node: never seen serving" : "service"),
+    el("p", {}, `calls out: ${sum(out, "requests")} requests, ${sum(out, "failed")} failed`), list(out),
+    el("p", {}, `called: ${sum(into, "requests")} requests, ${sum(into, "failed")} failed`), list(into));
 }
 
 // ---- prefix tree ------------------------------------------------------------------------------------
 function nodeRow(n, onSelect) {
-  const li = el("li", { role: "treeitem", "data-index": n.index });
+  const li = el("li", { role: "treeitem", "data-index": n.index, tabindex: "-1", "aria-level": n.depth });
+  if (n.children > 0) li.setAttribute("aria-expanded", "false");
   const toggle = el("span", { class: "toggle" }, n.children > 0 ? "▸" : " ");
   const faults = sumValues(n.faults);
+  const parts = elementParts(n.element);
   const row = el("div", { class: "row" }, toggle,
     n.depth >= DEEP ? el("span", { class: "depth" }, `${n.depth}`) : null,
-    el("span", { class: "sig" }, n.signature || "(unknown)"), " ",
-    el("span", { class: "el" }, n.element || ""),
+    el("span", { class: "sig" }, n.signature || "(unknown)"),
+    parts ? el("span", { class: "count" }, ` #${parts.count}`) : null, " ",
+    el("span", { class: "el", title: `element ${n.element}: the digest of the RPC's signature, payload and call ` +
+      `stack, and its count · index ${n.index}` }, parts ? parts.digest.slice(0, 6) + "…" : (n.element || "")),
+    parts && parts.preliminary ? badge("preliminary (stream)") : null,
     badge(`${n.seen}× in ${n.traces} traces`),
     n.errors ? badge(`${n.errors} errors`, "err") : null,
     faults ? badge(`${faults} faults`, "fault") : null,
     n.ambiguous_flagged ? badge("ambiguous", "amb") : null,
     n.children ? badge(`${n.children} ${n.children === 1 ? "child" : "children"}`) : null);
-  let childList = null;
-  row.addEventListener("click", async ev => {
-    ev.stopPropagation();
-    onSelect(n, row);
+  let childList = null, rendering = null;
+  li.expand = async () => {
     if (n.children === 0) return;
-    if (childList) { childList.hidden = !childList.hidden; toggle.textContent = childList.hidden ? "▸" : "▾"; return; }
     toggle.textContent = "▾";
+    li.setAttribute("aria-expanded", "true");
+    if (childList) { childList.hidden = false; return rendering; }
     // past DEEP levels the indentation shrinks (a chain may be 64 deep) and rows carry their depth instead
     childList = el("ul", { role: "group", class: n.depth + 1 >= DEEP ? "deep" : "" });
     li.append(childList);
-    await renderPaged(childList, childPages(n.index), k => nodeRow(k, onSelect), { total: n.children });
+    rendering = renderPaged(childList, childPages(n.index), k => nodeRow(k, onSelect), { total: n.children });
+    return rendering;
+  };
+  li.collapse = () => {
+    if (!childList) return;
+    childList.hidden = true; toggle.textContent = "▸"; li.setAttribute("aria-expanded", "false");
+  };
+  li.select = () => onSelect(n, row);
+  row.addEventListener("click", async ev => {
+    ev.stopPropagation();
+    focusItem(li);
+    li.select();
+    if (li.getAttribute("aria-expanded") === "true") li.collapse(); else await li.expand();
   });
   li.append(row);
   return li;
+}
+
+// Keyboard navigation in a tree (the WAI-ARIA tree pattern): arrows move, right opens, left closes or goes
+// to the parent, Home and End, Enter selects. One item at a time is in the tab order.
+function focusItem(li) {
+  if (!li) return;
+  const tree = li.closest("[role=tree]");
+  if (tree) tree.querySelectorAll("[role=treeitem][tabindex='0']").forEach(x => x.setAttribute("tabindex", "-1"));
+  li.setAttribute("tabindex", "0");
+  li.focus();
+}
+function treeKeys(tree) {
+  tree.addEventListener("keydown", async ev => {
+    const li = ev.target.closest ? ev.target.closest("[role=treeitem]") : null;
+    if (!li) return;
+    const items = [...tree.querySelectorAll("[role=treeitem]")].filter(x => x.offsetParent !== null);
+    const i = items.indexOf(li);
+    const open = li.getAttribute("aria-expanded");
+    switch (ev.key) {
+      case "ArrowDown": focusItem(items[i + 1]); break;
+      case "ArrowUp": focusItem(items[i - 1]); break;
+      case "Home": focusItem(items[0]); break;
+      case "End": focusItem(items[items.length - 1]); break;
+      case "ArrowRight":
+        if (open === "false") await li.expand();
+        else if (open === "true") focusItem(li.querySelector("[role=treeitem]"));
+        break;
+      case "ArrowLeft":
+        if (open === "true") li.collapse(); else focusItem(li.parentElement.closest("[role=treeitem]"));
+        break;
+      case "Enter": case " ": if (li.select) li.select(); break;
+      default: return;
+    }
+    ev.preventDefault();
+  });
 }
 
 // Appends rows to `container` PAGE at a time, with a "show N more" row (made by `moreRow`) for the rest: a
@@ -197,11 +401,16 @@ function childPages(index) {
 let selectedRow = null;
 async function selectNode(n, row) {
   if (selectedRow) selectedRow.classList.remove("selected");
-  selectedRow = row; row.classList.add("selected");
+  selectedRow = row;
+  if (row) row.classList.add("selected");
+  const hash = "#tree/" + n.index;
+  if (location.hash !== hash) history.pushState(null, "", hash);
+  routed = location.hash;
   const box = document.getElementById("node-detail");
   const d = await getJSON("/tree/node?index=" + encodeURIComponent(n.index));
+  const ep = elementParts(d.element);
   const parts = [
-    el("h2", {}, d.signature || "(unknown)"),
+    el("h2", {}, d.signature || "(unknown)", ep ? ` #${ep.count}` : ""),
     el("p", {}, "index ", el("code", { id: "detail-index" }, d.index),
        await jaegerIndexLink(Object.keys(d.server_services || {})[0] || Object.keys(d.client_services || {})[0], d.index)),
     el("p", {}, `depth ${d.depth} · seen ${d.seen}× in ${d.traces} traces · ${d.errors} errors`),
@@ -209,7 +418,10 @@ async function selectNode(n, row) {
        Object.keys(d.server_services || {}).join(", ") || Object.keys(d.peers || {}).join(", ") || "?"),
   ];
   if (d.client_latency && d.client_latency.count) parts.push(el("p", {}, `client latency mean ${(d.client_latency.mean_s * 1000).toFixed(2)} ms, max ${(d.client_latency.max_s * 1000).toFixed(2)} ms`));
-  if (Object.keys(d.faults || {}).length) parts.push(el("p", {}, "injected faults: " + Object.entries(d.faults).map(([f, c]) => `${f}×${c}`).join(", ")));
+  if (ep) parts.push(el("p", { class: "hint" }, `element ${d.element}: the ${ep.count}${ordinal(ep.count)} call with ` +
+    `invocation signature ${ep.digest} (the digest of the RPC, its payload and its call stack) under the same prefix`));
+  if (Object.keys(d.faults || {}).length) parts.push(el("p", { id: "detail-faults" }, "injected faults: " +
+    Object.entries(d.faults).map(([f, c]) => `${describeFault(f)} ×${c}`).join(", ")));
   parts.push(el("h2", {}, "Stack"));
   const frames = el("ol", { id: "detail-stack", class: "mono" });
   for (const f of d.stack || []) frames.append(el("li", {}, f));
@@ -218,19 +430,48 @@ async function selectNode(n, row) {
   const traces = el("ul", { id: "detail-traces", class: "mono" });
   try {
     const t = await getJSON("/tree/node/traces?index=" + encodeURIComponent(n.index));
-    for (const id of t.traces) traces.append(el("li", {}, el("a", { href: "#traces", onclick: () => openTrace(id) }, id), await jaegerTraceLink(id)));
+    for (const id of t.traces) traces.append(el("li", {}, el("a", { href: "#traces/" + id }, id), await jaegerTraceLink(id)));
     if (!t.traces.length) traces.append(el("li", { class: "hint" }, "no retained trace"));
   } catch (e) { traces.append(el("li", { class: "hint" }, "traces unavailable")); }
   parts.push(traces);
   box.replaceChildren(...parts);
 }
 
+function ordinal(n) { return n % 100 >= 11 && n % 100 <= 13 ? "th" : ["th", "st", "nd", "rd"][n % 10] || "th"; }
+
 async function loadTree() {
   const root = await getJSON("/tree/node?index=1");
   const ul = el("ul", { role: "group" });
-  document.getElementById("tree").replaceChildren(ul);
+  const tree = document.getElementById("tree");
+  tree.replaceChildren(ul);
   await renderPaged(ul, childPages(root.index), n => nodeRow(n, selectNode), { total: root.children });
+  const first = tree.querySelector("[role=treeitem]");
+  if (first) first.setAttribute("tabindex", "0");
 }
+treeKeys(document.getElementById("tree"));
+
+// Opens the node of a `dei.index` (pasted from Jaeger, or from a URL): the tree is expanded down to it as far
+// as its rows are loaded, and its details are shown.
+async function openIndex(index) {
+  index = index.trim();
+  if (!INDEX_RE.test(index)) { showError(`not a dei.index: ${JSON.stringify(index)} (e.g. 1.gNqSXUN9FCU1.xOcZqW81Uq02)`); return; }
+  await showTab("tree", "#tree/" + index);
+  const parts = index.split(".");
+  let li = null;
+  for (let d = 2; d <= parts.length; d++) {
+    const found = document.querySelector(`#tree li[data-index="${CSS.escape(parts.slice(0, d).join("."))}"]`);
+    if (!found) break;
+    li = found;
+    if (d < parts.length && li.getAttribute("aria-expanded") === "false") await li.expand();
+  }
+  const exact = li && li.dataset.index === index ? li : null;
+  if (exact) { focusItem(exact); exact.scrollIntoView({ block: "nearest" }); }
+  await selectNode({ index }, exact ? exact.querySelector(".row") : null);
+}
+document.getElementById("index-search").addEventListener("submit", ev => {
+  ev.preventDefault();
+  openIndex(new FormData(ev.target).get("index") || "").catch(reportError);
+});
 
 // ---- traces -----------------------------------------------------------------------------------------
 async function loadTraces() {
@@ -238,7 +479,7 @@ async function loadTraces() {
   const table = el("table", { class: "grid" }, el("tr", {}, el("th", {}, "trace"), el("th", {}, "RPCs"), el("th", {}, "faults")));
   for (const tr of t.traces) {
     table.append(el("tr", { class: tr.faults ? "failed" : "" },
-      el("td", { class: "mono" }, el("a", { href: "#traces", onclick: () => openTrace(tr.trace_id) }, tr.trace_id.slice(0, 16) + "…"), await jaegerTraceLink(tr.trace_id)),
+      el("td", { class: "mono" }, el("a", { href: "#traces/" + tr.trace_id }, tr.trace_id.slice(0, 16) + "…"), await jaegerTraceLink(tr.trace_id)),
       el("td", {}, tr.rpcs), el("td", {}, tr.faults)));
   }
   document.getElementById("trace-list").replaceChildren(el("p", {}, `${t.retained} traces retained`), table);
@@ -257,7 +498,7 @@ function traceNode(n) {
     el("span", { class: "sig" }, n.signature || "?"), " ", el("span", { class: "el" }, n.index),
     " ", el("span", {}, `${n.client_service || "?"} → ${n.server_service || "?"}`),
     statusBadge(n.client_status || n.server_status),
-    n.fault ? badge("fault " + n.fault, "fault") : null, n.error ? badge("error", "err") : null,
+    n.fault ? badge("fault: " + describeFault(n.fault), "fault") : null, n.error ? badge("error", "err") : null,
     n.ambiguous ? badge("ambiguous", "amb") : null,
     n.messages && n.messages.length ? badge(`stream · ${n.messages.length} messages`) : null,
     n.stream ? badge(`message ${n.stream.k}`) : null));
@@ -270,8 +511,8 @@ function traceNode(n) {
 }
 
 async function openTrace(id) {
-  showTab("traces");
-  const t = await getJSON("/traces/" + id);
+  showTab("traces", "#traces/" + id);
+  const t = await getJSON("/traces/" + encodeURIComponent(id));
   const root = el("ul", { id: "trace-tree-root" });
   document.getElementById("trace-tree").replaceChildren(el("p", { class: "mono" }, `trace ${t.trace_id} · ${t.rpcs} RPCs`, await jaegerTraceLink(t.trace_id)),
     root);
@@ -323,21 +564,58 @@ function outcomeText(e) {
 async function loadSearch() {
   const box = document.getElementById("search");
   let r;
-  try { r = await getJSON("/search"); } catch (e) { box.replaceChildren(el("p", { class: "hint" }, "no search report")); return; }
+  try { r = await getJSON("/search", { quiet: [404] }); } catch (e) {
+    box.replaceChildren(el("p", { class: "hint" }, e.status === 404 ? "no search report" : "the search report is unavailable"));
+    return;
+  }
   const reports = Array.isArray(r) ? r : [r];
   const out = [];
   for (const rep of reports) {
     const execs = [...(rep.executions || [])].sort((a, b) => failed(b) - failed(a));
     out.push(el("h2", {}, `${rep.test || rep.name || "functional test"}: ${execs.length} executions, ${execs.filter(failed).length} failing`));
-    const t = el("table", { class: "grid", id: "executions" }, el("tr", {}, el("th", {}, "#"), el("th", {}, "outcome"), el("th", {}, "plan"), el("th", {}, "injected")));
+    const t = el("table", { class: "grid", id: "executions" }, el("tr", {}, el("th", {}, "#"), el("th", {}, "outcome"),
+      el("th", {}, "planned faults"), el("th", {}, "carried out")));
+    const detail = el("div", { id: "execution-detail", class: "detail" }, el("p", { class: "hint" }, "click an execution for its call tree"));
     for (const e of execs) {
-      t.append(el("tr", { class: failed(e) ? "failed" : "" }, el("td", {}, e.id ?? e.number ?? ""),
-        el("td", {}, outcomeText(e)), el("td", { class: "mono" }, fmt(e.plan)),
-        el("td", { class: "mono" }, fmt(e.effective ?? e.injected))));
+      const unreached = e.unreached || [];
+      t.append(el("tr", { class: failed(e) ? "failed" : "", onclick: () => showExecution(e, detail) },
+        el("td", {}, e.number), el("td", {}, outcomeText(e)),
+        el("td", {}, e.plan.length ? e.plan.map(plannedText).join("; ") : "none (the fault-free run)"),
+        el("td", {}, unreached.length ? `${unreached.length} of ${e.plan.length} never reached: ` + unreached.map(plannedText).join("; ")
+          : e.plan.length ? "every planned fault injected" : "")));
     }
-    out.push(t);
+    out.push(el("div", { class: "split" }, t, detail));
   }
   box.replaceChildren(...out);
+}
+
+function plannedText(p) { return `${p.signature || p.index} → ${describeFault(p.fault)}`; }
+
+// An execution as its call tree: each RPC under the RPC whose serving issued it, the injected faults marked,
+// the planned faults that no RPC reached listed apart.
+function showExecution(e, box) {
+  const rpcs = e.rpcs || [];
+  const kids = new Map();
+  rpcs.forEach((r, i) => { const p = r.parent ?? -1; if (!kids.has(p)) kids.set(p, []); kids.get(p).push(i); });
+  const planned = new Set(e.plan.map(p => p.index));
+  const item = i => {
+    const r = rpcs[i];
+    const li = el("li", {}, el("div", { class: "row" }, el("span", { class: "sig" }, r.signature), " ",
+      el("span", { class: "el", title: r.index }, (r.index.split(".").pop() || "").slice(0, 6) + "…"),
+      r.fault ? badge("injected: " + describeFault(r.fault), "fault") : null,
+      !r.fault && planned.has(r.index) ? badge("planned, not injected", "err") : null,
+      r.message ? badge(`message ${r.message}`) : null));
+    const children = kids.get(i) || [];
+    if (children.length) li.append(el("ul", {}, ...children.map(item)));
+    return li;
+  };
+  const parts = [el("h2", {}, `execution ${e.number}: ${outcomeText(e)}`)];
+  if (e.plan_wire) parts.push(el("p", {}, "replay its plan: ", el("code", {}, `--replay REPORT.json ${e.number}`),
+    el("span", { class: "hint" }, ` (plan ${e.plan_wire})`)));
+  if ((e.unreached || []).length) parts.push(el("p", { class: "unreached" }, "planned but never reached (the outcome does not test them): " +
+    e.unreached.map(plannedText).join("; ")));
+  parts.push(el("ul", { class: "tree exec-tree" }, ...(kids.get(-1) || []).map(item)));
+  box.replaceChildren(...parts);
 }
 
 // ---- diff -------------------------------------------------------------------------------------------
@@ -364,4 +642,4 @@ async function loadStats() {
   } catch (e) { /* collector still starting */ }
 }
 loadStats();
-showTab((location.hash || "#graph").slice(1) in loaders ? location.hash.slice(1) || "graph" : "graph");
+reroute();
