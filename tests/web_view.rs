@@ -469,6 +469,7 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
         "app.js reads fields that the API does not send (null: the recorder was not installed): {unsent:#}"
     );
     check_deep_links_and_errors(&client, &ui, &index).await;
+    check_live_updates(&client, &ui, &format!("http://{}/v1/traces", demo.collector.http_addr)).await;
     client.close().await.expect("close the session");
     drop(driver);
     demo.collector.shutdown().await;
@@ -715,6 +716,84 @@ async fn check_deep_links_and_errors(client: &Client, ui: &str, index: &str) {
     )
     .await;
     assert!(error.as_str().unwrap_or("").contains("not a dei.index"), "{error}");
+}
+
+/// The open view follows the data without a reload and keeps its selection: spans that arrive while the
+/// graph shows a selected node add their services to it, and spans that arrive while the tree shows an open,
+/// selected node add a node beside it, which stays open and selected.
+async fn check_live_updates(client: &Client, ui: &str, otlp_http: &str) {
+    client.goto("about:blank").await.expect("leave the page");
+    client.goto(&format!("{ui}#graph")).await.expect("the graph");
+    wait_for(
+        client,
+        "the graph",
+        "return window.deiGraph ? window.deiGraph.getElementById('users').length : 0;",
+        |v| v == 1,
+    )
+    .await;
+    client
+        .execute(
+            "window.deiSameDocument = true; window.deiGraph.getElementById('users').select().emit('tap');",
+            vec![],
+        )
+        .await
+        .expect("select a node");
+    let mut late = LargeLoad::default();
+    late.add(0, None, service(1), "late.Arrival/Get", "first".into());
+    export(otlp_http.to_string(), late.spans())
+        .await
+        .expect("export while the graph is open");
+    let graph = wait_for(
+        client,
+        "the late services in the open graph, the selection kept",
+        &format!(
+            "const cy = window.deiGraph;
+             return [window.deiSameDocument === true, cy.getElementById('{}').length,
+                     cy.$(':selected').map(e => e.id()), document.querySelector('#graph-detail h2')?.textContent];",
+            service(1)
+        ),
+        |v| v[1] == 1,
+    )
+    .await;
+    assert_eq!(
+        graph[0], true,
+        "updated in place, not by loading the page again: {graph}"
+    );
+    assert_eq!(graph[2], json!(["users"]), "{graph}");
+    assert_eq!(graph[3], "users", "{graph}");
+
+    click(client, "#tabs button[data-tab=tree]").await;
+    let open = wait_for(
+        client,
+        "a tree item with children",
+        "const li = document.querySelector('#tree [role=treeitem][aria-expanded]'); return li ? li.dataset.index : null;",
+        |v| v.is_string(),
+    )
+    .await;
+    let open = open.as_str().unwrap_or_default().to_string();
+    click(client, &format!("#tree [data-index=\"{open}\"] > .row")).await;
+    let mut later = LargeLoad::default();
+    later.add(1, None, service(2), "late.Arrival/Get", "second".into());
+    let new = later.rpcs[0].index.encode();
+    export(otlp_http.to_string(), later.spans())
+        .await
+        .expect("export while the tree is open");
+    let tree = wait_for(
+        client,
+        "the late node in the open tree, the open node still open and selected",
+        &format!(
+            "const at = i => document.querySelector(`#tree [data-index=\"${{i}}\"]`);
+             return [window.deiSameDocument === true, !!at('{new}'), at('{open}')?.getAttribute('aria-expanded'),
+                     !!at('{open}')?.querySelector(':scope > .row.selected'),
+                     document.getElementById('detail-index')?.textContent];"
+        ),
+        |v| v[1] == true,
+    )
+    .await;
+    assert_eq!(tree[0], true, "{tree}");
+    assert_eq!(tree[2], "true", "the open node stays open: {tree}");
+    assert_eq!(tree[3], true, "the selected node stays selected: {tree}");
+    assert_eq!(tree[4], open.as_str(), "{tree}");
 }
 
 /// Writes a screenshot under the target directory, and over the tracked figure in `docs/figures/` only when

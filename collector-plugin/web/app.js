@@ -177,6 +177,10 @@ function layeredPositions(cy) {
   return positions;
 }
 
+// what is selected in the graph, kept across reloads: {node: id} or {edge: "client\u0000server\u0000kind"}
+let graphSelection = null;
+const edgeKey = e => [e.client, e.server, e.connection_type].join("\u0000");
+
 async function loadGraph() {
   const g = await getJSON("/graph");
   const elements = [];
@@ -218,6 +222,13 @@ async function loadGraph() {
   cy.on("tap", "node", ev => showGraphNode(ev.target.id(), g));
   cy.on("tap", "edge", ev => showGraphEdge(g.edges[Number(ev.target.id().slice(1))]));
   graphLegend();
+  if (graphSelection && graphSelection.node !== undefined && cy.getElementById(graphSelection.node).nonempty()) {
+    cy.getElementById(graphSelection.node).select();
+    showGraphNode(graphSelection.node, g);
+  } else if (graphSelection && graphSelection.edge !== undefined) {
+    const i = g.edges.findIndex(e => edgeKey(e) === graphSelection.edge);
+    if (i >= 0) { cy.getElementById("e" + i).select(); showGraphEdge(g.edges[i]); }
+  }
   if (big) {
     // a node's edges with their labels while the pointer is on it
     cy.on("mouseover", "node", ev => ev.target.connectedEdges().addClass("focus"));
@@ -254,6 +265,7 @@ function latencyText(l) {
 }
 
 function showGraphEdge(e) {
+  graphSelection = { edge: edgeKey(e) };
   const ratio = e.requests ? ` (${(100 * e.failed / e.requests).toFixed(1)} %)` : "";
   document.getElementById("graph-detail").replaceChildren(
     el("h2", {}, `${e.client} → ${e.server}`),
@@ -265,6 +277,7 @@ function showGraphEdge(e) {
 }
 
 function showGraphNode(id, g) {
+  graphSelection = { node: id };
   const node = g.nodes.find(n => n.id === id) || { id };
   const out = g.edges.filter(e => e.client === id), into = g.edges.filter(e => e.server === id);
   const sum = (es, k) => es.reduce((a, e) => a + e[k], 0);
@@ -449,6 +462,20 @@ async function loadTree() {
   if (first) first.setAttribute("tabindex", "0");
 }
 treeKeys(document.getElementById("tree"));
+
+// The tree again, with the nodes that were open opened again and the selected one selected.
+async function reloadTree() {
+  const tree = document.getElementById("tree");
+  const open = [...tree.querySelectorAll("[role=treeitem][aria-expanded=true]")].map(li => li.dataset.index);
+  const selected = selectedRow ? selectedRow.closest("[role=treeitem]").dataset.index : null;
+  await loadTree();
+  for (const index of open) {
+    const li = tree.querySelector(`li[data-index="${CSS.escape(index)}"]`);
+    if (li && li.getAttribute("aria-expanded") === "false") await li.expand();
+  }
+  const li = selected && tree.querySelector(`li[data-index="${CSS.escape(selected)}"]`);
+  if (li) await selectNode({ index: selected }, li.querySelector(".row"));
+}
 
 // Opens the node of a `dei.index` (pasted from Jaeger, or from a URL): the tree is expanded down to it as far
 // as its rows are loaded, and its details are shown.
@@ -635,11 +662,34 @@ document.getElementById("diff-form").addEventListener("submit", runDiff);
 
 const loaders = { graph: loadGraph, tree: loadTree, traces: loadTraces, analyses: loadAnalyses, search: loadSearch, diff: runDiff };
 
-async function loadStats() {
+// ---- liveness: the open view follows the data --------------------------------------------------------
+// The stats are polled; when they change, the open tab reloads in place (keeping its selection) and the
+// others reload when next opened. A failed poll says so in the header, not in the error banner.
+const POLL_MS = 2000;
+const reloaders = { graph: loadGraph, tree: reloadTree, traces: loadTraces, analyses: loadAnalyses, search: loadSearch };
+let lastStats = null, polling = false;
+async function pollStats() {
+  if (polling) return;
+  polling = true;
+  const box = document.getElementById("stats");
   try {
-    const s = await getJSON("/stats");
-    document.getElementById("stats").textContent = `${s.tree_nodes} tree nodes · ${s.traces_retained} traces · ${s.graph_edges} edges`;
-  } catch (e) { /* collector still starting */ }
+    const r = await fetch(API + "/stats");
+    if (!r.ok) throw new Error(`${r.status}`);
+    const s = await r.json();
+    box.textContent = `${s.tree_nodes} tree nodes · ${s.traces_retained} traces · ${s.graph_edges} edges`;
+    box.classList.remove("stale");
+    const now = JSON.stringify([s.tree_nodes, s.traces_retained, s.graph_edges, s.graph_waiting_spans]);
+    if (lastStats !== null && now !== lastStats) {
+      const active = document.querySelector("#tabs button.active")?.dataset.tab;
+      for (const name of Object.keys(loaded)) if (name !== active && name !== "diff") delete loaded[name];
+      if (active && reloaders[active]) loaded[active] = reloaders[active]().catch(reportError);
+    }
+    lastStats = now;
+  } catch (e) {
+    box.textContent = `collector unreachable (${e.message}); retrying`;
+    box.classList.add("stale");
+  } finally { polling = false; }
 }
-loadStats();
+pollStats();
+setInterval(pollStats, POLL_MS);
 reroute();
