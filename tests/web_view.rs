@@ -684,6 +684,34 @@ async fn check_deep_links_and_errors(client: &Client, ui: &str, index: &str) {
         |v| v.as_str().is_some_and(|t| t.contains(&trace)),
     )
     .await;
+    // its waterfall: a row per RPC, every bar inside the trace's time span, the earliest at its start
+    let waterfall = wait_for(
+        client,
+        "the trace's waterfall",
+        "const rows = document.querySelectorAll('#waterfall .wf-row:not(.wf-axis)').length;
+         const rpcs = Number(document.querySelector('#trace-tree p').textContent.match(/([0-9]+) RPCs/)[1]);
+         const bars = [...document.querySelectorAll('#waterfall .bar')]
+           .map(b => [parseFloat(b.style.left), parseFloat(b.style.width)]);
+         return [rows, rpcs, bars];",
+        |v| v[0].as_u64().is_some_and(|n| n > 0),
+    )
+    .await;
+    assert_eq!(waterfall[0], waterfall[1], "one row per RPC: {waterfall}");
+    let bars: Vec<(f64, f64)> = waterfall[2]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| Some((b[0].as_f64()?, b[1].as_f64()?)))
+        .collect();
+    assert!(!bars.is_empty(), "{waterfall}");
+    assert!(
+        bars.iter().all(|(l, w)| *l >= 0.0 && *w > 0.0 && l + w <= 100.5),
+        "{waterfall}"
+    );
+    assert!(
+        bars.iter().any(|(l, _)| *l == 0.0),
+        "the earliest span starts the timeline: {waterfall}"
+    );
 
     let missing = "0123456789abcdef0123456789abcdef";
     client

@@ -503,9 +503,12 @@ document.getElementById("index-search").addEventListener("submit", ev => {
 // ---- traces -----------------------------------------------------------------------------------------
 async function loadTraces() {
   const t = await getJSON("/traces?limit=500");
-  const table = el("table", { class: "grid" }, el("tr", {}, el("th", {}, "trace"), el("th", {}, "RPCs"), el("th", {}, "faults")));
-  for (const tr of t.traces) {
+  const table = el("table", { class: "grid" }, el("tr", {}, el("th", {}, "started"), el("th", {}, "trace"),
+    el("th", {}, "RPCs"), el("th", {}, "faults")));
+  const traces = [...t.traces].sort((a, b) => b.start_unix_nano - a.start_unix_nano);
+  for (const tr of traces) {
     table.append(el("tr", { class: tr.faults ? "failed" : "" },
+      el("td", {}, startedText(tr.start_unix_nano)),
       el("td", { class: "mono" }, el("a", { href: "#traces/" + tr.trace_id }, tr.trace_id.slice(0, 16) + "…"), await jaegerTraceLink(tr.trace_id)),
       el("td", {}, tr.rpcs), el("td", {}, tr.faults)));
   }
@@ -542,8 +545,51 @@ async function openTrace(id) {
   const t = await getJSON("/traces/" + encodeURIComponent(id));
   const root = el("ul", { id: "trace-tree-root" });
   document.getElementById("trace-tree").replaceChildren(el("p", { class: "mono" }, `trace ${t.trace_id} · ${t.rpcs} RPCs`, await jaegerTraceLink(t.trace_id)),
-    root);
+    waterfall(t), root);
   renderPaged(root, t.tree, traceNode);
+}
+
+function startedText(unixNano) {
+  return unixNano ? new Date(unixNano / 1e6).toLocaleString(undefined, { hour12: false }) : "?";
+}
+
+// A trace's timeline: one row per RPC in call order (at most WATERFALL_ROWS), the client span's time as a
+// light bar and the server span's inside it, stream messages as ticks, faults and errors coloured.
+const WATERFALL_ROWS = 300;
+function waterfall(t) {
+  const rows = [];
+  const walk = (nodes, depth) => {
+    for (const n of nodes) {
+      if (rows.length >= WATERFALL_ROWS) return;
+      rows.push([n, depth]);
+      walk(n.children || [], depth + 1);
+    }
+  };
+  walk(t.tree, 0);
+  let t0 = Infinity, t1 = -Infinity;
+  for (const [n] of rows) for (const w of [n.client_time, n.server_time]) if (w) { t0 = Math.min(t0, w[0]); t1 = Math.max(t1, w[1]); }
+  if (!Number.isFinite(t0)) return el("p", { class: "hint", id: "waterfall" }, "no span times recorded");
+  const total = Math.max(1, t1 - t0);
+  const left = x => `${(100 * (x - t0) / total).toFixed(3)}%`;
+  const width = w => `${Math.max(0.3, 100 * (w[1] - w[0]) / total).toFixed(3)}%`;
+  const box = el("div", { id: "waterfall" },
+    el("div", { class: "wf-row wf-axis" }, el("span", { class: "wf-label" }, "RPC"),
+      el("span", { class: "wf-lane" }, el("span", { class: "start" }, "0 ms"), el("span", { class: "end" }, ms(total / 1e9)))));
+  for (const [n, depth] of rows) {
+    const lane = el("span", { class: "wf-lane" });
+    if (n.client_time) lane.append(el("span", { class: "bar client", style: `left:${left(n.client_time[0])};width:${width(n.client_time)}`,
+      title: `${n.client_service || "?"} (client): ${ms((n.client_time[1] - n.client_time[0]) / 1e9)}` }));
+    if (n.server_time) lane.append(el("span", { class: "bar server", style: `left:${left(n.server_time[0])};width:${width(n.server_time)}`,
+      title: `${n.server_service || "?"} (server): ${ms((n.server_time[1] - n.server_time[0]) / 1e9)}` }));
+    for (const m of n.messages || []) lane.append(el("span", { class: "tick" + (m.fault ? " fault" : ""), style: `left:${left(m.time_unix_nano)}`,
+      title: `message ${m.k ?? "?"}${m.fault ? " · fault: " + describeFault(m.fault) : ""} · ${m.index}` }));
+    box.append(el("div", { class: "wf-row" + (n.fault ? " fault" : n.error ? " err" : "") },
+      el("span", { class: "wf-label", style: `padding-left:${depth}em`, title: n.index },
+        n.signature || "?", n.fault ? ` · ${describeFault(n.fault)}` : ""),
+      lane));
+  }
+  if (rows.length < t.rpcs) box.append(el("p", { class: "hint" }, `the first ${rows.length} of ${t.rpcs} RPCs`));
+  return box;
 }
 
 // ---- analyses ---------------------------------------------------------------------------------------
