@@ -449,6 +449,36 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
         |v| v.as_u64().is_some_and(|n| n > 0),
     )
     .await;
+    // in sentences and tables, not JSON; a finding's node opens in the tree
+    let analyses = client
+        .execute(
+            "return [document.getElementById('analyses').textContent,
+                     [...document.querySelectorAll('#analyses a.node-link')].map(a => a.getAttribute('href'))];",
+            vec![],
+        )
+        .await
+        .expect("the analyses' text");
+    let text = analyses[0].as_str().unwrap_or_default();
+    assert!(
+        !text.contains("{\"") && !text.contains("\":"),
+        "JSON in the analyses: {text}"
+    );
+    assert!(text.contains("traces analyzed"), "{text}");
+    let href = analyses[1]
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no finding names a tree node: {text}"));
+    let index = href.trim_start_matches("#tree/").to_string();
+    click(&client, &format!("#analyses a.node-link[href=\"{href}\"]")).await;
+    wait_for(
+        &client,
+        "the finding's node",
+        "return document.getElementById('detail-index')?.textContent;",
+        |v| v == index.as_str(),
+    )
+    .await;
+    click(&client, "#tabs button[data-tab=analyses]").await;
     click(&client, "#tabs button[data-tab=diff]").await;
     wait_for(
         &client,
@@ -815,7 +845,7 @@ async fn check_live_updates(client: &Client, ui: &str, otlp_http: &str) {
                      !!at('{open}')?.querySelector(':scope > .row.selected'),
                      document.getElementById('detail-index')?.textContent];"
         ),
-        |v| v[1] == true,
+        |v| v[1] == true && v[2] == "true" && v[3] == true,
     )
     .await;
     assert_eq!(tree[0], true, "{tree}");

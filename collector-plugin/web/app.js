@@ -452,28 +452,39 @@ async function selectNode(n, row) {
 
 function ordinal(n) { return n % 100 >= 11 && n % 100 <= 13 ? "th" : ["th", "st", "nd", "rd"][n % 10] || "th"; }
 
-async function loadTree() {
+// The tree's first level, rendered into a list that is not yet on the page.
+async function buildTree() {
   const root = await getJSON("/tree/node?index=1");
   const ul = el("ul", { role: "group" });
-  const tree = document.getElementById("tree");
-  tree.replaceChildren(ul);
   await renderPaged(ul, childPages(root.index), n => nodeRow(n, selectNode), { total: root.children });
-  const first = tree.querySelector("[role=treeitem]");
+  return ul;
+}
+
+async function loadTree() {
+  const ul = await buildTree();
+  document.getElementById("tree").replaceChildren(ul);
+  const first = ul.querySelector("[role=treeitem]");
   if (first) first.setAttribute("tabindex", "0");
 }
 treeKeys(document.getElementById("tree"));
 
-// The tree again, with the nodes that were open opened again and the selected one selected.
+// The tree again, with the nodes that were open opened again and the selected one selected: built off the
+// page and swapped in at once, so that it never shows closed for a moment.
 async function reloadTree() {
   const tree = document.getElementById("tree");
   const open = [...tree.querySelectorAll("[role=treeitem][aria-expanded=true]")].map(li => li.dataset.index);
   const selected = selectedRow ? selectedRow.closest("[role=treeitem]").dataset.index : null;
-  await loadTree();
+  const focused = document.activeElement && tree.contains(document.activeElement) ? document.activeElement.dataset.index : null;
+  const ul = await buildTree();
   for (const index of open) {
-    const li = tree.querySelector(`li[data-index="${CSS.escape(index)}"]`);
+    const li = ul.querySelector(`li[data-index="${CSS.escape(index)}"]`);
     if (li && li.getAttribute("aria-expanded") === "false") await li.expand();
   }
-  const li = selected && tree.querySelector(`li[data-index="${CSS.escape(selected)}"]`);
+  tree.replaceChildren(ul);
+  const find = index => index && ul.querySelector(`li[data-index="${CSS.escape(index)}"]`);
+  if (find(focused)) focusItem(find(focused));
+  else if (ul.querySelector("[role=treeitem]")) ul.querySelector("[role=treeitem]").setAttribute("tabindex", "0");
+  const li = find(selected);
   if (li) await selectNode({ index: selected }, li.querySelector(".row"));
 }
 
@@ -602,26 +613,75 @@ function table(rows) {
 }
 function fmt(v) {
   if (v === null || v === undefined) return "";
-  if (typeof v === "object") return JSON.stringify(v);
+  if (Array.isArray(v)) return v.map(fmt).join(", ");
+  if (typeof v === "object") {
+    if ("index" in v) return `${v.signature || "?"} (${v.index})`;
+    return Object.entries(v).map(([k, x]) => `${k} ${fmt(x)}`).join(", ");
+  }
   return String(v);
 }
+
+// A tree node (`{index, signature}`, or a finding that carries them) named by its signature, linked to its
+// node; a trace, linked to it.
+function nodeLink(n) {
+  if (!n) return "the root";
+  return el("a", { href: "#tree/" + n.index, title: n.index, class: "node-link" }, n.signature || n.index);
+}
+function traceLink(id) { return id ? el("a", { href: "#traces/" + id, class: "mono" }, id.slice(0, 12) + "…") : "?"; }
+function plural(n, one, many = one + "s") { return `${n} ${n === 1 ? one : many}`; }
+function listOf(items) { return [...items].join(", ") || "none"; }
+
+// One sentence per finding, in the words of paper §6, with its nodes and an example trace linked.
+const ANALYSES = [
+  ["Circuit breakers", "circuit_breakers", "An RPC that stopped being made after it failed, as a circuit breaker does.",
+    e => [nodeLink(e), ` failed (${[...e.faults].map(describeFault).join(", ") || "errors"}) in ${plural(e.fault_traces, "trace")}, the last `,
+      traceLink(e.last_fault_trace), `; it was then absent from ${plural(e.absent_traces, "trace")}, from `, traceLink(e.first_absent_trace),
+      e.state === "open" ? " on: the breaker looks open" : [", and came back in ", traceLink(e.reclosed_trace), ": reclosed"],
+      ` (its subtree: ${plural(e.subtree_size, "node")}).`]],
+  ["Repeated calls", "repeated_calls", "The same RPC with the same payload, more than once in one trace: a missing cache or a retry.",
+    r => [el("b", {}, r.signature), ` with payload ${r.payload_digest.slice(0, 8)}… was called up to ${r.max_calls_in_one_trace} times in one trace `,
+      `(${plural(r.total_calls, "call")} in ${plural(r.traces, "trace")}), `,
+      r.scope === "same_parent" ? ["by the same parent, ", nodeLink(r.parent)] : "across layers of the call tree",
+      `, by ${listOf(r.callers)}; example `, traceLink(r.example_trace), "."]],
+  ["Chained calls", "chained_calls", "Two RPCs to one service made one after the other by the same caller: candidates for one batched call.",
+    c => [`${c.caller || "?"} calls `, el("b", {}, c.first), " then ", el("b", {}, c.second), ` on ${c.service} under `, nodeLink(c.parent),
+      ` in ${plural(c.traces, "trace")}, ${c.median_gap_ms.toFixed(2)} ms apart (median); `,
+      c.confidence === "data_dependent" ? `the second depends on the first's answer (${c.distinct_first_inputs} distinct first inputs, ${c.distinct_second_inputs} second)`
+        : "only their order is known", "; example ", traceLink(c.example_trace), "."]],
+  ["Ambiguous indexes", "ambiguous", "Indexes that named more than one RPC: the instantiation lacks a component that tells them apart.",
+    a => [nodeLink(a), ` was flagged ${plural(a.flagged_by_instrumentation, "time")} by the instrumentation and collided `,
+      `${plural(a.collisions_in_trace, "time")} within a trace, of ${a.seen} RPCs, from ${listOf(Object.keys(a.client_services))}.`]],
+];
 
 async function loadAnalyses() {
   const a = await getJSON("/analyses");
   const box = document.getElementById("analyses");
-  const sections = [["Circuit breakers", a.circuit_breakers], ["Repeated calls", a.repeated_calls],
-    ["Chained calls", a.chained_calls], ["Ambiguous indexes", a.ambiguous]];
-  const out = [el("p", {}, `${a.traces_analyzed} traces analyzed`)];
-  for (const [title, v] of sections) {
-    out.push(el("h2", {}, title));
-    out.push(table(Array.isArray(v) ? v : (v && (v.findings || v.items)) || (v ? [v] : [])));
+  const out = [el("p", {}, `${plural(a.traces_analyzed, "trace")} analyzed.`)];
+  for (const [title, key, what, sentence] of ANALYSES) {
+    const findings = a[key];
+    out.push(el("h2", {}, `${title} (${findings.length})`), el("p", { class: "hint" }, what));
+    out.push(findings.length ? el("ul", { class: "findings", "data-analysis": key }, ...findings.map(f => el("li", {}, ...[sentence(f)].flat(2))))
+      : el("p", { class: "hint" }, "none found"));
   }
-  out.push(el("h2", {}, "Projection to other instantiations"));
-  for (const p of a.projections || []) {
-    const { collapses, unstable, ...summary } = p;
-    out.push(table([summary]));
-    if (Array.isArray(collapses) && collapses.length) out.push(table(collapses));
-    if (Array.isArray(unstable) && unstable.length) out.push(table(unstable));
+  out.push(el("h2", {}, "Projection to other instantiations"),
+    el("p", { class: "hint" }, "What each coarser instantiation would name differently: RPCs that would share a name, and names that would change between traces."));
+  const rows = el("table", { class: "grid", id: "projections" }, el("tr", {}, el("th", {}, "instantiation"), el("th", {}, "RPCs"),
+    el("th", {}, "distinct indexes, full → projected"), el("th", {}, "names shared by several RPCs"), el("th", {}, "unstable names")));
+  for (const p of a.projections) {
+    rows.append(el("tr", {}, el("td", {}, p.instantiation), el("td", {}, p.rpcs), el("td", {}, `${p.distinct_full} → ${p.distinct_projected}`),
+      el("td", {}, p.collapsed_names), el("td", {}, p.unstable_names)));
+  }
+  out.push(rows);
+  for (const p of a.projections) {
+    if (!p.collapses.length && !p.unstable.length) continue;
+    out.push(el("h3", {}, `Under ${p.instantiation}`));
+    const items = [
+      ...p.collapses.map(c => el("li", {}, `one name for ${plural(c.full.length, "RPC")} (up to ${c.max_in_one_trace} in one trace, in `,
+        plural(c.traces, "trace"), "): ", ...c.full.flatMap((n, i) => i ? [", ", nodeLink(n)] : [nodeLink(n)]), "; example ", traceLink(c.example_trace))),
+      ...p.unstable.map(u => el("li", {}, `a name that changes between traces, for ${plural(u.distinct_full, "full index", "full indexes")}: `,
+        ...u.full.flatMap((n, i) => i ? [", ", nodeLink(n)] : [nodeLink(n)]))),
+    ];
+    out.push(el("ul", { class: "findings" }, ...items));
   }
   box.replaceChildren(...out);
 }
