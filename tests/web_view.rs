@@ -469,13 +469,13 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
         .and_then(|a| a.first())
         .and_then(Value::as_str)
         .unwrap_or_else(|| panic!("no finding names a tree node: {text}"));
-    let index = href.trim_start_matches("#tree/").to_string();
+    let finding = href.trim_start_matches("#tree/").to_string();
     click(&client, &format!("#analyses a.node-link[href=\"{href}\"]")).await;
     wait_for(
         &client,
         "the finding's node",
         "return document.getElementById('detail-index')?.textContent;",
-        |v| v == index.as_str(),
+        |v| v == finding.as_str(),
     )
     .await;
     click(&client, "#tabs button[data-tab=analyses]").await;
