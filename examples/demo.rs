@@ -9,7 +9,9 @@
 //! Options: `--exit` (or `--no-serve`) stops after the summary; `--forward ENDPOINT` also forwards every span
 //! to a Jaeger or OpenTelemetry Collector (`--forward-protocol grpc` with `http://host:4317`, the default, or
 //! `http` with `http://host:4318/v1/traces`); `--program cinema-3|cinema-9|cinema-10`; `--report PATH`
-//! (default `target/demo/search.json`); `--progress` prints every execution.
+//! (default: the run's own file, `target/sfit/demo/<UTC time>.json`, with `target/sfit/demo/latest.json`
+//! pointing at the newest, so that a second run does not change what a running web view shows);
+//! `--progress` prints every execution.
 
 use dei_corpus as common;
 use dei_corpus::demo_setup;
@@ -27,7 +29,8 @@ struct Args {
     forward: Option<String>,
     forward_http: bool,
     variant: Variant,
-    report: PathBuf,
+    /// `--report PATH`; by default the run's own file (`dei_corpus::run_report_path("demo")`).
+    report: Option<PathBuf>,
     progress: bool,
 }
 
@@ -40,7 +43,7 @@ fn parse() -> Result<Args, CliStop> {
         forward: None,
         forward_http: false,
         variant: Variant::Cinema10,
-        report: PathBuf::from("target/demo/search.json"),
+        report: None,
         progress: false,
     };
     let mut it = std::env::args().skip(1);
@@ -63,7 +66,7 @@ fn parse() -> Result<Args, CliStop> {
                     .find(|v| v.name() == name || v.name().replace('-', "") == name)
                     .ok_or_else(|| CliStop::Bad(format!("--program: cinema-3, cinema-9 or cinema-10, not {name}")))?;
             }
-            "--report" => args.report = PathBuf::from(value("--report")?),
+            "--report" => args.report = Some(PathBuf::from(value("--report")?)),
             "--progress" => args.progress = true,
             "-h" | "--help" => return Err(CliStop::Help),
             other => return Err(CliStop::Bad(format!("unknown argument {other:?}"))),
@@ -99,7 +102,7 @@ async fn main() -> ExitCode {
     let demo = match demo_setup::run(DemoOptions {
         variant: args.variant,
         forward: forward.clone(),
-        report_path: args.report.clone(),
+        report_path: args.report.clone().unwrap_or_else(|| common::run_report_path("demo")),
         progress: args.progress,
     })
     .await
@@ -149,6 +152,15 @@ async fn main() -> ExitCode {
         );
     }
     println!("search report:  {}", demo.report_path.display());
+    if args.report.is_none() {
+        match common::update_latest(&demo.report_path) {
+            Ok(latest) => println!("latest report:  {}", latest.display()),
+            Err(e) => {
+                eprintln!("cannot point latest.json at {}: {e}", demo.report_path.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     if args.serve {
         println!("web view:       http://{}/ui/  (Ctrl-C to stop)", running.api_addr);
         let _ = tokio::signal::ctrl_c().await;

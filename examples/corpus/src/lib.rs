@@ -13,6 +13,7 @@ pub mod table1;
 use dei_sfit::InMemorySpans;
 use dei_sfit::testing::{GrpcChannel, serve_grpc};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use tokio::net::TcpListener;
 
 /// The generated protobuf code.
@@ -64,6 +65,44 @@ where
     S::Future: Send + 'static,
 {
     serve_grpc(listener, config, service)
+}
+
+/// Where a run writes its report when the command line does not say: its own file,
+/// `target/sfit/<program>/<UTC time>.json`, so that no run overwrites another's (a web view showing one
+/// keeps showing it); [`update_latest`] then points `latest.json` beside it at it.
+pub fn run_report_path(program: &str) -> PathBuf {
+    let now = time::OffsetDateTime::now_utc();
+    PathBuf::from(format!(
+        "target/sfit/{program}/{:04}-{:02}-{:02}T{:02}-{:02}-{:02}.{:03}Z.json",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second(),
+        now.millisecond()
+    ))
+}
+
+/// Points `latest.json`, in the folder of `report`, at `report`: a symbolic link on Unix, a copy elsewhere.
+/// Returns the link's path.
+pub fn update_latest(report: &Path) -> std::io::Result<PathBuf> {
+    let dir = report.parent().unwrap_or(Path::new("."));
+    let latest = dir.join("latest.json");
+    match std::fs::remove_file(&latest) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    #[cfg(unix)]
+    {
+        let name = report
+            .file_name()
+            .ok_or_else(|| std::io::Error::other("a report path names a file"))?;
+        std::os::unix::fs::symlink(name, &latest)?;
+    }
+    #[cfg(not(unix))]
+    std::fs::copy(report, &latest)?;
+    Ok(latest)
 }
 
 /// Why a command line gives no arguments to run with.
@@ -126,7 +165,8 @@ pub fn search_usage(name: &str) -> String {
        {name} --replay FILE N [--allow-unreached]
 
 Searches the example's functional test exhaustively, prints the report and writes it as JSON
-(default target/sfit/{name}.json); with --replay, reruns execution N of a saved report instead.
+(default target/sfit/{name}/<UTC time>.json, one file per run, and target/sfit/{name}/latest.json
+pointing at the newest); with --replay, reruns execution N of a saved report instead.
 
   --bfs              breadth-first order (default: depth-first)
   --max N            stop after N executions
@@ -158,7 +198,7 @@ pub struct Args {
     pub single: bool,
     /// `--encapsulation`: service-encapsulation reduction.
     pub encapsulation: bool,
-    /// `--json PATH`: where to write the report (default target/sfit/NAME.json).
+    /// `--json PATH`: where to write the report (default [`run_report_path`], one file per run).
     pub json: Option<String>,
     /// `--junit PATH`: also write the report as JUnit XML.
     pub junit: Option<String>,
@@ -307,15 +347,30 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
         }
     };
     print!("{report}");
-    let path = args.json.clone().unwrap_or_else(|| format!("target/sfit/{name}.json"));
-    if let Some(dir) = std::path::Path::new(&path).parent() {
-        let _ = std::fs::create_dir_all(dir);
+    let path = args
+        .json
+        .clone()
+        .unwrap_or_else(|| run_report_path(name).display().to_string());
+    if let Some(dir) = std::path::Path::new(&path).parent()
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        eprintln!("cannot create {}: {e}", dir.display());
+        std::process::exit(2);
     }
     match report.save(&path) {
         Ok(()) => println!("report: {path} (replay a failing execution: --replay {path} N)"),
         Err(e) => {
             eprintln!("cannot write {path}: {e}");
             std::process::exit(2);
+        }
+    }
+    if args.json.is_none() {
+        match update_latest(Path::new(&path)) {
+            Ok(latest) => println!("latest report: {}", latest.display()),
+            Err(e) => {
+                eprintln!("cannot point latest.json at {path}: {e}");
+                std::process::exit(2);
+            }
         }
     }
     if let Some(junit) = &args.junit {
