@@ -30,7 +30,7 @@ pub struct IngestConfig {
     pub analyze: bool,
     /// A JSON report of an exhaustive fault search (dei-sfit) served at `/api/v1/search` for the web view.
     pub search_report: Option<std::path::PathBuf>,
-    /// The base URL of Jaeger's UI (`--jaeger-ui`, checked by [`crate::api::ui::parse_jaeger_ui`]): the web view
+    /// The base URL of Jaeger's UI (`--jaeger-ui`, checked when the command line is read): the web view
     /// links trace ids to Jaeger's trace page and tree nodes to a Jaeger search for their `dei.index` tag.
     pub jaeger_ui: Option<String>,
     /// Host names (with or without a port) the API and web view answer to besides IP literals and
@@ -121,7 +121,7 @@ struct Inbox {
 /// in an inbox, and whichever task holds the analysis state (another receiver, or a query) applies every
 /// batch in the inbox before it lets go. So the analysis runs in large batches on one thread at a time,
 /// while the other threads keep decoding and acknowledging; a query sees every span accepted before it
-/// started. The inbox holds at most [`ANALYSIS_INBOX_SPANS`]; past that a receiver waits its turn.
+/// started. The inbox holds at most `ANALYSIS_INBOX_SPANS`; past that a receiver waits its turn.
 #[derive(Debug)]
 pub struct Collector {
     config: IngestConfig,
@@ -167,8 +167,21 @@ impl Collector {
         &self.counters
     }
 
+    /// The counters and the sizes of the state, after applying every span accepted so far (what
+    /// `GET /api/v1/stats` sends).
+    pub fn stats(&self) -> crate::views::Stats {
+        let queued = self.queue_depth();
+        let counters = self.counters.snapshot();
+        crate::api::stats(&self.state(), &counters, queued)
+    }
+
+    /// The service graph, after applying every span accepted so far (what `GET /api/v1/graph` sends).
+    pub fn graph(&self) -> crate::views::GraphView {
+        crate::api::render::graph_view(&self.state())
+    }
+
     /// Locks the analysis state (for queries), after applying every span accepted so far.
-    pub fn state(&self) -> MutexGuard<'_, CollectorState> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, CollectorState> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         self.drain_inbox(&mut state);
         state

@@ -15,21 +15,9 @@
 //! substitutes an empty string and logs a warning, an unset variable without a default is an error: a
 //! missing credential must stop the start, not send requests without it.
 //!
-//! ```
-//! use dei_collector::config_file::to_args;
-//!
-//! let yaml = "grpc_listen: 0.0.0.0:4317\nqueue-spans: 50000\nstrict_attributes: true\n\
-//!             forward_header:\n  authorization: Bearer ${env:TOKEN}\n";
-//! let env = |name: &str| (name == "TOKEN").then(|| "s3cret".to_string());
-//! let args = to_args(yaml, env).unwrap();
-//! assert_eq!(
-//!     args,
-//!     [
-//!         "--grpc-listen", "0.0.0.0:4317", "--queue-spans", "50000", "--strict-attributes",
-//!         "--forward-header", "authorization=Bearer s3cret",
-//!     ]
-//! );
-//! ```
+//! For example `grpc_listen: 0.0.0.0:4317`, `queue-spans: 50000`, `strict_attributes: true` and
+//! `forward_header: {authorization: Bearer ${env:TOKEN}}` are `--grpc-listen 0.0.0.0:4317 --queue-spans 50000
+//! --strict-attributes --forward-header "authorization=Bearer <TOKEN>"` (test `the_module_example`).
 
 use yaml_serde::Value;
 
@@ -261,5 +249,25 @@ mod tests {
         assert!(matches!(to_args("a: [[1]]", env), Err(ConfigError::BadValue { .. })));
         assert!(matches!(to_args("1: x", env), Err(ConfigError::BadKey(_))));
         assert_eq!(to_args("", env), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn the_module_example() {
+        let yaml = "grpc_listen: 0.0.0.0:4317\nqueue-spans: 50000\nstrict_attributes: true\n\
+                    forward_header:\n  authorization: Bearer ${env:TOKEN}\n";
+        let env = |name: &str| (name == "TOKEN").then(|| "s3cret".to_string());
+        let args = to_args(yaml, env).unwrap();
+        assert_eq!(
+            args,
+            [
+                "--grpc-listen",
+                "0.0.0.0:4317",
+                "--queue-spans",
+                "50000",
+                "--strict-attributes",
+                "--forward-header",
+                "authorization=Bearer s3cret",
+            ]
+        );
     }
 }

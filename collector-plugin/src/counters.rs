@@ -5,11 +5,13 @@
 //! API (`GET /api/v1/stats`).
 
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "server")]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
     ($(#[$doc:meta] $name:ident),* $(,)?) => {
         /// Monotonic counters shared by every part of the collector.
+        #[cfg(feature = "server")]
         #[derive(Debug, Default)]
         pub struct Counters {
             $(#[$doc] pub $name: AtomicU64,)*
@@ -21,6 +23,7 @@ macro_rules! counters {
             $(#[$doc] pub $name: u64,)*
         }
 
+        #[cfg(feature = "server")]
         impl Counters {
             /// Copies every counter.
             pub fn snapshot(&self) -> CountersSnapshot {
@@ -28,6 +31,7 @@ macro_rules! counters {
             }
         }
 
+        #[cfg(feature = "server")]
         impl CountersSnapshot {
             /// `(name, value, help)` for every counter, in declaration order.
             pub fn entries(&self) -> Vec<(&'static str, u64, &'static str)> {
@@ -118,11 +122,12 @@ counters! {
     offline_bad_documents,
 }
 
+#[cfg(feature = "server")]
 fn counter_help(name: &str) -> &'static str {
     match name {
         "requests_accepted" => "OTLP export requests accepted",
         "spans_received" => "spans in accepted export requests",
-        "attributes_rejected" => "dei.* attributes ignored for a wrong type or malformed value",
+        "attributes_rejected" => "Attributes of the dei.* contract ignored for a wrong type or malformed value",
         "spans_dei_skipped" => "spans whose DEI data was skipped for a malformed dei.* attribute",
         "spans_refused" => "spans in requests refused as retryable (queue or buffer full)",
         "connections_refused" => "connections closed at the concurrent-connection limit",
@@ -137,6 +142,7 @@ fn counter_help(name: &str) -> &'static str {
     }
 }
 
+#[cfg(feature = "server")]
 impl Counters {
     /// Adds `n` to a counter.
     pub fn add(counter: &AtomicU64, n: u64) {

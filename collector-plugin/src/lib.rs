@@ -3,16 +3,23 @@
 //!
 //! The index of a nested call has its caller's index as prefix, so the spans of many traces merge into one
 //! tree of every distinct RPC the system makes. This crate receives OTLP over gRPC and HTTP, forwards every
-//! batch unchanged to a downstream OTLP endpoint through a bounded queue, and keeps:
-//! - the [service graph](graph) (client/server span pairs, virtual nodes, servicegraph-connector metrics),
-//! - the [prefix tree](tree) of indexes with per-node statistics and the retained [traces](tree::traces),
-//! - the [analyses](analysis): circuit breakers, repeated and chained calls, ambiguous indexes, projection
-//!   to coarser instantiations.
+//! batch unchanged to a downstream OTLP endpoint through a bounded queue, and keeps the service graph
+//! (client/server span pairs, virtual nodes, servicegraph-connector metrics), the prefix tree of indexes with
+//! per-node statistics, the retained traces, and the analyses over them: circuit breakers, repeated and
+//! chained calls, ambiguous indexes, projection to coarser instantiations.
 //!
-//! Layout: [`otlp`] decodes and validates bodies, [`span_record`] extracts what analysis reads,
-//! [`state`] holds the collector's state (graph, tree, traces), [`analysis`] reads it, [`receiver`] and
-//! [`api`] serve it (the API layer renders the state into the [`views`]), [`forward`] sends batches on,
-//! [`offline`] reads OTLP/JSON files, [`bench`](mod@bench) has the load generator and the counting sink.
+//! The library is small:
+//! - [`server`]: [`server::start`] with a [`server::ServerConfig`] runs the receivers, the forwarder and the
+//!   HTTP API in process, and gives a [`server::Running`] handle;
+//! - [`offline`]: the analysis of OTLP/JSON and Jaeger JSON files (`dei-collector analyze`);
+//! - [`views`]: the types of the API's JSON, shared with clients.
+//!
+//! Inside, in layers that depend only downwards: `otlp` decodes and validates bodies, `span_record` extracts
+//! what analysis reads, `graph` and `tree` hold the service graph and the prefix tree with the retained
+//! traces, `state` holds the collector's state (`CollectorState`), `analysis` reads it, `api` renders it into
+//! the [`views`] and serves them with the web view, `receiver` and `forward` take batches in and send them on,
+//! `collector` accepts them. `bench` (the load generator, the counting sink) and `cli` (the binary's commands)
+//! are public only for the binary and the tests.
 //!
 //! # Features
 //! - `server` (default): everything above. Without it (`default-features = false`) the crate is only
@@ -20,59 +27,59 @@
 //!
 //! # Example
 //! ```
-//! # #[cfg(feature = "server")] {
-//! use dei_collector::state::{CollectorState, StateConfig};
-//! use dei_collector::counters::Counters;
-//! use dei_collector::{otlp, span_record};
-//! use std::sync::Arc;
+//! # #[cfg(feature = "server")]
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() {
+//! use dei_collector::server::{self, ServerConfig};
 //!
-//! let json = br#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"frontend"}}]},
-//!   "scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708",
-//!   "name":"GET /","kind":3,"startTimeUnixNano":"1","endTimeUnixNano":"2",
-//!   "attributes":[{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}}]}]}]}]}"#;
-//! let req = otlp::decode_json(json).unwrap();
-//! let mut issues = Vec::new();
-//! let spans = span_record::extract(&req, &mut issues).unwrap();
-//! let mut analyzer = CollectorState::new(StateConfig::default(), Arc::new(Counters::default()));
-//! analyzer.ingest(spans, std::time::Instant::now());
-//! assert_eq!(analyzer.tree.len(), 2); // the root `1` and one RPC
+//! // the receivers, the API and the web view on ephemeral loopback ports
+//! let running = server::start(ServerConfig::ephemeral()).await.expect("listen on loopback");
+//! println!("OTLP/gRPC on {}, API on http://{}/api/v1/", running.grpc_addr, running.api_addr);
+//! // what `GET /api/v1/stats` answers, as a `views::Stats`
+//! let stats = running.collector.stats();
+//! assert_eq!((stats.tree_nodes, stats.counters.spans_received), (1, 0)); // the root alone
+//! running.shutdown().await;
 //! # }
+//! # #[cfg(not(feature = "server"))]
+//! # fn main() {}
 //! ```
-#![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 #[cfg(feature = "server")]
-pub mod analysis;
+pub(crate) mod analysis;
 #[cfg(feature = "server")]
-pub mod api;
+pub(crate) mod api;
 #[cfg(feature = "server")]
+#[doc(hidden)]
 pub mod bench;
 #[cfg(feature = "server")]
-pub mod collector;
+#[doc(hidden)]
+pub mod cli;
 #[cfg(feature = "server")]
-pub mod config_file;
-pub mod counters;
+pub(crate) mod collector;
 #[cfg(feature = "server")]
-pub mod forward;
+pub(crate) mod config_file;
+pub(crate) mod counters;
+#[cfg(feature = "server")]
+pub(crate) mod forward;
 #[cfg(feature = "server")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(feature = "server")]
-pub mod graph;
+pub(crate) mod graph;
 #[cfg(feature = "server")]
-pub mod limits;
+pub(crate) mod limits;
 #[cfg(feature = "server")]
 pub mod offline;
 #[cfg(feature = "server")]
-pub mod otlp;
+pub(crate) mod otlp;
 #[cfg(feature = "server")]
-pub mod receiver;
+pub(crate) mod receiver;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "server")]
-pub mod span_record;
+pub(crate) mod span_record;
 #[cfg(feature = "server")]
-pub mod state;
+pub(crate) mod state;
 #[cfg(feature = "server")]
-pub mod tree;
+pub(crate) mod tree;
 pub mod views;

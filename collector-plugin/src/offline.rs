@@ -3,13 +3,13 @@
 //! A file is either JSON lines — one `ExportTraceServiceRequest` per line, as the OpenTelemetry Collector's
 //! file exporter writes — or a single (possibly pretty-printed) JSON document, or several concatenated.
 //! `.gz` files are decompressed. Jaeger's JSON download (`{"data":[{"traceID":..,"spans":[..],
-//! "processes":{..}}]}`) is read too ([`jaeger`]). A document that is neither — malformed JSON, invalid ids,
+//! "processes":{..}}]}`) is read too (module `jaeger`). A document that is neither — malformed JSON, invalid ids,
 //! another format — is counted as bad, with what was wrong in [`Summary::problems`], and skipped; a file
 //! that cannot be read is counted in [`Summary::unreadable_files`]. The binary fails on either unless
 //! `--keep-going`, and always when no document was read. Progress goes to a writer (stderr in the binary)
 //! at most once a second.
 
-pub mod jaeger;
+pub(crate) mod jaeger;
 
 use crate::analysis;
 use crate::api::render;
@@ -150,7 +150,7 @@ pub enum OfflineError {
 }
 
 /// An analyzer configured for offline input: pairing and trace ages do not expire by wall-clock time.
-pub fn offline_analyzer(counters: Arc<Counters>) -> CollectorState {
+pub fn offline_state(counters: Arc<Counters>) -> CollectorState {
     let mut config = StateConfig::default();
     config.graph.store_ttl = Duration::from_secs(365 * 24 * 3600);
     config.traces.max_age = Duration::from_secs(365 * 24 * 3600);

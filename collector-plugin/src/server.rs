@@ -1,13 +1,20 @@
 //! Starting and stopping the whole collector: the gRPC and HTTP receivers, the API, the forwarder and the
 //! housekeeping timer.
 
+pub use crate::collector::{Collector, IngestConfig};
+pub use crate::counters::Counters;
+pub use crate::forward::{
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_QUEUE_BYTES, Downstream, ForwardConfig, ForwardTls, GRPC_EXPORT_PATH, QueueDepth,
+};
+pub use crate::graph::GraphConfig;
+pub use crate::limits::ConnectionLimits;
+pub use crate::state::StateConfig;
+pub use crate::tree::traces::TraceStoreConfig;
+
 use crate::api;
-use crate::collector::{Collector, IngestConfig};
-use crate::counters::Counters;
-use crate::forward::{ForwardConfig, Forwarder};
-use crate::limits::{ConnectionLimits, LimitedListener};
+use crate::forward::Forwarder;
+use crate::limits::LimitedListener;
 use crate::receiver::{grpc::TraceExportService, http};
-use crate::state::StateConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

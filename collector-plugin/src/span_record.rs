@@ -6,6 +6,7 @@
 //! still counts for the service graph, and it is forwarded unchanged.
 
 use crate::otlp::lite::{self, AnyValue, KeyValue, Span, Value};
+use dei_propagator::semconv;
 use dei_propagator::{Index, PayloadDigest, StackDigest};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use std::sync::Arc;
@@ -123,12 +124,9 @@ pub struct DeiAttributes {
     /// `dei.stream.message` events past [`MAX_STREAM_MESSAGES`], ignored.
     pub stream_messages_dropped: u64,
     /// The start of `dei.payload` (the request's payload as text, recorded only when the service opts in with
-    /// `record_payloads`), at most [`PAYLOAD_PREVIEW_CHARS`] characters, `…` marking a cut.
+    /// `record_payloads`), at most [`semconv::PAYLOAD_PREVIEW_CHARS`] characters, `…` marking a cut.
     pub payload_preview: Option<Arc<str>>,
 }
-
-/// The most characters of a recorded payload kept as its preview.
-pub const PAYLOAD_PREVIEW_CHARS: usize = 64;
 
 /// Most `dei.stream.message` events kept per span: the analysis stores each (memory stays bounded).
 pub const MAX_STREAM_MESSAGES: usize = 10_000;
@@ -266,7 +264,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
             b"http.response.status_code" => {
                 status.http_status_code = as_int(kv.value.as_ref()).and_then(|v| i32::try_from(v).ok())
             }
-            key if key.starts_with(b"dei.") => {
+            key if key.starts_with(key::PREFIX) => {
                 if let Err(problem) = apply_attribute(&mut dei, kv) {
                     issues.push(AttributeIssue {
                         key: String::from_utf8_lossy(kv.key).into_owned(),
@@ -292,11 +290,11 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         && index.depth() != depth as usize
     {
         issues.push(AttributeIssue {
-            key: "dei.depth".into(),
+            key: semconv::DEPTH.into(),
             problem: format!("{depth} does not match the index depth {}", index.depth()),
         });
     }
-    for event in span.events.iter().filter(|e| e.name == b"dei.stream.message") {
+    for event in span.events.iter().filter(|e| e.name == key::STREAM_MESSAGE_EVENT) {
         if dei.stream_messages.len() >= MAX_STREAM_MESSAGES {
             dei.stream_messages_dropped += 1;
             continue;
@@ -304,7 +302,7 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         match stream_mapping(&event.attributes, event.time_unix_nano) {
             Ok(m) => dei.stream_messages.push(m),
             Err(problem) => issues.push(AttributeIssue {
-                key: "dei.stream.message".into(),
+                key: semconv::STREAM_MESSAGE_EVENT.into(),
                 problem,
             }),
         }
@@ -396,29 +394,23 @@ fn bounded(s: &str) -> Result<&str, String> {
 
 fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String> {
     match kv.key {
-        b"dei.index" => {
+        key::INDEX => {
             let s = want_str(kv)?;
             dei.index = Some(Index::decode(s).map_err(|e| format!("malformed index: {e}"))?);
         }
-        b"dei.signature" => dei.signature = Some(Arc::from(bounded(want_str(kv)?)?)),
-        b"dei.payload" => {
-            let text = want_str(kv)?;
-            let mut chars = text.chars();
-            let mut preview: String = chars.by_ref().take(PAYLOAD_PREVIEW_CHARS).collect();
-            if chars.next().is_some() {
-                preview.push('…');
-            }
-            dei.payload_preview = Some(Arc::from(preview));
+        key::SIGNATURE => dei.signature = Some(Arc::from(bounded(want_str(kv)?)?)),
+        key::PAYLOAD => {
+            dei.payload_preview = Some(Arc::from(semconv::payload_preview(want_str(kv)?)));
         }
-        b"dei.payload.digest" => {
+        key::PAYLOAD_DIGEST => {
             let s = want_str(kv)?;
             dei.payload_digest = Some(PayloadDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
         }
-        b"dei.stack.digest" => {
+        key::STACK_DIGEST => {
             let s = want_str(kv)?;
             dei.stack_digest = Some(StackDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
         }
-        b"dei.stack" => {
+        key::STACK => {
             let frames: Vec<String> = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
                 Some(Value::StringValue(s)) => std::str::from_utf8(s)
                     .map_err(|_| "invalid UTF-8".to_string())?
@@ -458,18 +450,18 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
                     .collect(),
             );
         }
-        b"dei.count" => {
+        key::COUNT => {
             let c = want_u32(kv)?;
             if c == 0 {
                 return Err("count must be at least 1".into());
             }
             dei.count = Some(c);
         }
-        b"dei.depth" => dei.depth = Some(want_u32(kv)?),
-        b"dei.instantiation" => dei.instantiation = Some(Arc::from(bounded(want_str(kv)?)?)),
-        b"dei.preliminary" => dei.preliminary = want_bool(kv)?,
-        b"dei.ambiguous" => dei.ambiguous = want_bool(kv)?,
-        b"dei.fault" => {
+        key::DEPTH => dei.depth = Some(want_u32(kv)?),
+        key::INSTANTIATION => dei.instantiation = Some(Arc::from(bounded(want_str(kv)?)?)),
+        key::PRELIMINARY => dei.preliminary = want_bool(kv)?,
+        key::AMBIGUOUS => dei.ambiguous = want_bool(kv)?,
+        key::FAULT => {
             let s = want_str(kv)?;
             s.parse::<dei_propagator::Fault>()
                 .map_err(|_| format!("malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)"))?;
@@ -490,26 +482,36 @@ fn stream_mapping(attrs: &[KeyValue], time_ns: u64) -> Result<StreamMapping, Str
         let s = want_str(kv).map_err(|e| format!("{key}: {e}"))?;
         Index::decode(s).map_err(|e| format!("{key}: malformed index: {e}"))
     };
-    let preliminary = get("dei.preliminary_index")?;
-    let final_index = get("dei.index")?;
+    let preliminary = get(semconv::PRELIMINARY_INDEX)?;
+    let final_index = get(semconv::INDEX)?;
     if !preliminary.last().is_some_and(|e| e.preliminary) {
-        return Err("dei.preliminary_index does not end in a preliminary element".into());
+        return Err(format!(
+            "{} does not end in a preliminary element",
+            semconv::PRELIMINARY_INDEX
+        ));
     }
     if final_index.last().is_none_or(|e| e.preliminary) {
-        return Err("dei.index of a stream message must end in a final element".into());
+        return Err(format!(
+            "{} of a stream message must end in a final element",
+            semconv::INDEX
+        ));
     }
-    let k = match attrs.iter().find(|kv| kv.key == b"dei.message") {
-        Some(kv) => match want_u32(kv).map_err(|e| format!("dei.message: {e}"))? {
-            0 => return Err("dei.message: positions start at 1".into()),
+    let k = match attrs.iter().find(|kv| kv.key == key::MESSAGE) {
+        Some(kv) => match want_u32(kv).map_err(|e| format!("{}: {e}", semconv::MESSAGE))? {
+            0 => return Err(format!("{}: positions start at 1", semconv::MESSAGE)),
             k => Some(k),
         },
         None => None,
     };
-    let fault = match attrs.iter().find(|kv| kv.key == b"dei.fault") {
+    let fault = match attrs.iter().find(|kv| kv.key == key::FAULT) {
         Some(kv) => {
-            let s = want_str(kv).map_err(|e| format!("dei.fault: {e}"))?;
-            s.parse::<dei_propagator::Fault>()
-                .map_err(|_| format!("dei.fault: malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)"))?;
+            let s = want_str(kv).map_err(|e| format!("{}: {e}", semconv::FAULT))?;
+            s.parse::<dei_propagator::Fault>().map_err(|_| {
+                format!(
+                    "{}: malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)",
+                    semconv::FAULT
+                )
+            })?;
             Some(s.to_string())
         }
         None => None,
@@ -526,6 +528,28 @@ fn stream_mapping(attrs: &[KeyValue], time_ns: u64) -> Result<StreamMapping, Str
         fault,
         time_ns,
     })
+}
+
+/// The contract's keys ([`dei_propagator::semconv`]) as bytes, to match the borrowed keys of the lite view.
+mod key {
+    use dei_propagator::semconv;
+
+    /// What every key of the contract starts with (`dei.`).
+    pub(super) const PREFIX: &[u8] = semconv::INDEX.as_bytes().split_at(4).0;
+    pub(super) const AMBIGUOUS: &[u8] = semconv::AMBIGUOUS.as_bytes();
+    pub(super) const COUNT: &[u8] = semconv::COUNT.as_bytes();
+    pub(super) const DEPTH: &[u8] = semconv::DEPTH.as_bytes();
+    pub(super) const FAULT: &[u8] = semconv::FAULT.as_bytes();
+    pub(super) const INDEX: &[u8] = semconv::INDEX.as_bytes();
+    pub(super) const INSTANTIATION: &[u8] = semconv::INSTANTIATION.as_bytes();
+    pub(super) const MESSAGE: &[u8] = semconv::MESSAGE.as_bytes();
+    pub(super) const PAYLOAD: &[u8] = semconv::PAYLOAD.as_bytes();
+    pub(super) const PAYLOAD_DIGEST: &[u8] = semconv::PAYLOAD_DIGEST.as_bytes();
+    pub(super) const PRELIMINARY: &[u8] = semconv::PRELIMINARY.as_bytes();
+    pub(super) const SIGNATURE: &[u8] = semconv::SIGNATURE.as_bytes();
+    pub(super) const STACK: &[u8] = semconv::STACK.as_bytes();
+    pub(super) const STACK_DIGEST: &[u8] = semconv::STACK_DIGEST.as_bytes();
+    pub(super) const STREAM_MESSAGE_EVENT: &[u8] = semconv::STREAM_MESSAGE_EVENT.as_bytes();
 }
 
 #[cfg(test)]

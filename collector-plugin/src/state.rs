@@ -11,8 +11,8 @@ use crate::tree::interner::Interner;
 use crate::tree::stacks::StackFrames;
 use crate::tree::traces::{MessageOf, StreamMessage, TraceStore, TraceStoreConfig};
 use crate::tree::{NodeId, PrefixTree, bump};
+use dei_propagator::semconv::StreamRewriter;
 use dei_propagator::{Index, StackDigest};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -136,7 +136,7 @@ impl CollectorState {
                 .traces
                 .get_mut(&id)
                 .map(|t| (std::mem::take(&mut t.pending), std::mem::take(&mut t.pending_messages)))
-                .unwrap_or_default();
+                .expect("with_pending lists retained traces");
             Counters::add(&self.counters.preliminary_unresolved, pending_messages.len() as u64);
             for span in pending {
                 if let Some(index) = span.dei.index.clone() {
@@ -469,40 +469,34 @@ impl CollectorState {
     }
 }
 
-/// Rewrites the preliminary elements of `index` with the trace's mappings, innermost first: a mapping is
+/// Rewrites the preliminary elements of `index` with the trace's mappings (the contract's one rewriter,
+/// [`StreamRewriter`], shared with the search), innermost first: a mapping is
 /// keyed by the message's index as its callee served it, which is under any outer stream's preliminary prefix
 /// too, and its final index may itself be under one (rewritten in a later round). A preliminary last element
 /// is left as is on a stream's own span (`stream_open`); any other unmapped preliminary element makes the span
 /// wait for its mapping.
-fn resolve(mut index: Index, mappings: &HashMap<Index, Index>, stream_open: bool) -> Resolution {
-    let mut rewritten = false;
-    for _ in 0..64 {
-        let depth = index.depth();
-        // a stream's own span: its last element is its preliminary index, never a message's prefix
-        let innermost = index
-            .elements()
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(i, e)| e.preliminary && !(stream_open && i + 1 == depth))
-            .map(|(i, _)| i);
-        let Some(i) = innermost else {
-            return Resolution::Ready(index, rewritten);
-        };
-        let prefix = Index::from_elements(index.elements()[..=i].to_vec());
-        match mappings.get(&prefix).and_then(|to| index.rewrite_prefix(&prefix, to)) {
-            Some(n) => {
-                index = n;
-                rewritten = true;
-            }
-            None => return Resolution::Pending,
-        }
+fn resolve(index: Index, mappings: &StreamRewriter, stream_open: bool) -> Resolution {
+    // the common case, an index without a preliminary element (but a stream's own last one), as it is: no
+    // copy
+    let depth = index.depth();
+    if !index
+        .elements()
+        .iter()
+        .enumerate()
+        .any(|(i, e)| e.preliminary && !(stream_open && i + 1 == depth))
+    {
+        return Resolution::Ready(index, false);
     }
-    Resolution::Pending
+    let r = mappings.rewrite(&index, stream_open);
+    if r.complete {
+        Resolution::Ready(r.index, r.rewritten)
+    } else {
+        Resolution::Pending
+    }
 }
 
 /// `index` resolved with the trace's mappings, or as it is while some of them have not arrived.
-fn resolved_or_raw(index: &Index, mappings: &HashMap<Index, Index>) -> Index {
+fn resolved_or_raw(index: &Index, mappings: &StreamRewriter) -> Index {
     match resolve(index.clone(), mappings, false) {
         Resolution::Ready(resolved, _) => resolved,
         Resolution::Pending => index.clone(),

@@ -131,7 +131,10 @@ pub fn detect(a: &CollectorState, params: &Params) -> Vec<Finding> {
                 crate::views::Confidence::SequentialOnly
             },
             median_gap_ms: e.gaps.get(e.gaps.len() / 2).copied().unwrap_or(0.0),
-            example_trace: e.example.map(|t| trace_hex(&t)).unwrap_or_default(),
+            example_trace: trace_hex(
+                &e.example
+                    .expect("a finding counts at least one trace, which set the example"),
+            ),
         });
     }
     out.sort_by(|a, b| {

@@ -51,7 +51,7 @@ pub fn parse_jaeger_ui(s: &str) -> Result<String, JaegerUiError> {
 }
 
 /// The web view's links into Jaeger's UI for a base URL: templates with `{trace_id}`, `{service}` and `{tags}`
-/// (the URL-encoded JSON object `{"dei.index":"…"}`), which the web view fills in.
+/// (the URL-encoded JSON object with the `dei.index` tag), which the web view fills in.
 pub fn jaeger_links(base: &str) -> serde_json::Value {
     serde_json::json!({
         "jaeger_ui": base,

@@ -8,6 +8,7 @@
 use crate::forward::{Downstream, GRPC_EXPORT_PATH};
 use crate::otlp::codec::RawCodec;
 use bytes::Bytes;
+use dei_propagator::semconv;
 use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
@@ -124,13 +125,19 @@ pub fn template(traces: usize) -> (Vec<u8>, Vec<usize>) {
         );
         let rpc_attrs = |index: &Index, sig: &str, payload: &str| {
             vec![
-                kv("dei.index", s(&index.encode())),
-                kv("dei.signature", s(sig)),
-                kv("dei.payload.digest", s(&PayloadDigest::of(payload.as_bytes()).to_hex())),
-                kv("dei.stack.digest", s(&stack.to_hex())),
-                kv("dei.count", Value::IntValue(index.last().map_or(1, |e| e.count) as i64)),
-                kv("dei.depth", Value::IntValue(index.depth() as i64)),
-                kv("dei.instantiation", s("dei")),
+                kv(semconv::INDEX, s(&index.encode())),
+                kv(semconv::SIGNATURE, s(sig)),
+                kv(
+                    semconv::PAYLOAD_DIGEST,
+                    s(&PayloadDigest::of(payload.as_bytes()).to_hex()),
+                ),
+                kv(semconv::STACK_DIGEST, s(&stack.to_hex())),
+                kv(
+                    semconv::COUNT,
+                    Value::IntValue(index.last().map_or(1, |e| e.count) as i64),
+                ),
+                kv(semconv::DEPTH, Value::IntValue(index.depth() as i64)),
+                kv(semconv::INSTANTIATION, s("dei")),
                 kv("rpc.system", s("grpc")),
             ]
         };

@@ -4,3 +4,6 @@
 pub mod compare;
 pub mod loadgen;
 pub mod sink;
+
+/// The pass-through gRPC codec the tools send and receive raw export requests with.
+pub use crate::otlp::codec::RawCodec;

@@ -138,11 +138,6 @@ impl PairingStore {
     pub fn len(&self) -> usize {
         self.waiting.len()
     }
-
-    /// True when nothing waits.
-    pub fn is_empty(&self) -> bool {
-        self.waiting.is_empty()
-    }
 }
 
 /// The service graph.

@@ -84,9 +84,7 @@ pub struct Reference {
     /// `CHILD_OF` or `FOLLOWS_FROM`.
     #[serde(default)]
     pub ref_type: String,
-    /// The referenced span's trace id, hex.
-    #[serde(rename = "traceID", default)]
-    pub trace_id: String,
+    // the referenced span's `traceID` is not read: a reference within one trace is all a span tree uses
     /// The referenced span's id, hex.
     #[serde(rename = "spanID")]
     pub span_id: String,

@@ -134,6 +134,7 @@ pub struct AnyValue<'a> {
 
 /// `AnyValue.value`.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::enum_variant_names)] // the proto's `oneof` member names
 pub enum Value<'a> {
     /// `string_value = 1`.
     StringValue(&'a [u8]),

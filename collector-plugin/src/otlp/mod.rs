@@ -145,7 +145,9 @@ pub fn gunzip_limited(body: &[u8], limit: usize) -> Result<Vec<u8>, Rejection> {
     Ok(out)
 }
 
-/// Decodes a protobuf `ExportTraceServiceRequest`.
+/// Decodes a protobuf `ExportTraceServiceRequest` into the full generated types (tests; the receivers read
+/// the [`lite`] view).
+#[cfg(test)]
 pub fn decode_protobuf(body: &[u8]) -> Result<ExportTraceServiceRequest, Rejection> {
     ExportTraceServiceRequest::decode(body).map_err(|e| Rejection::BadProtobuf(e.to_string()))
 }

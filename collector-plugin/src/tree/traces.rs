@@ -10,6 +10,7 @@
 use crate::span_record::{SpanId, SpanRecord, TraceId};
 pub use crate::views::{MessageOf, Occurrence, StreamMessage};
 use dei_propagator::Index;
+use dei_propagator::semconv::StreamRewriter;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,7 @@ pub struct TraceRecord {
     /// Hash lookups, once the trace has more than [`LINEAR_LOOKUP_MAX`] occurrences.
     lookup: Option<Box<Lookup>>,
     /// Stream mappings preliminary → final received so far.
-    pub mappings: HashMap<Index, Index>,
+    pub mappings: StreamRewriter,
     /// Spans under preliminary indexes waiting for their mapping.
     pub pending: Vec<SpanRecord>,
     /// Stream messages whose final index is itself under a preliminary index still unmapped (a stream opened
@@ -207,7 +208,7 @@ impl TraceStore {
                 start_ns: 0,
                 occurrences: Vec::with_capacity(capacity),
                 lookup: None,
-                mappings: HashMap::new(),
+                mappings: StreamRewriter::new(),
                 pending: Vec::new(),
                 pending_messages: Vec::new(),
                 created: now,
