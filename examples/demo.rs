@@ -18,7 +18,7 @@ use dei_corpus::demo_setup;
 
 use common::CliStop;
 use common::cinema::Variant;
-use dei_collector::forward::Downstream;
+use dei_collector::server::Downstream;
 use demo_setup::DemoOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;

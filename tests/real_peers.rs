@@ -26,7 +26,7 @@ use dei_corpus::demo_setup;
 mod peers;
 
 use common::cinema::{self, Variant};
-use dei_collector::forward::{Downstream, ForwardConfig};
+use dei_collector::server::{Downstream, ForwardConfig};
 use dei_collector::server::{self, Running, ServerConfig};
 use dei_sfit::{InMemorySpans, Progress, Search, SearchOptions};
 use demo_setup::ServiceRouter;
@@ -268,7 +268,7 @@ fn cinema_through_the_collector_and_dei_collector_to_jaeger() {
     );
     // the graphs are final once no half waits for its peer
     let settled = eventually(PATIENCE, || {
-        direct.collector.state().graph.waiting() == 0 && via.collector.state().graph.waiting() == 0
+        direct.collector.stats().graph_waiting_spans == 0 && via.collector.stats().graph_waiting_spans == 0
     });
     assert!(settled, "no span waits for its peer in either graph");
 

@@ -1226,10 +1226,10 @@ async fn web_view_stays_bounded_with_thousands_of_nodes_in_chromium() {
         .expect("export over OTLP/HTTP");
     assert_eq!(sent, 2 * load.rpcs.len());
     {
-        let a = collector.collector.state();
-        assert_eq!(a.tree.len(), load.rpcs.len() + 1, "one node per RPC, and the root");
-        assert_eq!(a.graph.waiting(), 0, "every client span met its server span");
-        assert_eq!(a.graph.edges().len(), load.edges().len());
+        let a = collector.collector.stats();
+        assert_eq!(a.tree_nodes, load.rpcs.len() + 1, "one node per RPC, and the root");
+        assert_eq!(a.graph_waiting_spans, 0, "every client span met its server span");
+        assert_eq!(a.graph_edges, load.edges().len());
     }
     let nodes = load.rpcs.len();
     let services: BTreeSet<String> = (0..SERVICES).map(service).chain([LOADGEN.to_string()]).collect();

@@ -2,8 +2,8 @@
 //! serving.
 
 use bytes::Bytes;
-use dei_collector::forward::GRPC_EXPORT_PATH;
-use dei_collector::otlp::codec::RawCodec;
+use dei_collector::bench::RawCodec;
+use dei_collector::server::GRPC_EXPORT_PATH;
 use dei_collector::server::{self, Running, ServerConfig};
 use prost::Message;
 use std::io::Write;
@@ -158,7 +158,7 @@ async fn http_rejections() {
     let (status, _) = post(&r, "application/json", Some("gzip"), gzip(GOOD.as_bytes())).await;
     assert_eq!(status, 200);
     assert_eq!(r.collector.counters().snapshot().requests_accepted, 2);
-    assert_eq!(r.collector.state().tree.len(), 2);
+    assert_eq!(r.collector.stats().tree_nodes, 2);
     r.shutdown().await;
 }
 
@@ -188,7 +188,7 @@ async fn wrong_attribute_types_skip_the_spans_dei_data_or_are_rejected_in_strict
         (5, 1, 1)
     );
     // the span's DEI data, its well-formed index included, was skipped: the tree has only its root
-    assert_eq!(r.collector.state().tree.len(), 1);
+    assert_eq!(r.collector.stats().tree_nodes, 1);
     r.shutdown().await;
 
     let r = start(true).await;
@@ -208,12 +208,16 @@ async fn grpc_rejections() {
     let e = grpc(&r, vec![0x0a; 10_000]).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("exceeds the limit"), "{e:?}");
-    let mut req = dei_collector::otlp::decode_json(GOOD.as_bytes()).unwrap();
+    let mut req =
+        serde_json::from_str::<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest>(GOOD)
+            .unwrap();
     req.resource_spans[0].scope_spans[0].spans[0].trace_id = vec![1, 2, 3];
     let e = grpc(&r, req.encode_to_vec()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.message().contains("traceId must be 16 bytes"), "{e:?}");
-    let good = dei_collector::otlp::decode_json(GOOD.as_bytes()).unwrap();
+    let good =
+        serde_json::from_str::<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest>(GOOD)
+            .unwrap();
     grpc(&r, good.encode_to_vec()).await.expect("still serving");
     let c = r.collector.counters().snapshot();
     assert_eq!(

@@ -4,8 +4,8 @@
 mod common;
 
 use common::Downstream;
-use dei_collector::forward::{Downstream as Target, ForwardConfig};
 use dei_collector::server::{self, ServerConfig};
+use dei_collector::server::{Downstream as Target, ForwardConfig};
 use std::net::SocketAddr;
 
 async fn get(addr: SocketAddr, path: &str, host: Option<&str>) -> (u16, serde_json::Value) {

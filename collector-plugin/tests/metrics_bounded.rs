@@ -75,7 +75,7 @@ async fn histograms_only_for_the_busiest_edges() {
         .export(ExportTraceServiceRequest { resource_spans })
         .await
         .unwrap();
-    assert_eq!(r.collector.state().graph.edges().len(), 3);
+    assert_eq!(r.collector.stats().graph_edges, 3);
     let text = reqwest::get(format!("http://{}/metrics", r.api_addr))
         .await
         .unwrap()

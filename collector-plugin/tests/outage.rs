@@ -5,8 +5,8 @@
 mod common;
 
 use common::Downstream;
-use dei_collector::forward::{Downstream as Target, ForwardConfig};
 use dei_collector::server::{self, ServerConfig};
+use dei_collector::server::{Downstream as Target, ForwardConfig};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
@@ -50,7 +50,7 @@ fn batch(batch: u32, n: u32) -> ExportTraceServiceRequest {
 }
 
 async fn collector(downstream: &Downstream, capacity: usize) -> server::Running {
-    collector_with(downstream, capacity, dei_collector::forward::DEFAULT_QUEUE_BYTES).await
+    collector_with(downstream, capacity, dei_collector::server::DEFAULT_QUEUE_BYTES).await
 }
 
 async fn collector_with(downstream: &Downstream, capacity: usize, capacity_bytes: usize) -> server::Running {

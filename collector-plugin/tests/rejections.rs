@@ -4,9 +4,9 @@
 //! clients that disconnect mid-body or stall after their headers.
 
 use bytes::Bytes;
-use dei_collector::counters::CountersSnapshot;
-use dei_collector::forward::GRPC_EXPORT_PATH;
+use dei_collector::server::GRPC_EXPORT_PATH;
 use dei_collector::server::{self, Running, ServerConfig};
+use dei_collector::views::CountersSnapshot;
 use std::io::Write;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -5,8 +5,8 @@
 
 pub mod chain;
 
-use dei_collector::forward::{Downstream as Target, ForwardConfig};
 use dei_collector::server;
+use dei_collector::server::{Downstream as Target, ForwardConfig};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};

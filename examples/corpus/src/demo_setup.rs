@@ -5,7 +5,7 @@
 //! Used as `dei_corpus::demo_setup`.
 
 use crate::cinema::{self, Variant};
-use dei_collector::forward::{Downstream, ForwardConfig};
+use dei_collector::server::{Downstream, ForwardConfig};
 use dei_collector::server::{self, Running, ServerConfig};
 use dei_sfit::{InMemorySpans, Progress, Report, Search, SearchOptions};
 use opentelemetry::trace::{SpanId, SpanKind, TracerProvider as _};
@@ -119,7 +119,7 @@ pub async fn run(options: DemoOptions) -> Result<Demo, String> {
     // a client span without a server peer (an injected connection fault) waits for its peer until the
     // pairing TTL, then becomes an edge to a virtual node: wait until no span waits, so the graph is final
     let settle = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while collector.collector.state().graph.waiting() > 0 && std::time::Instant::now() < settle {
+    while collector.collector.stats().graph_waiting_spans > 0 && std::time::Instant::now() < settle {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     Ok(Demo {
@@ -132,8 +132,8 @@ pub async fn run(options: DemoOptions) -> Result<Demo, String> {
 impl Demo {
     /// Reads the summary from the collector's state and the report.
     pub fn summary(&self) -> Summary {
-        let analyzer = self.collector.collector.state();
-        let view = dei_collector::api::render::graph_view(&analyzer);
+        let stats = self.collector.collector.stats();
+        let view = self.collector.collector.graph();
         let names = |is_virtual: bool| {
             let mut v: Vec<String> = view
                 .nodes
@@ -148,13 +148,13 @@ impl Demo {
             services: names(false),
             virtual_nodes: names(true),
             edges: view.edges.len(),
-            distinct_rpcs: analyzer.tree.len().saturating_sub(1),
+            distinct_rpcs: stats.tree_nodes.saturating_sub(1),
             executions: self.report.executions.len(),
             failures: self.report.failing().len(),
-            spans_received: self.collector.collector.counters().snapshot().spans_received,
+            spans_received: stats.counters.spans_received,
             unreached: self.report.unreached().len(),
             unsettled: self.report.unsettled().len(),
-            graph_waiting: analyzer.graph.waiting(),
+            graph_waiting: stats.graph_waiting_spans,
         }
     }
 }
