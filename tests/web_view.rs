@@ -4,7 +4,8 @@
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`CHROMIUM` and `CHROMEDRIVER` override the paths). Without
 //! them the test is skipped with a message, unless `DEI_REQUIRE_INTEROP=1` (CI), where it fails. Saves
-//! web-view.png (the prefix tree with a node's details) and web-view-graph.png.
+//! web-view.png (the prefix tree with a node's details), web-view-graph.png, web-view-trace.png (a trace's
+//! waterfall), web-view-analyses.png and web-view-search.png (an execution's call tree).
 //!
 //! Screenshots go under the target directory (`web-view/` in cargo's `CARGO_TARGET_TMPDIR`), so that a test run
 //! changes nothing tracked; with `DEI_UPDATE_FIGURES=1` they also replace the README's figures in `docs/figures/`.
@@ -464,6 +465,8 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
         "JSON in the analyses: {text}"
     );
     assert!(text.contains("traces analyzed"), "{text}");
+    let png = client.screenshot().await.expect("screenshot");
+    save("docs/figures/web-view-analyses.png", &png);
     let href = analyses[1]
         .as_array()
         .and_then(|a| a.first())
@@ -676,6 +679,8 @@ async fn check_search_report(client: &Client) {
     )
     .await;
     assert!(strings(&tree).iter().all(|b| b.starts_with("injected: ")), "{tree}");
+    let png = client.screenshot().await.expect("screenshot");
+    save("docs/figures/web-view-search.png", &png);
 }
 
 /// A URL reopens what it names, in a page loaded afresh: a tree node, a trace; an API error is shown on the
@@ -742,6 +747,8 @@ async fn check_deep_links_and_errors(client: &Client, ui: &str, index: &str) {
         bars.iter().any(|(l, _)| *l == 0.0),
         "the earliest span starts the timeline: {waterfall}"
     );
+    let png = client.screenshot().await.expect("screenshot");
+    save("docs/figures/web-view-trace.png", &png);
 
     let missing = "0123456789abcdef0123456789abcdef";
     client
