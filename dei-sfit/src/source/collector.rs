@@ -10,8 +10,10 @@
 //! changed for a quiet period, bounded by a timeout; a timeout is not a quiet success but
 //! [`Settled::TimedOut`], which the search records on the execution and counts in its report.
 //!
-//! The trace view carries what the in-memory source reads from the spans themselves, so both give the same
-//! observation of an execution:
+//! The trace view is read with the collector's own view types ([`dei_collector::views`], the types the API
+//! serializes, built without the server: `dei-collector = { default-features = false }`), so a field the API
+//! renames or drops fails to parse instead of becoming a default. It carries what the in-memory source reads
+//! from the spans themselves, so both give the same observation of an execution:
 //! - `index`, `signature`, `payload`, `stack_digest` → the RPC's index and invocation signature (reference
 //!   indexes under coarser instantiations);
 //! - `fault` (a stream's own; a message's is on the message), `client_status` (gRPC / HTTP status code, OTLP
@@ -26,13 +28,14 @@
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
 use crate::source::{ExecutionKey, MessageTargeting, Settled, SourceError, SpanSource};
-use dei_propagator::semconv::{self, AttributeError, AttributeValue, DeiSpan};
+pub use dei_collector::views::TraceView;
+use dei_collector::views::{Occurrence, StatusCode, TraceNode};
+use dei_propagator::semconv::payload_preview;
 use dei_propagator::{Fault, Index, InvocationSignature, Signature};
 use futures::future::BoxFuture;
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags, TraceId, TraceState};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
-use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -301,119 +304,17 @@ impl Fingerprint {
     }
 }
 
-/// `GET /api/v1/traces/{trace_id}` (collector-plugin/API.md, "The trace view").
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct TraceView {
-    /// Occurrences in the trace.
-    pub rpcs: usize,
-    /// Spans waiting for a stream mapping.
-    pub pending_preliminary: usize,
-    /// The occurrences, nested by index prefix.
-    pub tree: Vec<TraceNode>,
-}
-
-/// One occurrence of the trace view, with its children.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct TraceNode {
-    /// The (final) index, wire form.
-    pub index: String,
-    /// The RPC's id: the client span id (hex).
-    #[serde(default)]
-    pub rpc: String,
-    /// `dei.signature`.
-    #[serde(default)]
-    pub signature: Option<String>,
-    /// `dei.payload.digest`, hex.
-    #[serde(default)]
-    pub payload: Option<String>,
-    /// The start of the request's payload, when the caller recorded it (`dei.payload`, opt-in).
-    #[serde(default)]
-    pub payload_preview: Option<String>,
-    /// `dei.stack.digest` of the client span, hex.
-    #[serde(default)]
-    pub stack_digest: Option<String>,
-    /// A stream's own occurrence.
-    #[serde(default)]
-    pub preliminary: bool,
-    /// Client span start and end, Unix ns.
-    #[serde(default)]
-    pub client_time: Option<(u64, u64)>,
-    /// Server span start and end, Unix ns.
-    #[serde(default)]
-    pub server_time: Option<(u64, u64)>,
-    /// The client span's status.
-    #[serde(default)]
-    pub client_status: Option<StatusView>,
-    /// Either span had status error.
-    #[serde(default)]
-    pub error: bool,
-    /// The injected fault, wire form (on a stream: the stream's own, not one of its messages').
-    #[serde(default)]
-    pub fault: Option<String>,
-    /// On a stream: the messages its client sent.
-    #[serde(default)]
-    pub messages: Vec<MessageView>,
-    /// On a message: the stream it was sent on.
-    #[serde(default)]
-    pub stream: Option<MessageOfView>,
-    /// Occurrences one index level down.
-    #[serde(default)]
-    pub children: Vec<TraceNode>,
-}
-
-/// A span's status in the trace view.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct StatusView {
-    /// `unset`, `ok` or `error`.
-    pub code: String,
-    /// The status message.
-    pub message: Option<String>,
-    /// `rpc.grpc.status_code`.
-    pub grpc_status_code: Option<i64>,
-    /// `http.response.status_code`.
-    pub http_status_code: Option<i64>,
-}
-
-/// One message a stream's client sent.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct MessageView {
-    /// Its 1-based position.
-    #[serde(default)]
-    pub k: Option<u32>,
-    /// The preliminary index the callee served it under.
-    pub preliminary_index: String,
-    /// Its final index.
-    pub index: String,
-    /// The fault injected on it.
-    #[serde(default)]
-    pub fault: Option<String>,
-    /// When it was sent, Unix ns.
-    #[serde(default)]
-    pub time_unix_nano: u64,
-}
-
-/// The stream a message occurrence was sent on.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct MessageOfView {
-    /// The stream's index.
-    pub index: String,
-    /// The message's position.
-    pub k: Option<u32>,
-}
-
-fn flatten<'a>(nodes: &'a [TraceNode], out: &mut Vec<&'a TraceNode>) {
+/// Every occurrence of the tree, parents before their children.
+fn flatten<'a>(nodes: &'a [TraceNode], out: &mut Vec<&'a Occurrence>) {
     for n in nodes {
-        out.push(n);
+        out.push(&n.occurrence);
         flatten(&n.children, out);
     }
 }
 
 /// The caller's view of how an RPC ended, by the same rules as the in-memory source: the injected fault,
 /// else the gRPC status code, else an HTTP status of 400 or more, else an error status.
-fn outcome_of(n: &TraceNode, fault: Option<Fault>) -> Outcome {
+fn outcome_of(n: &Occurrence, fault: Option<Fault>) -> Outcome {
     if let Some(f) = fault {
         return Outcome::of_fault(f);
     }
@@ -434,7 +335,7 @@ fn outcome_of(n: &TraceNode, fault: Option<Fault>) -> Outcome {
             code: format!("h{code}"),
         };
     }
-    if status.code == "error" {
+    if status.code == StatusCode::Error {
         return Outcome::Err {
             code: format!("error: {}", status.message.as_deref().unwrap_or_default()),
         };
@@ -442,69 +343,70 @@ fn outcome_of(n: &TraceNode, fault: Option<Fault>) -> Outcome {
     Outcome::ok()
 }
 
+/// A fault in wire form (`dei.fault`) as the view carries it; a malformed one is logged, counted in
+/// `malformed` and left out.
+fn fault_of(value: Option<&str>, rpc: &[u8; 8], malformed: &mut usize) -> Option<Fault> {
+    let value = value?;
+    match value.parse::<Fault>() {
+        Ok(f) => Some(f),
+        Err(()) => {
+            *malformed += 1;
+            let rpc: String = rpc.iter().map(|b| format!("{b:02x}")).collect();
+            tracing::warn!(%rpc, "dei-sfit: malformed fault {value:?} in the collector's trace view left out");
+            None
+        }
+    }
+}
+
 /// Builds an execution's observation from a trace view, as [`observation_from_spans`] builds it from the
 /// spans themselves: the RPC occurrences (messages excluded) with their invocation components, faults and
 /// outcomes, then each stream's messages (from the stream's `messages`) as RPCs under the stream at their
-/// final indexes, with their own faults, targeted as `messages` says. The occurrences' DEI values are read by
-/// the span contract's parser ([`DeiSpan`]); a malformed one is left out (an occurrence whose index is
-/// malformed is skipped), logged and counted in [`Observation::malformed`], and so is a message with a malformed
-/// index or fault.
+/// final indexes, with their own faults, targeted as `messages` says. A malformed fault is left out, logged
+/// and counted in [`Observation::malformed`] (the view's indexes and digests are typed: a malformed one fails
+/// to parse with the view).
 ///
 /// [`observation_from_spans`]: crate::source::observation_from_spans
 pub fn observation_from_trace_with(view: &TraceView, messages_targeting: MessageTargeting) -> Observation {
     let mut nodes = Vec::new();
     flatten(&view.tree, &mut nodes);
     // (stream rpc id, final index) of every message listed on a stream
-    let listed: HashSet<(&str, &str)> = nodes
+    let listed: HashSet<([u8; 8], &Index)> = nodes
         .iter()
-        .flat_map(|n| n.messages.iter().map(move |m| (n.rpc.as_str(), m.index.as_str())))
+        .flat_map(|n| n.messages.iter().map(move |m| (n.rpc, &m.index)))
+        .collect();
+    let rpcs: Vec<&Occurrence> = nodes
+        .into_iter()
+        .filter(|n| n.stream.is_none() && !listed.contains(&(n.rpc, &n.index)))
         .collect();
     let mut malformed = 0;
-    // each occurrence's DEI data, read by the span contract's parser from the values the collector sends
-    let rpcs: Vec<(&TraceNode, DeiSpan, Index)> = nodes
-        .into_iter()
-        .filter(|n| n.stream.is_none() && !listed.contains(&(n.rpc.as_str(), n.index.as_str())))
-        .filter_map(|n| {
-            let mut rejected = Vec::new();
-            let dei = contract_values(n, |e| rejected.push(e));
-            if !rejected.is_empty() {
-                malformed += 1;
-                tracing::warn!(rpc = %n.rpc, "dei-sfit: malformed dei values left out: {rejected:?}");
-            }
-            dei.index.clone().map(|index| (n, dei, index))
+    let mut obs = Observation::default();
+    // (position of the stream, message) for each message
+    let messages: Vec<(usize, &dei_collector::views::StreamMessage)> = rpcs
+        .iter()
+        .enumerate()
+        .flat_map(|(p, n)| n.messages.iter().map(move |m| (p, m)))
+        .collect();
+    obs.streams = messages
+        .iter()
+        .map(|(_, m)| StreamMapping {
+            preliminary: m.preliminary_index.clone(),
+            final_index: m.index.clone(),
         })
         .collect();
-    let mut obs = Observation::default();
-    // (position of the stream, message) for each decodable message
-    let mut messages: Vec<(usize, &MessageView, Index)> = Vec::new();
-    for (p, (n, _, _)) in rpcs.iter().enumerate() {
-        for m in &n.messages {
-            let (Ok(pre), Ok(fin)) = (Index::decode(&m.preliminary_index), Index::decode(&m.index)) else {
-                malformed += 1;
-                tracing::warn!(rpc = %n.rpc, "dei-sfit: stream message with a malformed index skipped");
-                continue;
-            };
-            obs.streams.push(StreamMapping {
-                preliminary: pre,
-                final_index: fin.clone(),
-            });
-            messages.push((p, m, fin));
-        }
-    }
-    let times = |n: &TraceNode| n.client_time.or(n.server_time);
+    let times = |n: &Occurrence| n.client_time.or(n.server_time);
     // every RPC's index and times, the occurrences first, then the messages (as the in-memory source)
-    let mut entries: Vec<(&Index, Option<(u64, u64)>)> = rpcs.iter().map(|(n, _, i)| (i, times(n))).collect();
+    let mut entries: Vec<(&Index, Option<(u64, u64)>)> = rpcs.iter().map(|n| (&n.index, times(n))).collect();
     entries.extend(
         messages
             .iter()
-            .map(|(_, m, i)| (i, Some((m.time_unix_nano, m.time_unix_nano)))),
+            .map(|(_, m)| (&m.index, Some((m.time_unix_nano, m.time_unix_nano)))),
     );
     let mut by_index: HashMap<&Index, Vec<usize>> = HashMap::new();
     for (p, (i, _)) in entries.iter().enumerate() {
         by_index.entry(i).or_default().push(p);
     }
-    let message_indexes: Vec<&Index> = messages.iter().map(|(_, _, i)| i).collect();
-    for (n, dei, index) in &rpcs {
+    for n in &rpcs {
+        let index = &n.index;
         let (start, end) = times(n).unwrap_or((0, u64::MAX));
         let parent = index.parent().and_then(|pi| {
             let candidates = by_index.get(&pi)?;
@@ -515,14 +417,14 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
                 .find(|&c| entries[c].1.is_some_and(|(s, e)| s <= start && start <= e))
                 .or_else(|| candidates.first().copied())
         });
-        let fault = dei.fault;
-        let invocation = match (dei.payload_digest, dei.stack_digest, dei.signature) {
-            (Some(p), Some(s), Some(sig)) => Some(InvocationSignature::new(Signature::from_name(sig), p, s)),
+        let fault = fault_of(n.fault.as_deref(), &n.rpc, &mut malformed);
+        let invocation = match (n.payload, n.stack_digest.as_deref(), n.signature.as_deref()) {
+            (Some(p), Some(s), Some(sig)) => Some(InvocationSignature::new(Signature::from_name(sig), p, *s)),
             _ => None,
         };
         obs.rpcs.push(ObservedRpc {
             index: index.clone(),
-            signature: n.signature.clone().unwrap_or_default(),
+            signature: n.signature.as_deref().unwrap_or_default().to_string(),
             invocation,
             parent,
             fault,
@@ -531,29 +433,21 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
             end,
             // served under a message: it ran under the message's preliminary index, which the collector
             // rewrote to the final one
-            rewritten: message_indexes
+            rewritten: messages
                 .iter()
-                .any(|m| m.depth() < index.depth() && index.starts_with(m)),
+                .any(|(_, m)| m.index.depth() < index.depth() && index.starts_with(&m.index)),
             injectable: true,
             reference: None,
             message: None,
             // the collector keeps a preview as short as this crate's, when the caller recorded the payload
-            payload_preview: n.payload_preview.as_deref().map(crate::observation::payload_preview),
+            payload_preview: n.payload_preview.as_deref().map(payload_preview),
         });
     }
-    for (stream, m, index) in messages {
-        let fault = match m.fault.as_deref().map(|f| f.parse::<Fault>()) {
-            Some(Err(())) => {
-                malformed += 1;
-                tracing::warn!("dei-sfit: stream message with a malformed fault {:?}", m.fault);
-                None
-            }
-            Some(Ok(f)) => Some(f),
-            None => None,
-        };
+    for (stream, m) in messages {
+        let fault = fault_of(m.fault.as_deref(), &rpcs[stream].rpc, &mut malformed);
         obs.rpcs.push(ObservedRpc {
-            index,
-            signature: rpcs[stream].0.signature.clone().unwrap_or_default(),
+            index: m.index.clone(),
+            signature: rpcs[stream].signature.as_deref().unwrap_or_default().to_string(),
             invocation: None,
             parent: Some(stream),
             fault,
@@ -571,189 +465,10 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
     obs
 }
 
-/// An occurrence's DEI values (index, signature, digests, fault) as the span contract reads them.
-fn contract_values(n: &TraceNode, rejected: impl FnMut(AttributeError)) -> DeiSpan<'_> {
-    let fields = [
-        (semconv::INDEX, Some(n.index.as_str())),
-        (semconv::SIGNATURE, n.signature.as_deref()),
-        (semconv::PAYLOAD_DIGEST, n.payload.as_deref()),
-        (semconv::STACK_DIGEST, n.stack_digest.as_deref()),
-        (semconv::FAULT, n.fault.as_deref()),
-    ];
-    DeiSpan::parse_lenient(
-        fields
-            .into_iter()
-            .filter_map(|(k, v)| Some((k, AttributeValue::Str(v?)))),
-        rejected,
-    )
-}
-
 /// [`observation_from_trace_with`], stream messages targeted.
 pub fn observation_from_trace(view: &TraceView) -> Observation {
     observation_from_trace_with(view, MessageTargeting::default())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use dei_propagator::{Element, ElementDigest};
-
-    fn idx(elements: &[(u8, u32)]) -> Index {
-        Index::from_elements(
-            elements
-                .iter()
-                .map(|&(d, c)| Element::new(ElementDigest([d; 8]), c))
-                .collect(),
-        )
-    }
-
-    fn status(grpc: Option<i64>) -> StatusView {
-        StatusView {
-            code: if grpc.is_some_and(|c| c != 0) { "error" } else { "unset" }.into(),
-            message: None,
-            grpc_status_code: grpc,
-            http_status_code: None,
-        }
-    }
-
-    fn node(index: &Index, rpc: &str, time: (u64, u64), children: Vec<TraceNode>) -> TraceNode {
-        TraceNode {
-            index: index.encode(),
-            rpc: rpc.into(),
-            signature: Some(format!("sig{}", index.depth())),
-            payload: Some("ab".repeat(32)),
-            stack_digest: Some("cd".repeat(32)),
-            client_time: Some(time),
-            server_time: Some(time),
-            client_status: Some(status(Some(0))),
-            children,
-            ..TraceNode::default()
-        }
-    }
-
-    #[test]
-    fn occurrences_become_rpcs_with_parents_faults_and_streams() {
-        let a = idx(&[(1, 1)]);
-        let b = idx(&[(1, 1), (2, 1)]);
-        let pre = a.child(Element::new(ElementDigest([3; 8]), 1).preliminary());
-        let hello = idx(&[(1, 1), (4, 1)]);
-        let world = idx(&[(1, 1), (7, 1)]);
-        let under_hello = idx(&[(1, 1), (4, 1), (5, 1)]);
-        let mut fb = node(&b, "bb", (20, 30), vec![]);
-        fb.fault = Some("g14".into());
-        fb.error = true;
-        let mut unknown = node(&idx(&[(1, 1), (6, 1)]), "ee", (50, 60), vec![]);
-        unknown.client_time = None;
-        unknown.client_status = None;
-        let bad = TraceNode {
-            index: "not an index".into(),
-            ..TraceNode::default()
-        };
-        // the stream: World was sent first and failed (the stream ended there, with UNAVAILABLE); Hello was
-        // sent before it and served, and B's call for it was rewritten under Hello's final index
-        let mut stream = node(&pre, "ss", (31, 40), vec![]);
-        stream.preliminary = true;
-        stream.error = true;
-        stream.client_status = Some(status(Some(14)));
-        stream.messages = vec![
-            MessageView {
-                k: Some(1),
-                preliminary_index: pre.stream_message(1).encode(),
-                index: hello.encode(),
-                fault: None,
-                time_unix_nano: 32,
-            },
-            MessageView {
-                k: Some(2),
-                preliminary_index: pre.stream_message(2).encode(),
-                index: world.encode(),
-                fault: Some("c".into()),
-                time_unix_nano: 34,
-            },
-        ];
-        let mut hello_node = node(&hello, "ss", (31, 40), vec![node(&under_hello, "uu", (33, 35), vec![])]);
-        hello_node.stream = Some(MessageOfView {
-            index: pre.encode(),
-            k: Some(1),
-        });
-        let mut world_node = node(&world, "ss", (31, 40), vec![]);
-        world_node.fault = Some("c".into());
-        world_node.stream = Some(MessageOfView {
-            index: pre.encode(),
-            k: Some(2),
-        });
-        let view = TraceView {
-            rpcs: 8,
-            pending_preliminary: 0,
-            tree: vec![node(
-                &a,
-                "aa",
-                (10, 100),
-                vec![fb, stream, hello_node, world_node, unknown, bad],
-            )],
-        };
-        let obs = observation_from_trace(&view);
-        assert_eq!(obs.rpcs.len(), 7, "{:#?}", obs.rpcs);
-        assert_eq!(obs.malformed, 1, "the occurrence whose index does not decode");
-        let pos = |i: &Index| obs.rpcs.iter().position(|r| &r.index == i).expect("rpc");
-        let (pa, pb, ps, ph, pw, pu) = (pos(&a), pos(&b), pos(&pre), pos(&hello), pos(&world), pos(&under_hello));
-        assert_eq!(obs.rpcs[pa].parent, None);
-        assert!(
-            obs.rpcs[pa].invocation.is_some(),
-            "payload and stack digests make the invocation"
-        );
-        assert_eq!(obs.rpcs[pb].parent, Some(pa));
-        assert_eq!(obs.rpcs[pb].fault, Some(Fault::UNAVAILABLE));
-        assert_eq!(obs.rpcs[pb].outcome, Outcome::Err { code: "g14".into() });
-        // the message's fault is the message's; the stream ended with the status it caused
-        assert_eq!(obs.rpcs[pw].fault, Some(Fault::Connection));
-        assert_eq!(obs.rpcs[ps].fault, None);
-        assert_eq!(obs.rpcs[ps].outcome, Outcome::Err { code: "g14".into() });
-        assert_eq!(obs.effective().len(), 2);
-        assert!(obs.rpcs[ps].targetable() && obs.rpcs[ps].index.is_preliminary());
-        for p in [ph, pw] {
-            assert_eq!(obs.rpcs[p].parent, Some(ps), "a message hangs under its stream");
-            assert!(obs.rpcs[p].targetable(), "messages are targeted by default");
-            assert_eq!(obs.rpcs[p].start, obs.rpcs[p].end, "sent at its event's time");
-        }
-        assert_eq!(obs.rpcs[ph].outcome, Outcome::ok());
-        assert_eq!(obs.rpcs[pu].parent, Some(ph));
-        assert!(
-            obs.rpcs[pu].rewritten && !obs.rpcs[pu].targetable(),
-            "served under a message: ran under the preliminary index"
-        );
-        assert_eq!(obs.streams.len(), 2);
-        let e = obs
-            .rpcs
-            .iter()
-            .find(|r| r.index.depth() == 2 && r.start == 50)
-            .expect("e");
-        assert_eq!(e.outcome, Outcome::Unknown);
-        assert!(!Fingerprint::of(&view).complete, "a client span is missing");
-        let observed = observation_from_trace_with(&view, MessageTargeting::Observed);
-        assert!(observed.rpcs.iter().filter(|r| !r.targetable()).count() == 3);
-    }
-
-    #[test]
-    fn the_collectors_json_decodes() {
-        let a = idx(&[(1, 1)]);
-        let json = format!(
-            r#"{{"trace_id":"0102030405060708090a0b0c0d0e0f10","start_unix_nano":5,"rpcs":1,"pending_preliminary":0,
-            "tree":[{{"index":"{}","rpc":"0102030405060708","caller_span":null,"signature":"GET /x","payload":null,
-            "payload_preview":"{{\"user\":\"ann\"}}","stack_digest":null,"preliminary":false,"client_status":{{"code":"error","message":"Service Unavailable",
-            "grpc_status_code":null,"http_status_code":503}},"server_status":null,
-            "client_service":"t","server_service":"s","client_time":[5,9],"server_time":null,"error":true,
-            "fault":null,"ambiguous":false,"messages":[],"stream":null,"children":[]}}]}}"#,
-            a.encode()
-        );
-        let view: TraceView = serde_json::from_str(&json).expect("decodes");
-        let obs = observation_from_trace(&view);
-        assert_eq!(obs.rpcs.len(), 1);
-        assert_eq!(obs.rpcs[0].fault, None);
-        assert_eq!(obs.rpcs[0].outcome, Outcome::Err { code: "h503".into() });
-        assert_eq!((obs.rpcs[0].start, obs.rpcs[0].end), (5, 9));
-        assert_eq!(obs.rpcs[0].payload_preview.as_deref(), Some(r#"{"user":"ann"}"#));
-        assert!(Fingerprint::of(&view).complete);
-        assert!(serde_json::from_str::<TraceView>(r#"{"tree":[{"rpc":"x"}]}"#).is_err());
-    }
-}
+mod tests;
