@@ -561,6 +561,23 @@ async fn check_graph_details(client: &Client) {
         detail.contains("→") && detail.contains("p50") && detail.contains("p99"),
         "{detail}"
     );
+    // the tree nodes on that edge, each opening its node
+    let on_edge = wait_for(
+        client,
+        "the tree nodes on the edge",
+        "return [...document.querySelectorAll('#graph-detail .edge-nodes a')].map(a => a.getAttribute('href'));",
+        |v| v.as_array().is_some_and(|a| !a.is_empty()),
+    )
+    .await;
+    let href = on_edge[0].as_str().unwrap_or_default().to_string();
+    click(client, &format!("#graph-detail .edge-nodes a[href=\"{href}\"]")).await;
+    wait_for(
+        client,
+        "the edge's tree node",
+        "return [document.getElementById('detail-index')?.textContent, location.hash];",
+        |v| v[1] == href.as_str() && v[0] == href.trim_start_matches("#tree/"),
+    )
+    .await;
 }
 
 /// The tree with the keyboard (ArrowRight opens a node and sets `aria-expanded`, ArrowDown moves to its

@@ -264,6 +264,33 @@ function latencyText(l) {
   return l && l.count ? `p50 ${ms(l.p50_s)} · p99 ${ms(l.p99_s)} · max ${ms(l.max_s)} (${l.count} spans)` : "no spans";
 }
 
+// The tree nodes on an edge: RPCs whose client spans came from the edge's caller (or, without client spans,
+// whose parent was served by it) and whose server spans came from its callee, or whose client spans named it
+// as their peer (a virtual node's calls). Read from the first TREE_SCAN nodes of the tree.
+const TREE_SCAN = 5000, NODES_LISTED = 20;
+async function treeNodesOn(client, server) {
+  const root = await getJSON(`/tree?index=1&limit=${TREE_SCAN}`);
+  const has = (m, k) => Object.prototype.hasOwnProperty.call(m || {}, k);
+  const empty = m => Object.keys(m || {}).length === 0;
+  const found = [];
+  const walk = (node, parent) => {
+    const from = client === null || has(node.client_services, client) ||
+      (empty(node.client_services) && parent !== null && has(parent.server_services, client));
+    const to = has(node.server_services, server) || has(node.peers, server);
+    if (node.index !== "1" && from && to) found.push(node);
+    for (const child of node.subtree) walk(child, node);
+  };
+  walk(root, null);
+  return found;
+}
+function treeNodeList(title, nodes) {
+  const shown = nodes.slice(0, NODES_LISTED);
+  return [el("h3", {}, `${title} (${nodes.length})`),
+    nodes.length ? el("ul", { class: "edge-nodes" }, ...shown.map(n => el("li", {}, nodeLink(n),
+      ` · ${n.seen}× · ${n.errors} errors`))) : el("p", { class: "hint" }, "none in the tree"),
+    nodes.length > shown.length ? el("p", { class: "hint" }, `and ${nodes.length - shown.length} more`) : null];
+}
+
 function showGraphEdge(e) {
   graphSelection = { edge: edgeKey(e) };
   const ratio = e.requests ? ` (${(100 * e.failed / e.requests).toFixed(1)} %)` : "";
@@ -274,6 +301,10 @@ function showGraphEdge(e) {
     el("p", {}, "client latency: ", latencyText(e.client_latency)),
     el("p", {}, "server latency: ", latencyText(e.server_latency)),
     el("p", { class: "hint" }, "seen through ", EDGE_KIND[e.connection_type] ?? e.connection_type));
+  const box = document.getElementById("graph-detail"), key = edgeKey(e);
+  treeNodesOn(e.client, e.server).then(nodes => {
+    if (graphSelection && graphSelection.edge === key) box.append(...treeNodeList("Tree nodes on this edge", nodes).filter(Boolean));
+  }).catch(reportError);
 }
 
 function showGraphNode(id, g) {
@@ -288,6 +319,10 @@ function showGraphNode(id, g) {
     el("h2", {}, id), el("p", { class: "hint" }, node.virtual ? "virtual node: never seen serving" : "service"),
     el("p", {}, `calls out: ${sum(out, "requests")} requests, ${sum(out, "failed")} failed`), list(out),
     el("p", {}, `called: ${sum(into, "requests")} requests, ${sum(into, "failed")} failed`), list(into));
+  const box = document.getElementById("graph-detail");
+  treeNodesOn(null, id).then(nodes => {
+    if (graphSelection && graphSelection.node === id) box.append(...treeNodeList("Tree nodes it serves", nodes).filter(Boolean));
+  }).catch(reportError);
 }
 
 // ---- prefix tree ------------------------------------------------------------------------------------
