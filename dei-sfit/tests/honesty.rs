@@ -187,6 +187,40 @@ async fn in_memory_settle_reports_a_span_whose_parent_never_ends() {
     assert_eq!(source.settle().await.expect("settle"), Settled::Complete);
 }
 
+/// A client span whose `dei.*` attributes the span contract rejects is no quiet pass: its malformed values are
+/// left out, and the execution and the report count it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_counts_spans_with_malformed_dei_attributes() {
+    use opentelemetry::KeyValue;
+    use opentelemetry::trace::SpanKind;
+    let (exporter, provider) = in_memory();
+    let source = InMemorySpans::new(exporter).with_provider(provider.clone());
+    let t = provider.tracer("t");
+    let test = test_fn("malformed", move |_run| {
+        for (index, fault) in [("1.AQEBAQEBAQE1", "not-a-fault"), ("not an index", "g14")] {
+            t.span_builder("call")
+                .with_kind(SpanKind::Client)
+                .with_attributes(vec![
+                    KeyValue::new(dei_sfit::source::attr::INDEX, index),
+                    KeyValue::new(dei_sfit::source::attr::FAULT, fault),
+                ])
+                .start(&t)
+                .end();
+        }
+        async { Ok(()) }
+    });
+    let report = Search::new(options(), source).run(&test).await.expect("search");
+    let first = &report.executions[0];
+    assert_eq!(first.malformed_spans, 2, "{report}");
+    assert_eq!(first.rpcs.len(), 1, "the span whose index is malformed is no RPC");
+    assert_eq!(first.rpcs[0].fault, None, "the malformed fault is left out");
+    assert!(
+        report.warnings.iter().any(|w| w.contains("malformed dei.* attributes")),
+        "{:?}",
+        report.warnings
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_search_records_and_counts_unsettled_executions() {
     let (exporter, provider) = in_memory();
