@@ -698,6 +698,23 @@ async fn check_search_report(client: &Client) {
     assert!(strings(&tree).iter().all(|b| b.starts_with("injected: ")), "{tree}");
     let png = client.screenshot().await.expect("screenshot");
     save("docs/figures/web-view-search.png", &png);
+    // an RPC of the execution opens its node in the tree
+    let href = client
+        .execute(
+            "return document.querySelector('#execution-detail .exec-tree a.el').getAttribute('href');",
+            vec![],
+        )
+        .await
+        .expect("an RPC's link");
+    let href = href.as_str().unwrap_or_default().to_string();
+    click(client, "#execution-detail .exec-tree a.el").await;
+    wait_for(
+        client,
+        "the RPC's tree node",
+        "return [document.getElementById('detail-index')?.textContent, location.hash];",
+        |v| v[1] == href.as_str() && v[0] == href.trim_start_matches("#tree/"),
+    )
+    .await;
 }
 
 /// A URL reopens what it names, in a page loaded afresh: a tree node, a trace; an API error is shown on the

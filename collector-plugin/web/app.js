@@ -769,7 +769,10 @@ function showExecution(e, box) {
   const item = i => {
     const r = rpcs[i];
     const li = el("li", {}, el("div", { class: "row" }, el("span", { class: "sig" }, r.signature), " ",
-      el("span", { class: "el", title: r.index }, (r.index.split(".").pop() || "").slice(0, 6) + "…"),
+      // its node in the collector's tree (which holds full indexes: the reference index, when the search ran
+      // under a coarser instantiation)
+      el("a", { class: "el", title: r.reference || r.index, href: "#tree/" + (r.reference || r.index) },
+        (r.index.split(".").pop() || "").slice(0, 6) + "…"),
       r.fault ? badge("injected: " + describeFault(r.fault), "fault") : null,
       !r.fault && planned.has(r.index) ? badge("planned, not injected", "err") : null,
       r.message ? badge(`message ${r.message}`) : null));
