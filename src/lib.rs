@@ -5,7 +5,6 @@
 //! - [`instrumentation`]: tower layers for tonic and axum and reqwest middleware;
 //! - [`collector`]: the OTLP collector that rebuilds the service graph and the prefix tree;
 //! - [`sfit`]: exhaustive fault-space search driven by indexes.
-#![forbid(unsafe_code)]
 
 pub use dei_collector as collector;
 pub use dei_instrumentation as instrumentation;

@@ -20,6 +20,8 @@
 //! body to read it from the trailers).
 //!
 //! `cargo bench -p dei-instrumentation --bench grpc_echo`
+// `criterion_group!` defines an undocumented `pub fn` (the workspace warns on missing docs).
+#![allow(missing_docs)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use dei_instrumentation::{DeiClientLayer, DeiConfig, DeiServerLayer};

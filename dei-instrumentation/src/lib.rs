@@ -76,11 +76,10 @@
 //! }
 //! # Ok(()) }
 //! ```
-// `unsafe` is allowed in one audited module only, `stack::frame_pointer` (the frame-pointer walk of the
-// thread's own stack); everywhere else it is denied, and no public API is `unsafe`.
-#![deny(unsafe_code)]
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
+// Lint levels: the crate's `[lints]` table in Cargo.toml. `unsafe` is allowed in one audited module only,
+// `stack::frame_pointer` (the frame-pointer walk of the thread's own stack); everywhere else it is denied, and
+// no public API is `unsafe`.
+
 // The shared core (carriers, scopes, spans, bodies) serves every integration; a build with some of them left
 // out leaves parts of it unused. The full build (the default features) keeps every dead-code check.
 #![cfg_attr(

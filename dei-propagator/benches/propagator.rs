@@ -1,6 +1,8 @@
 //! Benchmarks of the propagator, the scope and payload digests, each against a baseline in the same run.
 //!
 //! `cargo bench -p dei-propagator --bench propagator -- --quick` (figures in BENCHMARKS.md).
+// `criterion_group!` defines an undocumented `pub fn` (the workspace warns on missing docs).
+#![allow(missing_docs)]
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dei_propagator::{

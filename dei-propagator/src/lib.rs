@@ -40,8 +40,6 @@
 //! assert_eq!((hello.last().unwrap().count, world.last().unwrap().count), (1, 1));
 //! assert_ne!(hello, world);
 //! ```
-#![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 mod context;
 mod digest;
