@@ -26,8 +26,8 @@ use dei_corpus::demo_setup;
 mod peers;
 
 use common::cinema::{self, Variant};
-use dei_collector::server::{Downstream, ForwardConfig};
 use dei_collector::server::{self, Running, ServerConfig};
+use dei_collector::server::{Downstream, ForwardConfig};
 use dei_sfit::{InMemorySpans, Progress, Search, SearchOptions};
 use demo_setup::ServiceRouter;
 use opentelemetry::trace::{SpanId, SpanKind, TracerProvider as _};

@@ -9,7 +9,7 @@
 mod built_examples;
 use built_examples::example;
 
-use dei_propagator::{Element, ElementDigest, FaultPlan};
+use dei_propagator::{Element, ElementDigest, FaultPlan, Index};
 use dei_sfit::Report;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -109,22 +109,36 @@ fn replays_inject_every_planned_fault_and_exit_by_the_verdict() {
 fn a_plan_whose_indexes_do_not_occur_is_never_a_pass() {
     let d = dir("tampered");
     let (_, mut report) = search("fig2_loops", &d);
-    // execution #3's plan, with its first fault moved to an index no run has: a sibling that never occurs
+    // a two-fault plan (the loop's first call fails, then its fallback), with the fallback's fault moved to an
+    // index no run has, a sibling that never occurs: the first call's fault, the one the plan it extends
+    // already had, is still injected. (Which fault is first in the plan follows the indexes' digests, which
+    // change with the corpus's source lines: the plan's order says nothing.)
+    let earlier: std::collections::HashMap<usize, Vec<Index>> = report
+        .executions
+        .iter()
+        .map(|e| (e.number, e.plan.iter().map(|p| p.index.clone()).collect()))
+        .collect();
     let exec = report
         .executions
         .iter_mut()
-        .find(|e| e.plan.len() == 2)
-        .expect("a two-fault plan");
+        .find(|e| e.plan.len() == 2 && e.scheduled_by.is_some_and(|s| earlier[&s].len() == 1))
+        .expect("a two-fault plan extending a one-fault plan");
     let n = exec.number;
-    let original = exec.plan[0].clone();
+    let first_call = &earlier[&exec.scheduled_by.expect("scheduled by an execution")][0];
+    let fallback = exec
+        .plan
+        .iter()
+        .position(|p| &p.index != first_call)
+        .expect("the fault the plan adds");
+    let original = exec.plan[fallback].clone();
     let moved = original
         .index
         .parent()
         .expect("not a root")
         .child(Element::new(ElementDigest([0xAB; 8]), 99));
-    exec.plan[0].index = moved.clone();
+    exec.plan[fallback].index = moved.clone();
     exec.plan_wire = FaultPlan::new(exec.plan.iter().map(|p| (p.index.clone(), p.fault)).collect()).encode();
-    let kept = exec.plan[1].clone();
+    let kept = exec.plan[1 - fallback].clone();
     let tampered = d.join("tampered.json");
     report.save(&tampered).expect("save");
     let tampered = tampered.to_str().expect("utf-8 path");

@@ -698,6 +698,31 @@ async fn check_search_report(client: &Client) {
     assert!(strings(&tree).iter().all(|b| b.starts_with("injected: ")), "{tree}");
     let png = client.screenshot().await.expect("screenshot");
     save("docs/figures/web-view-search.png", &png);
+    // the execution links to its trace, which opens
+    let trace = client
+        .execute(
+            "const a = document.querySelector('#execution-detail .exec-traces a'); return a ? a.getAttribute('href') : null;",
+            vec![],
+        )
+        .await
+        .expect("an execution's trace link");
+    let trace = trace
+        .as_str()
+        .unwrap_or_else(|| panic!("the execution lists no trace: {trace}"))
+        .to_string();
+    click(client, "#execution-detail .exec-traces a").await;
+    wait_for(
+        client,
+        "the execution's trace",
+        "return document.getElementById('trace-tree').textContent;",
+        |v| {
+            v.as_str()
+                .is_some_and(|t| t.contains(trace.trim_start_matches("#traces/")))
+        },
+    )
+    .await;
+    click(client, "#tabs button[data-tab=search]").await;
+    click(client, "#executions tr:nth-child(3)").await;
     // an RPC of the execution opens its node in the tree
     let href = client
         .execute(

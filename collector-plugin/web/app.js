@@ -781,6 +781,8 @@ function showExecution(e, box) {
     return li;
   };
   const parts = [el("h2", {}, `execution ${e.number}: ${outcomeText(e)}`)];
+  if ((e.traces || []).length) parts.push(el("p", { class: "exec-traces" }, "its traces: ",
+    ...e.traces.flatMap((id, i) => i ? [", ", traceLink(id)] : [traceLink(id)])));
   if (e.plan_wire) parts.push(el("p", {}, "replay its plan: ", el("code", {}, `--replay REPORT.json ${e.number}`),
     el("span", { class: "hint" }, ` (plan ${e.plan_wire})`)));
   if ((e.unreached || []).length) parts.push(el("p", { class: "unreached" }, "planned but never reached (the outcome does not test them): " +

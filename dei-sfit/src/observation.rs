@@ -146,6 +146,10 @@ pub struct Observation {
     /// observation.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub malformed: usize,
+    /// The traces the RPCs were read from (hex trace ids): where to find the execution in a trace backend
+    /// or in dei-collector's web view.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub traces: BTreeSet<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -333,6 +337,7 @@ mod tests {
                 final_index: message.clone(),
             }],
             malformed: 0,
+            traces: BTreeSet::new(),
         };
         obs.finalize();
         let r = &obs.rpcs;

@@ -77,6 +77,10 @@ pub struct ExecutionRecord {
     /// [`Observation::malformed`]: crate::Observation::malformed
     #[serde(default, skip_serializing_if = "is_zero")]
     pub malformed_spans: usize,
+    /// The traces its RPCs ran in (hex trace ids), when the span source knows them: links from the report to
+    /// the execution's traces in a trace backend or dei-collector's web view.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<String>,
     /// The RPCs observed.
     pub rpcs: Vec<ObservedRpc>,
     /// Time spent in the test itself, microseconds.

@@ -419,6 +419,7 @@ impl Search {
             scheduled_by: None,
             in_flight_redundant: None,
             malformed_spans: obs.malformed,
+            traces: obs.traces.into_iter().collect(),
             rpcs: obs.rpcs,
             test_us: test_time.as_micros() as u64,
             collect_us: total.saturating_sub(test_time).as_micros() as u64,

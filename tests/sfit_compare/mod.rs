@@ -33,7 +33,7 @@ pub fn without_injected_counts(text: &str) -> String {
 }
 
 /// The whole canonical report as JSON, without what legitimately differs between two runs of the same
-/// search: timings (`test_us`, `collect_us`, `overhead_us`, an RPC's `start` and `end`), `scheduled_by`
+/// search: timings (`test_us`, `collect_us`, `overhead_us`, an RPC's `start` and `end`), the trace ids, `scheduled_by`
 /// (which of the executions that observed an RPC finished first), and the order in which an execution's
 /// spans ended (its RPCs are sorted by index, each parent named by its index instead of its position); with
 /// the count of faults a failing test's message quotes; with `all_options` also the parallelism asked and
@@ -42,7 +42,7 @@ pub fn canonical_json(report: &Report, all_options: bool) -> serde_json::Value {
     let mut v = serde_json::to_value(report).expect("json");
     for e in v["executions"].as_array_mut().expect("executions") {
         let e = e.as_object_mut().expect("an execution");
-        for k in ["test_us", "collect_us", "overhead_us", "scheduled_by"] {
+        for k in ["test_us", "collect_us", "overhead_us", "scheduled_by", "traces"] {
             e.remove(k);
         }
         let rpcs = e["rpcs"].as_array().expect("rpcs").clone();

@@ -462,6 +462,9 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
         });
     }
     obs.malformed = malformed;
+    if !obs.rpcs.is_empty() {
+        obs.traces.insert(view.trace_id.clone());
+    }
     obs
 }
 
