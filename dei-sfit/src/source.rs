@@ -743,11 +743,13 @@ pub fn observation_from_spans_with(spans: &[SpanData], messages_targeting: Messa
         .enumerate()
         .map(|(i, (s, _, _))| (s.span_context.span_id(), i))
         .collect();
-    let mut obs = Observation::default();
-    obs.traces = rpc_spans
-        .iter()
-        .map(|(s, _, _)| s.span_context.trace_id().to_string())
-        .collect();
+    let mut obs = Observation {
+        traces: rpc_spans
+            .iter()
+            .map(|(s, _, _)| s.span_context.trace_id().to_string())
+            .collect(),
+        ..Observation::default()
+    };
     let mut messages: Vec<ObservedRpc> = Vec::new();
     for (span, dei, index) in rpc_spans {
         let signature = dei.signature.unwrap_or_default().to_string();

@@ -5,8 +5,8 @@
 //! Used as `dei_corpus::demo_setup`.
 
 use crate::cinema::{self, Variant};
-use dei_collector::server::{Downstream, ForwardConfig};
 use dei_collector::server::{self, Running, ServerConfig};
+use dei_collector::server::{Downstream, ForwardConfig};
 use dei_sfit::{InMemorySpans, Progress, Report, Search, SearchOptions};
 use opentelemetry::trace::{SpanId, SpanKind, TracerProvider as _};
 use opentelemetry::{KeyValue, Value};
