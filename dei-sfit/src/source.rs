@@ -696,7 +696,7 @@ fn outcome_of(span: &SpanData, fault: Option<Fault>) -> Outcome {
 /// parent is the nearest ancestor span that is one; `dei.stream.message` events give stream mappings and the
 /// messages themselves, as RPCs under the stream at their final indexes, with the fault (`dei.fault` on the
 /// event) injected on that message. The attributes are read by the span contract's parser
-/// ([`dei_propagator::semconv::DeiSpan`], [`StreamMessage`](dei_propagator::semconv::StreamMessage)).
+/// ([`dei_propagator::semconv::DeiSpan`], [`StreamMessage`]).
 ///
 /// A malformed `dei.*` attribute is left out (a client span whose index is malformed is no RPC: it cannot be
 /// targeted), and a malformed stream message event is skipped; each such span is logged and counted in
