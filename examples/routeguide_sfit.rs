@@ -12,9 +12,9 @@
 //! Exits 0 when the search agrees with the Oracle, 1 when it does not (and says how), 2 on a bad argument.
 
 use dei_instrumentation::grpc::stream::channel;
-use dei_instrumentation::{DeiClientLayer, DeiClientService, DeiConfig, DeiServerLayer, DeiStreaming, Faults};
+use dei_instrumentation::{DeiConfig, DeiStreaming, Faults};
 use dei_propagator::Fault;
-use dei_sfit::{FaultCatalog, Oracle, Search, SearchOptions, SpanSource, TestRun, test_fn};
+use dei_sfit::{FaultCatalog, Oracle, Search, SearchOptions, SpanSource, TestRun, test_fn, testing};
 use futures::Stream;
 use opentelemetry::context::FutureExt as _;
 use std::pin::Pin;
@@ -32,7 +32,7 @@ use pb::{Feature, Point, RouteNote, RouteSummary, Trip, TripPlan};
 
 const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/routeguide_descriptor.bin"));
 
-type Channel = DeiClientService<tonic::transport::Channel>;
+type Channel = testing::GrpcChannel;
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 struct Backend;
@@ -157,35 +157,6 @@ impl Frontend for FrontendSvc {
     }
 }
 
-async fn serve<S>(config: &DeiConfig, service: S) -> std::net::SocketAddr
-where
-    S: tower::Service<
-            tonic::codegen::http::Request<tonic::body::Body>,
-            Response = tonic::codegen::http::Response<tonic::body::Body>,
-            Error = std::convert::Infallible,
-        > + tonic::server::NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let router = tonic::transport::Server::builder()
-        .layer(DeiServerLayer::new(config.clone()))
-        .add_service(service);
-    tokio::spawn(router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)));
-    addr
-}
-
-fn connect(addr: std::net::SocketAddr, config: &DeiConfig) -> Channel {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("loopback URI");
-    tower::ServiceBuilder::new()
-        .layer(DeiClientLayer::new(config.clone()))
-        .service(endpoint.connect_lazy())
-}
-
 const USAGE: &str = "usage: routeguide_sfit [-h|--help]
   searches the routeguide system's fault space and checks the search against the brute-force Oracle";
 
@@ -227,13 +198,16 @@ async fn search() -> Result<(), String> {
         .methods_from_descriptor_set(DESCRIPTOR_SET)
         .map_err(|e| format!("the descriptor set: {e}"))?
         .build();
-    let backend = serve(&config, RouteGuideServer::new(Backend)).await;
+    // real tonic servers on loopback, behind the DEI server layer, called through the DEI client layer
+    let (listener, backend) = testing::bind().await.map_err(|e| format!("bind: {e}"))?;
+    testing::serve_grpc(listener, &config, RouteGuideServer::new(Backend));
     let frontend = FrontendSvc {
         config: config.clone(),
-        guide: RouteGuideClient::new(connect(backend, &config)),
+        guide: RouteGuideClient::new(testing::grpc_channel(backend, &config)),
     };
-    let frontend = serve(&config, FrontendServer::new(frontend)).await;
-    let client = FrontendClient::new(connect(frontend, &config));
+    let (listener, frontend_addr) = testing::bind().await.map_err(|e| format!("bind: {e}"))?;
+    testing::serve_grpc(listener, &config, FrontendServer::new(frontend));
+    let client = FrontendClient::new(testing::grpc_channel(frontend_addr, &config));
 
     let test = test_fn("routeguide plan degrades, never fails", move |run: TestRun| {
         let mut client = client.clone();

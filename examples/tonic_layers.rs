@@ -19,6 +19,7 @@ use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use std::net::SocketAddr;
+use tokio::net::TcpListener;
 use tonic::transport::{Endpoint, Server, server::TcpIncoming};
 use tonic::{Request, Response, Status};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -40,30 +41,6 @@ fn channel(addr: SocketAddr, config: &DeiConfig) -> Result<Channel, tonic::trans
     Ok(tower::ServiceBuilder::new()
         .layer(DeiClientLayer::new(config.clone()))
         .service(endpoint.connect_lazy()))
-}
-
-/// Serves `service` on an ephemeral loopback port with the DEI server layer, which reads the caller's index
-/// and serves the request in its own scope.
-async fn serve<S>(service: S, config: &DeiConfig) -> std::io::Result<SocketAddr>
-where
-    S: tower::Service<
-            http::Request<tonic::body::Body>,
-            Response = http::Response<tonic::body::Body>,
-            Error = std::convert::Infallible,
-        > + tonic::server::NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let router = Server::builder()
-        .layer(DeiServerLayer::new(config.clone()))
-        .add_service(service);
-    tokio::spawn(router.serve_with_incoming(TcpIncoming::from(listener)));
-    Ok(addr)
 }
 
 struct EchoService;
@@ -105,11 +82,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     dei_propagator::install_global_propagator();
     let config = DeiConfig::default();
 
-    let echo_addr = serve(EchoServer::new(EchoService), &config).await?;
-    let world = WorldService {
-        echo: EchoClient::new(channel(echo_addr, &config)?),
-    };
-    let world_addr = serve(WorldServer::new(world), &config).await?;
+    // Servers: the DEI server layer reads the caller's index and serves each request in its own scope.
+    let echo_listener = TcpListener::bind("127.0.0.1:0").await?;
+    let echo_addr = echo_listener.local_addr()?;
+    let echo = Server::builder()
+        .layer(DeiServerLayer::new(config.clone()))
+        .add_service(EchoServer::new(EchoService));
+    tokio::spawn(echo.serve_with_incoming(TcpIncoming::from(echo_listener)));
+
+    let world_listener = TcpListener::bind("127.0.0.1:0").await?;
+    let world_addr = world_listener.local_addr()?;
+    let world = Server::builder()
+        .layer(DeiServerLayer::new(config.clone()))
+        .add_service(WorldServer::new(WorldService {
+            echo: EchoClient::new(channel(echo_addr, &config)?),
+        }));
+    tokio::spawn(world.serve_with_incoming(TcpIncoming::from(world_listener)));
 
     // Two calls from one root scope (a request your service receives is one already).
     let cx = root_context(&config);

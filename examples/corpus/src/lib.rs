@@ -11,7 +11,7 @@ pub mod hello;
 pub mod table1;
 
 use dei_sfit::InMemorySpans;
-use dei_sfit::testing::{GrpcChannel, serve_grpc};
+use dei_sfit::testing::GrpcChannel;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use tokio::net::TcpListener;
@@ -40,33 +40,17 @@ pub fn spans() -> InMemorySpans {
 /// A gRPC channel through the DEI client layer.
 pub type Channel = GrpcChannel;
 
-/// A lazily connecting channel to `addr` with the DEI client layer.
-pub fn channel(addr: SocketAddr, config: &dei_instrumentation::DeiConfig) -> Channel {
-    dei_sfit::testing::grpc_channel(addr, config)
-}
+/// A lazily connecting channel to `addr` with the DEI client layer ([`dei_sfit::testing::grpc_channel`]).
+pub use dei_sfit::testing::grpc_channel as channel;
+
+/// Serves one tonic service with the DEI server layer on a listener ([`dei_sfit::testing::serve_grpc`]).
+pub use dei_sfit::testing::serve_grpc as serve;
 
 /// Binds an ephemeral loopback port; the corpus cannot run without one.
 pub async fn bind() -> (TcpListener, SocketAddr) {
     dei_sfit::testing::bind()
         .await
         .expect("bind an ephemeral loopback port")
-}
-
-/// Serves one tonic service with the DEI server layer on `listener` until the runtime ends.
-pub fn serve<S>(listener: TcpListener, config: &dei_instrumentation::DeiConfig, service: S)
-where
-    S: tower::Service<
-            http::Request<tonic::body::Body>,
-            Response = http::Response<tonic::body::Body>,
-            Error = std::convert::Infallible,
-        > + tonic::server::NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
-    serve_grpc(listener, config, service)
 }
 
 /// Where a run writes its report when the command line does not say: its own file,
