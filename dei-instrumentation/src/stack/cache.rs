@@ -7,10 +7,11 @@
 
 use super::filter::{Class, FrameFilter};
 use super::mode::StackMode;
+use super::symbol_table::SymbolTable;
 use dei_propagator::Frame;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// One application frame, with its key line pre-rendered for the stack digest.
 #[derive(Debug)]
@@ -57,7 +58,7 @@ pub(crate) type AddressMap = HashMap<usize, Resolved, BuildHasherDefault<Address
 /// Address ranges mapped from the main executable, read once from `/proc/self/maps`; addresses outside
 /// them (libc, the loader) are skipped without symbolizing them, which keeps the first capture cheap.
 #[derive(Debug, Default)]
-struct ExecutableRanges(Vec<(usize, usize)>);
+struct ExecutableRanges(Vec<(usize, usize, u64)>);
 
 impl ExecutableRanges {
     fn detect() -> Self {
@@ -71,17 +72,21 @@ impl ExecutableRanges {
         let mut ranges = Vec::new();
         for line in maps.lines() {
             let mut fields = line.split_whitespace();
-            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            let (Some(range), Some(perms), Some(offset)) = (fields.next(), fields.next(), fields.next()) else {
                 continue;
             };
-            let path = fields.nth(3).unwrap_or("");
+            let path = fields.nth(2).unwrap_or("");
             if path != exe || !perms.contains('x') {
                 continue;
             }
             if let Some((a, b)) = range.split_once('-')
-                && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                && let (Ok(a), Ok(b), Ok(offset)) = (
+                    usize::from_str_radix(a, 16),
+                    usize::from_str_radix(b, 16),
+                    u64::from_str_radix(offset, 16),
+                )
             {
-                ranges.push((a, b));
+                ranges.push((a, b, offset));
             }
         }
         ExecutableRanges(ranges)
@@ -89,7 +94,7 @@ impl ExecutableRanges {
 
     /// True when the address is in the executable, or when the ranges are unknown.
     fn contains(&self, ip: usize) -> bool {
-        self.0.is_empty() || self.0.iter().any(|&(a, b)| ip >= a && ip < b)
+        self.0.is_empty() || self.0.iter().any(|&(a, b, _)| ip >= a && ip < b)
     }
 }
 
@@ -98,6 +103,9 @@ impl ExecutableRanges {
 pub(crate) struct SymbolCache {
     map: RwLock<AddressMap>,
     exe: ExecutableRanges,
+    /// The executable's symbol table, read on the first address whose function the line tables name by a
+    /// short name only.
+    symbols: OnceLock<Option<SymbolTable>>,
 }
 
 impl SymbolCache {
@@ -105,6 +113,7 @@ impl SymbolCache {
         SymbolCache {
             map: RwLock::new(AddressMap::default()),
             exe: ExecutableRanges::detect(),
+            symbols: OnceLock::new(),
         }
     }
 
@@ -136,33 +145,58 @@ impl SymbolCache {
         if !self.exe.contains(ip) {
             return Resolved::Skip;
         }
+        // The symbolizer reports the inlined frames first, by their short DWARF names (`{async_block#0}`,
+        // `{closure#0}`: line tables carry no paths), and the function the code sits in last, by its full
+        // symbol-table name.
+        let mut symbols: Vec<Symbol> = Vec::new();
+        backtrace::resolve(ip as *mut std::ffi::c_void, |symbol| {
+            symbols.push(Symbol {
+                name: symbol.name().map(|n| format!("{n:#}")),
+                file: match mode {
+                    StackMode::LineTables => symbol.filename().map(std::path::Path::to_path_buf),
+                    _ => None,
+                },
+                line: symbol.lineno().unwrap_or(0),
+                column: symbol.colno().unwrap_or(0),
+            });
+        });
+        // The function the address lies in, by its full name: the last symbol's, or the symbol table's when
+        // the line tables give a short one.
+        let physical = match symbols.last().and_then(|s| s.name.as_deref()) {
+            Some(name) if name.contains("::") => Some(name.to_string()),
+            short => self
+                .symbols
+                .get_or_init(|| SymbolTable::of_current_exe(&self.exe.0))
+                .as_ref()
+                .and_then(|table| table.name_at(ip))
+                .or_else(|| short.map(str::to_string)),
+        };
+        let last = symbols.len().saturating_sub(1);
         let mut frames = Vec::new();
         let mut boundary = false;
-        backtrace::resolve(ip as *mut std::ffi::c_void, |symbol| {
-            if boundary {
-                return;
-            }
-            let name = symbol.name().map(|n| format!("{n:#}"));
-            let raw_file = match mode {
-                StackMode::LineTables => symbol.filename(),
-                _ => None,
-            };
-            let located = raw_file.map(|f| (f.to_string_lossy(), filter.locate(f)));
+        for (i, symbol) in symbols.into_iter().enumerate() {
+            let located = symbol.file.as_deref().map(|f| (f.to_string_lossy(), filter.locate(f)));
             let file = located.as_ref().map(|(_, l)| l.name.clone());
-            match filter.classify(name.as_deref(), located.as_ref().map(|(raw, l)| (raw.as_ref(), l))) {
-                Class::Boundary => boundary = true,
+            match filter.classify(
+                symbol.name.as_deref(),
+                located.as_ref().map(|(raw, l)| (raw.as_ref(), l)),
+            ) {
+                Class::Boundary => {
+                    boundary = true;
+                    break;
+                }
                 Class::Foreign => {}
                 Class::App => {
                     let frame = match (mode, file) {
-                        (StackMode::LineTables, Some(file)) => {
-                            Frame::new(file, symbol.lineno().unwrap_or(0), symbol.colno().unwrap_or(0))
-                        }
+                        (StackMode::LineTables, Some(file)) => Frame::new(file, symbol.line, symbol.column),
                         // Without line tables the function name is the best key there is.
-                        _ => Frame::new(name.clone().unwrap_or_default(), 0, 0),
+                        _ => Frame::new(symbol.name.clone().unwrap_or_default(), 0, 0),
                     };
-                    let frame = match name {
-                        Some(n) => frame.with_function(n),
-                        None => frame,
+                    let frame = match (symbol.name, &physical) {
+                        // the function itself, by its full name
+                        (_, Some(full)) if i == last => frame.with_function(full.clone()),
+                        (Some(n), _) => frame.with_function(display_name(n, physical.as_deref())),
+                        (None, _) => frame,
                     };
                     frames.push(AppFrame {
                         key: format!("{}:{}:{}\n", frame.file, frame.line, frame.column).into_boxed_str(),
@@ -170,7 +204,7 @@ impl SymbolCache {
                     });
                 }
             }
-        });
+        }
         if boundary && frames.is_empty() {
             Resolved::Boundary
         } else if frames.is_empty() {
@@ -178,5 +212,42 @@ impl SymbolCache {
         } else {
             Resolved::App(frames.into())
         }
+    }
+}
+
+/// One symbol of an address, as the symbolizer reported it.
+struct Symbol {
+    name: Option<String>,
+    file: Option<std::path::PathBuf>,
+    line: u32,
+    column: u32,
+}
+
+/// The name shown for a frame: a short name of inlined code (no path: `{async_block#0}`, `new<T>`) says which
+/// function it was inlined into, the nearest the binary's line tables can tell; full names stay as they are.
+/// Display only: a frame's key is its file, line and column.
+fn display_name(name: String, physical: Option<&str>) -> String {
+    match physical {
+        Some(outer) if !name.contains("::") && outer.contains("::") && outer != name => {
+            format!("{name} in {outer}")
+        }
+        _ => name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display_name;
+
+    #[test]
+    fn short_inlined_names_say_where_they_were_inlined() {
+        assert_eq!(
+            display_name("{async_block#0}".into(), Some("svc::users::get_user::{{closure}}")),
+            "{async_block#0} in svc::users::get_user::{{closure}}"
+        );
+        // a full name, or no better outer name, stays as it is
+        assert_eq!(display_name("svc::f".into(), Some("svc::g")), "svc::f");
+        assert_eq!(display_name("{closure#0}".into(), Some("{closure#0}")), "{closure#0}");
+        assert_eq!(display_name("{closure#0}".into(), None), "{closure#0}");
     }
 }

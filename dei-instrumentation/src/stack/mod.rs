@@ -26,6 +26,7 @@ pub(crate) mod filter;
 #[allow(unsafe_code)]
 mod frame_pointer;
 mod mode;
+mod symbol_table;
 mod walker;
 
 pub use call_site::{AtCallSite, CallSiteExt, at_call_site};
@@ -561,6 +562,32 @@ mod tests {
         );
         assert!(!a1.readable().contains(".cargo/registry"), "{}", a1.readable());
         assert!(a1.readable().contains("site_a"), "{}", a1.readable());
+    }
+
+    async fn inner_async(c: &StackCapturer) -> CapturedStack {
+        async { c.capture() }.await
+    }
+
+    #[test]
+    fn async_frames_are_named_by_the_function_they_sit_in() {
+        let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .expect("runtime");
+        let captured = rt.block_on(async { tokio::spawn(async move { inner_async(&c).await }).await.expect("task") });
+        let stack = captured.to_call_stack();
+        assert!(!stack.frames.is_empty(), "{}", captured.readable());
+        for f in &stack.frames {
+            let name = f.function.as_deref().unwrap_or_default();
+            // a bare `{async_block#0}` or `{closure#0}` names nothing a reader can find
+            assert!(
+                name.contains("::"),
+                "frame without a path: {name:?} in\n{}",
+                captured.readable()
+            );
+        }
+        assert!(captured.readable().contains("inner_async"), "{}", captured.readable());
     }
 
     /// Return addresses from here outwards, through one more frame of this module.
