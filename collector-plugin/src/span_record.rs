@@ -119,6 +119,8 @@ pub struct DeiAttributes {
     pub ambiguous: bool,
     /// `dei.fault`.
     pub fault: Option<String>,
+    /// How many faults the request's plan named (`dei.fault.plan` on a server span); 0 without a plan.
+    pub planned_faults: u32,
     /// Mappings from `dei.stream.message` span events (at most [`MAX_STREAM_MESSAGES`]).
     pub stream_messages: Vec<StreamMapping>,
     /// `dei.stream.message` events past [`MAX_STREAM_MESSAGES`], ignored.
@@ -467,6 +469,11 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
                 .map_err(|_| format!("malformed fault {s:?} (expected g<code>, h<status>, c or l<ms>)"))?;
             dei.fault = Some(s.to_string());
         }
+        key::FAULT_PLAN => {
+            let plan =
+                dei_propagator::FaultPlan::decode(want_str(kv)?).map_err(|e| format!("malformed fault plan: {e}"))?;
+            dei.planned_faults = u32::try_from(plan.entries().len()).unwrap_or(u32::MAX);
+        }
         // Unknown `dei.*` keys (future attributes) are ignored silently.
         _ => {}
     }
@@ -540,6 +547,7 @@ mod key {
     pub(super) const COUNT: &[u8] = semconv::COUNT.as_bytes();
     pub(super) const DEPTH: &[u8] = semconv::DEPTH.as_bytes();
     pub(super) const FAULT: &[u8] = semconv::FAULT.as_bytes();
+    pub(super) const FAULT_PLAN: &[u8] = semconv::FAULT_PLAN.as_bytes();
     pub(super) const INDEX: &[u8] = semconv::INDEX.as_bytes();
     pub(super) const INSTANTIATION: &[u8] = semconv::INSTANTIATION.as_bytes();
     pub(super) const MESSAGE: &[u8] = semconv::MESSAGE.as_bytes();

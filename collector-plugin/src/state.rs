@@ -150,6 +150,11 @@ impl CollectorState {
 
     fn ingest_span(&mut self, span: SpanRecord, now: Instant) {
         self.graph.observe(&span, now, &self.counters);
+        if span.dei.planned_faults > 0 {
+            // a planned trace is recorded even before (or without) any indexed call
+            let trace = self.traces.entry(span.trace_id, now);
+            trace.planned_faults = trace.planned_faults.max(span.dei.planned_faults);
+        }
         if span.dei.index.is_none() {
             return;
         }

@@ -6,8 +6,11 @@
 //! call that took its place.
 //!
 //! A later trace counts as *comparable* when the caller had the chance to make the call: it contains the
-//! index's parent (for a top-level index, every trace is comparable). Traces are ordered by their first span
-//! start.
+//! index's parent (for a top-level index, every trace is comparable), and nothing in it was perturbed on
+//! purpose: it was not run under a fault plan (`dei.fault.plan` on a server span) and carries no injected
+//! fault. Otherwise a fault search, whose executions each run under a different plan, would report a
+//! breaker wherever one plan's fault kept the program from reaching another plan's index. Traces are
+//! ordered by their first span start.
 
 use super::trace_hex;
 use crate::state::CollectorState;
@@ -96,7 +99,10 @@ pub fn detect(a: &CollectorState, params: &Params) -> Vec<Episode> {
                 continue;
             }
             let Some(lf) = last_fault else { continue };
-            let comparable = top_level || t.contains_index(&parent);
+            // a trace run under a fault plan, or with any injected fault, lost calls by design: the
+            // search changing its plan between executions is not a breaker opening
+            let perturbed = t.planned_faults > 0 || t.occurrences.iter().any(|o| o.fault.is_some());
+            let comparable = !perturbed && (top_level || t.contains_index(&parent));
             if !comparable {
                 continue;
             }
@@ -116,4 +122,70 @@ pub fn detect(a: &CollectorState, params: &Params) -> Vec<Episode> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::fixtures::TraceBuilder;
+    use crate::counters::Counters;
+    use crate::state::StateConfig;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// Trace `n`: frontend → users (`Some(faulted)`, or not called), frontend → catalog; every span carries a
+    /// plan of `planned` faults.
+    fn trace(a: &mut CollectorState, n: u8, users: Option<bool>, planned: u32) -> Option<Index> {
+        let mut b = TraceBuilder::new(n, u64::from(n) * 1_000_000_000);
+        let root = b.root("frontend");
+        let r = Index::root();
+        let called = users.map(|faulted| {
+            let fault = faulted.then_some("c");
+            b.rpc((&r, root), "frontend", "users", "users.Users/Get", "u", 1, 1, 5, fault)
+                .index
+        });
+        b.rpc(
+            (&r, root),
+            "frontend",
+            "catalog",
+            "catalog.Catalog/List",
+            "c",
+            1,
+            6,
+            20,
+            None,
+        );
+        for s in &mut b.spans {
+            s.dei.planned_faults = planned;
+        }
+        a.ingest(b.spans, Instant::now());
+        called
+    }
+
+    fn state() -> CollectorState {
+        CollectorState::new(StateConfig::default(), Arc::new(Counters::default()))
+    }
+
+    #[test]
+    fn an_absence_under_another_fault_plan_is_no_breaker() {
+        // a search: the fault-free run, then a plan that fails users, then a plan that fails something else
+        // and keeps the program from calling users, then the fault-free program again
+        let mut a = state();
+        trace(&mut a, 1, Some(false), 0);
+        trace(&mut a, 2, Some(true), 1);
+        trace(&mut a, 3, None, 1);
+        trace(&mut a, 4, Some(false), 0);
+        assert_eq!(detect(&a, &Params::default()), vec![]);
+
+        // the same absence in a trace run without any plan is a breaker, open until the call comes back
+        let mut a = state();
+        trace(&mut a, 1, Some(false), 0);
+        let users = trace(&mut a, 2, Some(true), 1).expect("users was called");
+        trace(&mut a, 3, None, 0);
+        let episodes = detect(&a, &Params::default());
+        assert_eq!(episodes.len(), 1, "{episodes:?}");
+        assert_eq!(episodes[0].node.index, users.encode());
+        assert_eq!(episodes[0].state, crate::views::EpisodeState::Open);
+        assert_eq!(episodes[0].absent_traces, 1);
+    }
 }

@@ -21,6 +21,10 @@ pub struct TraceRecord {
     pub trace_id: TraceId,
     /// Earliest span start seen, Unix ns.
     pub start_ns: u64,
+    /// The most faults a request of this trace was planned with (`dei.fault.plan` on its server spans): a
+    /// trace run under a fault plan is perturbed on purpose, so the absence of a call in it proves nothing
+    /// about a circuit breaker.
+    pub planned_faults: u32,
     /// Occurrences in arrival order.
     pub occurrences: Vec<Occurrence>,
     /// Hash lookups, once the trace has more than [`LINEAR_LOOKUP_MAX`] occurrences.
@@ -206,6 +210,7 @@ impl TraceStore {
             Box::new(TraceRecord {
                 trace_id,
                 start_ns: 0,
+                planned_faults: 0,
                 occurrences: Vec::with_capacity(capacity),
                 lookup: None,
                 mappings: StreamRewriter::new(),
