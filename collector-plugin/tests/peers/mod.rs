@@ -125,7 +125,7 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// Every variable that the files in `docs/deploy/` read: cleared in the peers' environment, so that only
 /// what a test sets applies.
-pub const VARIABLES: [&str; 15] = [
+pub const VARIABLES: [&str; 19] = [
     "OTELCOL_OTLP_GRPC",
     "OTELCOL_OTLP_HTTP",
     "DEI_COLLECTOR_OTLP",
@@ -141,6 +141,10 @@ pub const VARIABLES: [&str; 15] = [
     "JAEGER_METRICS_HOST",
     "JAEGER_METRICS_PORT",
     "DEI_JAEGER_UI",
+    "DEI_SHARD_1",
+    "DEI_SHARD_2",
+    "DEI_SHARD_3",
+    "DEI_ROUTING_KEY",
 ];
 
 /// A peer process, killed on drop.
