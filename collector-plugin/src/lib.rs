@@ -18,12 +18,15 @@
 //! what analysis reads, `graph` and `tree` hold the service graph and the prefix tree with the retained
 //! traces, `state` holds the collector's state (`CollectorState`), `analysis` reads it, `api` renders it into
 //! the [`views`] and serves them with the web view, `receiver` and `forward` take batches in and send them on,
-//! `collector` accepts them. `bench` (the load generator, the counting sink) and `cli` (the binary's commands)
-//! are public only for the binary and the tests.
+//! `collector` accepts them. `cli` (the binary's commands) is public only for the binary. The benchmark
+//! harness (load generator, counting sink, the comparison with rotel) is a crate of its own,
+//! `dei-collector-bench` (`collector-plugin/bench/`, not published), which sees the collector from outside.
 //!
 //! # Features
 //! - `server` (default): everything above. Without it (`default-features = false`) the crate is only
 //!   [`views`], the types of the API's JSON, for clients.
+//! - `fuzzing` (off): a hidden `fuzzing` module with entry points into the collector's own decoders for the
+//!   fuzz targets (`fuzz/`, which turns it on); not a stable API.
 //!
 //! # Example
 //! ```
@@ -50,9 +53,6 @@ pub(crate) mod analysis;
 pub(crate) mod api;
 #[cfg(feature = "server")]
 #[doc(hidden)]
-pub mod bench;
-#[cfg(feature = "server")]
-#[doc(hidden)]
 pub mod cli;
 #[cfg(feature = "server")]
 pub(crate) mod collector;
@@ -61,7 +61,7 @@ pub(crate) mod config_file;
 pub(crate) mod counters;
 #[cfg(feature = "server")]
 pub(crate) mod forward;
-#[cfg(feature = "server")]
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(feature = "server")]

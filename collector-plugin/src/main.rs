@@ -1,4 +1,4 @@
-//! `dei-collector`: serve (receive, analyze, forward), analyze files offline, generate load, sink, bench.
+//! `dei-collector`: serve (receive, analyze, forward) and analyze files offline.
 
 /// jemalloc: the collector decodes and frees many small OTLP objects per request (glibc's allocator spent a
 /// third of the time in `malloc`/`free` under load), and large request buffers whose lifetimes differ (queued

@@ -8,6 +8,7 @@
 use crate::otlp::lite::{self, AnyValue, KeyValue, Span, Value};
 use dei_propagator::semconv;
 use dei_propagator::{Index, PayloadDigest, StackDigest};
+#[cfg(any(test, feature = "fuzzing"))]
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use std::sync::Arc;
 
@@ -190,6 +191,7 @@ impl std::fmt::Display for AttributeIssue {
 /// Extracts every span of a fully decoded request whose ids were validated by
 /// [`crate::otlp::validate_ids`]. Spans with invalid ids are skipped.
 /// A request the receivers would refuse (array values nested too deeply) is refused here too.
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn extract(
     req: &ExportTraceServiceRequest,
     issues: &mut Vec<AttributeIssue>,

@@ -2,9 +2,9 @@
 //! serving.
 
 use bytes::Bytes;
-use dei_collector::bench::RawCodec;
 use dei_collector::server::GRPC_EXPORT_PATH;
 use dei_collector::server::{self, Running, ServerConfig};
+use dei_collector_bench::RawCodec;
 use prost::Message;
 use std::io::Write;
 

@@ -1,7 +1,7 @@
 //! `dei-collector analyze` on OTLP/JSON files: JSON lines as the Collector's file exporter writes them
 //! (with a bad line in between), and a single pretty-printed document.
 
-use dei_collector::bench::loadgen::{SPANS_PER_TRACE, template};
+use dei_collector_bench::loadgen::{SPANS_PER_TRACE, template};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 use std::process::Command;

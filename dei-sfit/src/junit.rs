@@ -25,6 +25,10 @@ use crate::test::PlannedFault;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// The prefix of the report's JUnit `<property>` names (`dei.strategy`, `dei.truncated`, …): the project's
+/// namespace, as the span attributes' keys have it.
+const PROPERTY_PREFIX: &str = "dei.";
+
 /// How a JUnit report tells a reader to replay one execution.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ReplayCommand {
@@ -198,23 +202,25 @@ impl Report {
             seconds(total_us)
         );
         let _ = writeln!(x, "    <properties>");
+        // the names without the prefix: `PROPERTY_PREFIX` is put before each when it is written
         let props = [
-            ("dei.instantiation", self.options.instantiation.name.to_string()),
-            ("dei.strategy", format!("{:?}", self.options.strategy)),
-            ("dei.parallelism", self.options.parallelism.max(1).to_string()),
-            ("dei.parallelism_used", self.parallelism_used.to_string()),
-            ("dei.redundant", self.redundant().len().to_string()),
-            ("dei.skipped_by_reduction", self.skipped.len().to_string()),
-            ("dei.truncated", self.truncated.to_string()),
-            ("dei.pending", self.pending.to_string()),
-            ("dei.nothing_injected", self.nothing_injected.to_string()),
-            ("dei.unsettled", unsettled.to_string()),
-            ("dei.unattributed_spans", self.unattributed_spans.to_string()),
+            ("instantiation", self.options.instantiation.name.to_string()),
+            ("strategy", format!("{:?}", self.options.strategy)),
+            ("parallelism", self.options.parallelism.max(1).to_string()),
+            ("parallelism_used", self.parallelism_used.to_string()),
+            ("redundant", self.redundant().len().to_string()),
+            ("skipped_by_reduction", self.skipped.len().to_string()),
+            ("truncated", self.truncated.to_string()),
+            ("pending", self.pending.to_string()),
+            ("nothing_injected", self.nothing_injected.to_string()),
+            ("unsettled", unsettled.to_string()),
+            ("unattributed_spans", self.unattributed_spans.to_string()),
         ];
         for (name, value) in props {
             let _ = writeln!(
                 x,
-                r#"      <property name="{}" value="{}"/>"#,
+                r#"      <property name="{}{}" value="{}"/>"#,
+                escape(PROPERTY_PREFIX),
                 escape(name),
                 escape(&value)
             );

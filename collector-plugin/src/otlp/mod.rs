@@ -171,6 +171,7 @@ pub fn with_lite<T>(req: &ExportTraceServiceRequest, f: impl FnOnce(&lite::Reque
 
 /// Checks every span's ids: a 16-byte non-zero trace id, an 8-byte non-zero span id, and a parent span id
 /// that is empty or 8 bytes. Returns the number of spans.
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn validate_ids(req: &ExportTraceServiceRequest) -> Result<usize, Rejection> {
     with_lite(req, validate_lite_ids)?
 }

@@ -5,9 +5,9 @@
 //! users → a database peer) with client and server spans and full `dei.*` attributes. Trace ids are
 //! rewritten on every send, so every request carries new traces.
 
-use crate::forward::{Downstream, GRPC_EXPORT_PATH};
-use crate::otlp::codec::RawCodec;
+use crate::RawCodec;
 use bytes::Bytes;
+use dei_collector::server::{Downstream, GRPC_EXPORT_PATH};
 use dei_propagator::semconv;
 use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};

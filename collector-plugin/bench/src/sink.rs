@@ -1,7 +1,8 @@
-//! A sink: an OTLP receiver (gRPC and HTTP protobuf) that decodes and counts spans, and nothing else.
+//! A sink: an OTLP receiver (gRPC and HTTP protobuf) that counts spans ([`crate::count_spans`]), and nothing
+//! else.
 //! `GET /count` on its HTTP port returns `{"spans": N, "requests": M}`.
 
-use crate::otlp::codec::RawCodec;
+use crate::RawCodec;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
@@ -12,6 +13,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+
+/// The OTLP trace service's gRPC name (the first segment of [`dei_collector::server::GRPC_EXPORT_PATH`]).
+const SERVICE_NAME: &str = "opentelemetry.proto.collector.trace.v1.TraceService";
 
 /// Span and request counts.
 #[derive(Debug, Default)]
@@ -24,14 +28,13 @@ pub struct SinkCounts {
 
 impl SinkCounts {
     fn count(&self, body: &Bytes) -> bool {
-        match crate::otlp::decode_lite(body) {
-            Ok(req) => {
-                let n = req.span_count();
+        match crate::count_spans(body) {
+            Some(n) => {
                 self.spans.fetch_add(n as u64, Ordering::Relaxed);
                 self.requests.fetch_add(1, Ordering::Relaxed);
                 true
             }
-            Err(_) => false,
+            None => false,
         }
     }
 }
@@ -40,7 +43,7 @@ impl SinkCounts {
 struct GrpcSink(Arc<SinkCounts>);
 
 impl tonic::server::NamedService for GrpcSink {
-    const NAME: &'static str = crate::receiver::grpc::SERVICE_NAME;
+    const NAME: &'static str = SERVICE_NAME;
 }
 
 struct Count(Arc<SinkCounts>);

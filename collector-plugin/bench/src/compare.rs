@@ -2,8 +2,8 @@
 //! and through rotel (forwarding to the same sink), one after the other in one run, and reports each
 //! target's accepted and delivered spans/s and peak RSS (`VmHWM` of its process).
 
-use crate::bench::{loadgen, sink};
-use crate::forward::Downstream;
+use crate::{loadgen, sink};
+use dei_collector::server::Downstream;
 use serde::Serialize;
 use std::io::Write;
 use std::net::SocketAddr;

@@ -1,0 +1,302 @@
+//! `dei-collector-bench`: dei-collector's benchmark tools on the command line (BENCHMARKS.md, rows 9–10a):
+//! `loadgen` (saturating OTLP load), `sink` (receive and count), `bench` (dei-collector against rotel under the
+//! same load).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use dei_collector::server::Downstream;
+use dei_collector_bench::{compare, loadgen, sink};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// jemalloc, as dei-collector's binary allocates: the load generator and the sink ran in that binary before
+/// they moved here, and the ceiling they measure together (row 10a) is compared with earlier runs.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "dei-collector-bench",
+    version,
+    about = "dei-collector's benchmark tools: OTLP load, a counting sink, and the comparison with rotel"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Send OTLP at saturation to a receiver.
+    Loadgen(LoadgenArgs),
+    /// Receive OTLP and only count spans.
+    Sink(SinkArgs),
+    /// Benchmark dei-collector against rotel under the same load.
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Protocol {
+    Grpc,
+    Http,
+}
+
+#[derive(clap::Args)]
+struct LoadgenArgs {
+    /// Target: an OTLP/gRPC endpoint (http://host:port) or, with --protocol http, a URL (…/v1/traces).
+    #[arg(long, default_value = "http://127.0.0.1:4317")]
+    endpoint: String,
+    /// Protocol.
+    #[arg(long, value_enum, default_value = "grpc")]
+    protocol: Protocol,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 10)]
+    duration_secs: u64,
+    /// Concurrent senders.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Traces per request (12 spans each).
+    #[arg(long, default_value_t = 40)]
+    traces_per_request: usize,
+}
+
+#[derive(clap::Args)]
+struct SinkArgs {
+    /// gRPC listen address.
+    #[arg(long, default_value = "127.0.0.1:14317")]
+    grpc_listen: SocketAddr,
+    /// HTTP listen address (/v1/traces, /count).
+    #[arg(long, default_value = "127.0.0.1:14318")]
+    http_listen: SocketAddr,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// The dei-collector binary to measure (default: `dei-collector` in this binary's directory, where
+    /// `cargo build -p dei-collector -p dei-collector-bench` puts both).
+    #[arg(long)]
+    collector: Option<PathBuf>,
+    /// rotel-agent binary (omit to measure dei-collector only).
+    #[arg(long)]
+    rotel: Option<PathBuf>,
+    /// Seconds of load per target.
+    #[arg(long, default_value_t = 15)]
+    duration_secs: u64,
+    /// Concurrent senders.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Traces per request (12 spans each).
+    #[arg(long, default_value_t = 40)]
+    traces_per_request: usize,
+    /// Also measure dei-collector with analysis off.
+    #[arg(long)]
+    forward_only_too: bool,
+    /// rotel's exporter compression: `none` (same work as dei-collector, which forwards uncompressed) or
+    /// `gzip` (rotel's default).
+    #[arg(long, default_value = "none")]
+    rotel_compression: String,
+    /// Rounds; each measures every target once, in rotated order. Figures are medians over rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Print every run and the medians as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Skip the ceiling target (the load generator straight into the sink).
+    #[arg(long)]
+    no_ceiling: bool,
+    /// Refuse to start (exit 2) when the 1-minute load average is above 0.5: figures from a busy machine
+    /// starve every target. Without it, such a run warns and records the load average in its output.
+    #[arg(long)]
+    require_idle: bool,
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Loadgen(a) => run_loadgen(a),
+        Command::Sink(a) => run_sink(a),
+        Command::Bench(a) => run_bench(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dei-collector-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn run_loadgen(a: LoadgenArgs) -> Result<(), String> {
+    let target = match a.protocol {
+        Protocol::Grpc => Downstream::Grpc(a.endpoint),
+        Protocol::Http => Downstream::Http(a.endpoint),
+    };
+    target.validate().map_err(|e| format!("--endpoint {e}"))?;
+    if target.is_tls() {
+        return Err(format!(
+            "--endpoint {:?}: the load generator sends plain-text OTLP only (http://)",
+            target.endpoint()
+        ));
+    }
+    let endpoint = target.endpoint().to_string();
+    let rt = runtime().map_err(|e| e.to_string())?;
+    let r = rt.block_on(loadgen::run(loadgen::LoadConfig {
+        target,
+        duration: Duration::from_secs(a.duration_secs),
+        concurrency: a.concurrency,
+        traces_per_request: a.traces_per_request,
+    }))?;
+    println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    if r.spans == 0 {
+        return Err(format!(
+            "{endpoint} accepted no span ({} request(s) failed, {} span(s) rejected)",
+            r.errors, r.rejected_spans
+        ));
+    }
+    if r.errors > 0 || r.rejected_spans > 0 {
+        eprintln!(
+            "dei-collector-bench: warning: {} request(s) to {endpoint} failed and {} span(s) were rejected",
+            r.errors, r.rejected_spans
+        );
+    }
+    Ok(())
+}
+
+fn run_sink(a: SinkArgs) -> Result<(), String> {
+    let rt = runtime().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let s = sink::start(a.grpc_listen, a.http_listen)
+            .await
+            .map_err(|e| e.to_string())?;
+        println!(
+            "dei-collector-bench sink listening grpc={} http={}",
+            s.grpc_addr, s.http_addr
+        );
+        shutdown_signal().await;
+        println!(
+            "{{\"spans\":{},\"requests\":{}}}",
+            s.counts.spans.load(std::sync::atomic::Ordering::Relaxed),
+            s.counts.requests.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        Ok(())
+    })
+}
+
+fn run_bench(a: BenchArgs) -> Result<(), String> {
+    let load_before = compare::load_average();
+    match load_before {
+        Some([one, ..]) if one > compare::IDLE_LOAD => {
+            let msg = format!(
+                "the 1-minute load average is {one:.2}, above {}: the machine is not idle, so every target is \
+                 starved and the figures mean little",
+                compare::IDLE_LOAD
+            );
+            if a.require_idle {
+                eprintln!("dei-collector-bench bench: refusing to start: {msg} (drop --require-idle to run anyway)");
+                std::process::exit(2);
+            }
+            eprintln!("dei-collector-bench bench: warning: {msg}");
+        }
+        Some([one, five, fifteen]) => eprintln!("load average at the start: {one:.2} {five:.2} {fifteen:.2}"),
+        None => eprintln!("dei-collector-bench bench: warning: the load average is unreadable (/proc/loadavg)"),
+    }
+    let collector_bin = match a.collector {
+        Some(path) => path,
+        None => {
+            let me = std::env::current_exe().map_err(|e| format!("cannot find this binary's path: {e}"))?;
+            me.with_file_name(format!("dei-collector{}", std::env::consts::EXE_SUFFIX))
+        }
+    };
+    if !collector_bin.is_file() {
+        return Err(format!(
+            "the dei-collector binary {} does not exist: build it (`cargo build --release -p dei-collector`) or \
+             give its path with --collector",
+            collector_bin.display()
+        ));
+    }
+    let rt = runtime().map_err(|e| e.to_string())?;
+    let config = compare::CompareConfig {
+        collector_bin,
+        rotel_bin: a.rotel,
+        duration: Duration::from_secs(a.duration_secs),
+        concurrency: a.concurrency,
+        traces_per_request: a.traces_per_request,
+        include_forward_only: a.forward_only_too,
+        include_ceiling: !a.no_ceiling,
+        rotel_compression: a.rotel_compression,
+    };
+    let results = rt.block_on(compare::run(config, a.rounds, &mut std::io::stderr()))?;
+    let load_after = compare::load_average();
+    let summary = compare::summarize(&results);
+    eprintln!(
+        "medians over {} round(s) (min–max of delivered spans/s in brackets):",
+        a.rounds
+    );
+    for s in &summary {
+        eprintln!(
+            "  {:<32} accepted {:>9.0} spans/s  delivered {:>9.0} spans/s [{:.0}–{:.0}]  peak RSS {:>6.1} MiB  \
+             {:.2} cores  undelivered {}",
+            s.target,
+            s.accepted_per_second,
+            s.delivered_per_second,
+            s.delivered_per_second_range.0,
+            s.delivered_per_second_range.1,
+            s.peak_rss_mib,
+            s.cpu_cores,
+            s.undelivered_spans
+        );
+    }
+    let find = |name: &str| summary.iter().find(|s| s.target == name);
+    if let Some(d) = summary.first() {
+        if let Some(r) = find("rotel") {
+            eprintln!(
+                "dei-collector (analysis on) / rotel: delivered throughput {:.2}x, peak RSS {:.2}x",
+                d.delivered_per_second / r.delivered_per_second.max(1e-9),
+                d.peak_rss_mib / r.peak_rss_mib.max(1e-9)
+            );
+        }
+        if let Some(c) = find(compare::CEILING) {
+            eprintln!(
+                "dei-collector (analysis on) / {}: delivered throughput {:.2}x",
+                compare::CEILING,
+                d.delivered_per_second / c.delivered_per_second.max(1e-9)
+            );
+        }
+    }
+    if let Some([one, ..]) = load_after {
+        eprintln!("load average at the end: {one:.2}");
+    }
+    if a.json {
+        let doc = serde_json::json!({
+            "runs": results,
+            "medians": summary,
+            "load_average_at_start": load_before,
+            "load_average_at_end": load_after,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
