@@ -27,7 +27,8 @@ impl Drop for Demo {
 }
 
 fn start(program: &str) -> Demo {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-analyses-{}-{program}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-analyses-{}-{program}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a working directory");
     let mut child = Command::new(example("demo"))
         .args(["--program", program])

@@ -33,6 +33,25 @@ enum Command {
     /// Analyze OTLP/JSON files offline (JSON lines as the Collector's file exporter writes, or one document),
     /// or Jaeger's JSON download.
     Analyze(AnalyzeArgs),
+    /// Serve the API and web view over the union of several dei-collectors (shards of one deployment,
+    /// sharded by trace id), pulling their state every interval.
+    Query(QueryArgs),
+}
+
+#[derive(clap::Args)]
+struct QueryArgs {
+    /// The shards' API base URLs, comma-separated (`http://shard-1:4319,http://shard-2:4319`).
+    #[arg(long, value_delimiter = ',', required = true)]
+    peers: Vec<String>,
+    /// API and web view listen address.
+    #[arg(long, default_value = "127.0.0.1:4319")]
+    api_listen: std::net::SocketAddr,
+    /// Milliseconds between two pulls of every shard.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// Milliseconds a shard may take to answer a pull; past it, the view is partial.
+    #[arg(long, default_value_t = 5000)]
+    timeout_ms: u64,
 }
 
 #[derive(clap::Args)]
@@ -280,6 +299,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(a) => serve(*a),
         Command::Analyze(a) => analyze(a),
+        Command::Query(a) => query(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -394,6 +414,27 @@ fn serve(a: ServeArgs) -> Result<(), String> {
             dropped_shutdown = s.forward_spans_dropped_shutdown,
             "stopped"
         );
+        Ok(())
+    })
+}
+
+fn query(a: QueryArgs) -> Result<(), String> {
+    for url in &a.peers {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("--peers: {url:?} is not an http:// or https:// URL"));
+        }
+    }
+    let mut config = server::QueryConfig::new(a.peers, a.api_listen);
+    config.interval = Duration::from_millis(a.interval_ms.max(1));
+    config.timeout = Duration::from_millis(a.timeout_ms.max(1));
+    let rt = runtime().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let node = server::start_query(config).await.map_err(|e| e.to_string())?;
+        // One machine-readable line so that scripts and tests can find an ephemeral port.
+        println!("dei-collector query api={}", node.api_addr);
+        tracing::info!(api = %node.api_addr, "dei-collector query node started");
+        shutdown_signal().await;
+        node.shutdown().await;
         Ok(())
     })
 }

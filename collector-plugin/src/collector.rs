@@ -134,6 +134,8 @@ pub struct Collector {
     log: RateLimitedLog,
     receivers_stopped: std::sync::atomic::AtomicBool,
     buffered: tokio::sync::Semaphore,
+    /// On a query node: the shards' waiting spans and which shards the merged state holds.
+    merged: Mutex<Option<(usize, crate::views::PeersView)>>,
 }
 
 impl Collector {
@@ -152,6 +154,7 @@ impl Collector {
             forwarder,
             log: RateLimitedLog::new(Duration::from_secs(5)),
             receivers_stopped: Default::default(),
+            merged: Mutex::default(),
             buffered: tokio::sync::Semaphore::new(config.max_buffered_bytes.min(tokio::sync::Semaphore::MAX_PERMITS)),
             config,
         }
@@ -171,13 +174,38 @@ impl Collector {
     /// `GET /api/v1/stats` sends).
     pub fn stats(&self) -> crate::views::Stats {
         let queued = self.queue_depth();
+        let state = self.state();
         let counters = self.counters.snapshot();
-        crate::api::stats(&self.state(), &counters, queued)
+        let mut stats = crate::api::stats(&state, &counters, queued);
+        if let Some((waiting, peers)) = self.peers() {
+            stats.graph_waiting_spans = waiting;
+            stats.peers = Some(peers);
+        }
+        stats
     }
 
     /// The service graph, after applying every span accepted so far (what `GET /api/v1/graph` sends).
     pub fn graph(&self) -> crate::views::GraphView {
         crate::api::render::graph_view(&self.state())
+    }
+
+    /// On a query node ([`crate::shards`]): replaces the state with one merged from the shards, the counters
+    /// with their sums, and records which shards answered.
+    pub(crate) fn replace_merged(
+        &self,
+        state: CollectorState,
+        counters: &crate::counters::CountersSnapshot,
+        waiting: usize,
+        peers: crate::views::PeersView,
+    ) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        self.counters.store(counters);
+        *self.merged.lock().unwrap_or_else(|p| p.into_inner()) = Some((waiting, peers));
+    }
+
+    /// On a query node: which shards the merged state holds, and the spans waiting in their pairing stores.
+    pub fn peers(&self) -> Option<(usize, crate::views::PeersView)> {
+        self.merged.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Locks the analysis state (for queries), after applying every span accepted so far.

@@ -29,6 +29,11 @@ macro_rules! counters {
             pub fn snapshot(&self) -> CountersSnapshot {
                 CountersSnapshot { $($name: self.$name.load(Ordering::Relaxed),)* }
             }
+
+            /// Sets every counter to `s`'s value (a query node shows its shards' sums).
+            pub(crate) fn store(&self, s: &CountersSnapshot) {
+                $(self.$name.store(s.$name, Ordering::Relaxed);)*
+            }
         }
 
         #[cfg(feature = "server")]
@@ -36,6 +41,11 @@ macro_rules! counters {
             /// `(name, value, help)` for every counter, in declaration order.
             pub fn entries(&self) -> Vec<(&'static str, u64, &'static str)> {
                 vec![$((stringify!($name), self.$name, counter_help(stringify!($name))),)*]
+            }
+
+            /// Adds `other`'s counts to these.
+            pub fn add(&mut self, other: &CountersSnapshot) {
+                $(self.$name += other.$name;)*
             }
         }
     };

@@ -77,6 +77,8 @@ pub(crate) mod receiver;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "server")]
+pub(crate) mod shards;
+#[cfg(feature = "server")]
 pub(crate) mod span_record;
 #[cfg(feature = "server")]
 pub(crate) mod state;

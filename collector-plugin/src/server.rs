@@ -8,6 +8,7 @@ pub use crate::forward::{
 };
 pub use crate::graph::GraphConfig;
 pub use crate::limits::ConnectionLimits;
+pub use crate::shards::peers::{QueryConfig, QueryNode, start as start_query};
 pub use crate::state::StateConfig;
 pub use crate::tree::traces::TraceStoreConfig;
 
@@ -101,6 +102,9 @@ pub enum StartError {
     /// The forwarder could not be set up.
     #[error("forwarding: {0}")]
     Forward(String),
+    /// A query node's client for its shards could not be set up.
+    #[error("pulling the shards: {0}")]
+    Peers(String),
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {

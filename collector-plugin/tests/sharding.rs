@@ -25,6 +25,9 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLink
 use peers::{Peer, Sample, deploy_file, otelcol_bin, parse_prometheus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead as _;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 const CONFIG: &str = "otelcol-loadbalancing.yaml";
@@ -113,7 +116,9 @@ fn trace_id(trace: u64) -> TraceId {
 
 /// Every span of the workload, by the service that sends it.
 fn spans(rpcs: &[Rpc]) -> BTreeMap<&'static str, Vec<SpanData>> {
-    let start = SystemTime::now() - Duration::from_secs(60);
+    // one start for every call, so that the same trace sent twice is the same spans
+    static START: std::sync::OnceLock<SystemTime> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| SystemTime::now() - Duration::from_secs(60));
     let scope = InstrumentationScope::builder("dei-sharding-test").build();
     let client_id = |i: usize| SpanId::from_bytes((2 * i as u64 + 1).to_be_bytes());
     let server_id = |i: usize| SpanId::from_bytes((2 * i as u64 + 2).to_be_bytes());
@@ -258,6 +263,29 @@ fn servicegraph(samples: &[Sample], into: &mut BTreeMap<String, f64>, labels: &m
     }
 }
 
+/// The same series with the same values: counters and buckets exactly, `_sum` up to the order of
+/// floating-point addition.
+fn assert_same_series(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>, what: &str) {
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "{what}: the same series"
+    );
+    let differ: Vec<String> = b
+        .iter()
+        .filter(|(k, v)| {
+            let x = a[*k];
+            if k.contains("_sum{") {
+                (x - **v).abs() > 1e-9 * v.abs().max(1.0)
+            } else {
+                x != **v
+            }
+        })
+        .map(|(k, v)| format!("{k}: {} != {v}", a[k]))
+        .collect();
+    assert!(differ.is_empty(), "{what}: {differ:#?}");
+}
+
 /// Adds `b` into `a`, key by key.
 fn add<const N: usize>(a: &mut BTreeMap<String, [u64; N]>, b: BTreeMap<String, [u64; N]>) {
     for (k, v) in b {
@@ -370,6 +398,94 @@ fn run(routing_key: &str) -> Option<(CollectorProcess, Vec<CollectorProcess>)> {
     Some((single, shards))
 }
 
+/// `dei-collector query` over the shards, killed on drop.
+struct QueryNode {
+    child: Child,
+    api: SocketAddr,
+}
+
+impl Drop for QueryNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl QueryNode {
+    fn start(shards: &[&CollectorProcess]) -> QueryNode {
+        let peers: Vec<String> = shards.iter().map(|s| format!("http://{}", s.api)).collect();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
+            .args([
+                "query",
+                "--api-listen",
+                "127.0.0.1:0",
+                "--interval-ms",
+                "200",
+                "--timeout-ms",
+                "2000",
+            ])
+            .arg("--peers")
+            .arg(peers.join(","))
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start dei-collector query");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("its first line");
+        let api = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("api="))
+            .unwrap_or_else(|| panic!("no api= in {line:?}"))
+            .parse()
+            .expect("an address");
+        QueryNode { child, api }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        common::get_json(self.api, path)
+    }
+}
+
+/// Where two JSON documents differ: `path: a != b` per differing leaf. Declared: sums of floating-point
+/// seconds (latency sums and means) are equal up to the order of addition (1e-9, relative).
+fn differences(a: &Value, b: &Value, at: &str, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
+            let (x, y) = (x.as_f64().unwrap_or(f64::NAN), y.as_f64().unwrap_or(f64::NAN));
+            if (x - y).abs() > 1e-9 * x.abs().max(y.abs()).max(1e-12) {
+                out.push(format!("{at}: {x} != {y}"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            for k in x.keys().chain(y.keys()).collect::<BTreeSet<_>>() {
+                differences(&x[k], y.get(k).unwrap_or(&Value::Null), &format!("{at}.{k}"), out);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differences(p, q, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ if a != b => out.push(format!("{at}: {a} != {b}")),
+        _ => {}
+    }
+}
+
+/// The same document from the merged view and from the single instance.
+fn same(query: &QueryNode, single: &CollectorProcess, path: &str) -> Value {
+    let (merged, one) = (query.get(path), single.get_json(path));
+    let mut differ = Vec::new();
+    differences(&merged, &one, "", &mut differ);
+    assert!(
+        differ.is_empty(),
+        "{path}: the merged view (left) differs from the single instance: {differ:#?}"
+    );
+    one
+}
+
 #[test]
 fn routed_by_trace_id_the_shards_add_up_to_one_instance() {
     let Some((single, shards)) = run("traceID") else {
@@ -414,33 +530,49 @@ fn routed_by_trace_id_the_shards_add_up_to_one_instance() {
     }
     servicegraph(&metrics(&single), &mut one, &mut labels);
     assert!(one.keys().any(|k| k.contains("_bucket")), "histogram buckets: {one:?}");
-    assert_eq!(
-        summed.keys().collect::<Vec<_>>(),
-        one.keys().collect::<Vec<_>>(),
-        "the same series"
-    );
-    let differ: Vec<String> = one
-        .iter()
-        .filter(|(k, v)| {
-            let s = summed[*k];
-            // counters and buckets exactly; `_sum` up to floating-point addition order
-            if k.contains("_sum{") {
-                (s - **v).abs() > 1e-9 * v.abs().max(1.0)
-            } else {
-                s != **v
-            }
-        })
-        .map(|(k, v)| format!("{k}: shards {} single {v}", summed[k]))
-        .collect();
-    assert!(
-        differ.is_empty(),
-        "sum by (client, server) over the shards differs: {differ:#?}"
-    );
+    assert_same_series(&summed, &one, "sum by (client, server) over the shards");
     assert_eq!(
         labels,
         ["client", "connection_type", "le", "server"].map(String::from).into(),
         "the servicegraph series' labels"
     );
+
+    // one view over the shards: `dei-collector query` answers the same JSON as the single instance
+    let query = QueryNode::start(&shards.iter().collect::<Vec<_>>());
+    let total = single.get_json("/api/v1/stats")["counters"]["spans_received"].clone();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            query.get("/api/v1/stats")["counters"]["spans_received"] == total
+        }),
+        "the query node pulled every shard"
+    );
+    let stats = query.get("/api/v1/stats");
+    let peers = &stats["peers"];
+    assert_eq!(peers["partial"], false, "{stats}");
+    assert_eq!(peers["peers"].as_array().map(Vec::len), Some(3), "{stats}");
+    let one = single.get_json("/api/v1/stats");
+    for key in ["tree_nodes", "traces_retained", "graph_edges", "graph_waiting_spans"] {
+        assert_eq!(stats[key], one[key], "stats.{key}");
+    }
+    same(&query, &single, "/api/v1/tree?depth=64&limit=100000");
+    same(&query, &single, "/api/v1/graph");
+    same(&query, &single, "/api/v1/analyses");
+    let list = same(&query, &single, "/api/v1/traces?limit=10000");
+    for t in list["traces"].as_array().expect("traces") {
+        same(
+            &query,
+            &single,
+            &format!("/api/v1/traces/{}", t["trace_id"].as_str().expect("an id")),
+        );
+    }
+    let (mut merged_series, mut one_series) = (BTreeMap::new(), BTreeMap::new());
+    servicegraph(
+        &parse_prometheus(&get_text(query.api, "/metrics")),
+        &mut merged_series,
+        &mut BTreeSet::new(),
+    );
+    servicegraph(&metrics(&single), &mut one_series, &mut BTreeSet::new());
+    assert_same_series(&merged_series, &one_series, "the query node's servicegraph series");
 }
 
 #[test]
@@ -480,4 +612,84 @@ fn routed_by_service_the_edges_between_services_are_lost() {
         peers::sum(&metrics(&single), "traces_service_graph_unpaired_spans", &[]),
         0.0
     );
+}
+
+/// The workload's spans of the traces that `keep` selects.
+fn spans_of(rpcs: &[Rpc], keep: impl Fn(u64) -> bool) -> BTreeMap<&'static str, Vec<SpanData>> {
+    let mut out = spans(rpcs);
+    for spans in out.values_mut() {
+        spans.retain(|s| {
+            let id = s.span_context.trace_id().to_bytes();
+            keep(u64::from_be_bytes(id[8..].try_into().expect("8 bytes")) - 1)
+        });
+    }
+    out.retain(|_, spans| !spans.is_empty());
+    out
+}
+
+fn spans_received(v: &Value) -> u64 {
+    v["counters"]["spans_received"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_shard_that_is_down_makes_the_view_partial_until_it_returns() {
+    // three shards, each sent the traces that routing by trace id would send it (no Collector needed here)
+    let rpcs = workload();
+    let share = |i: u64| move |trace: u64| trace % 3 == i;
+    let single = CollectorProcess::start(&[]);
+    let ports: Vec<u16> = (0..3).map(|_| peers::free_port()).collect();
+    let shard = |i: usize| CollectorProcess::start(&["--api-listen", &format!("127.0.0.1:{}", ports[i])]);
+    let mut shards: Vec<Option<CollectorProcess>> = (0..3).map(|i| Some(shard(i))).collect();
+    let total = export(format!("http://{}", single.grpc), &spans(&rpcs)) as u64;
+    let mut shares = Vec::new();
+    for (i, s) in shards.iter().enumerate() {
+        let s = s.as_ref().expect("running");
+        shares.push(export(format!("http://{}", s.grpc), &spans_of(&rpcs, share(i as u64))) as u64);
+    }
+    assert_eq!(shares.iter().sum::<u64>(), total);
+    let query = QueryNode::start(&shards.iter().flatten().collect::<Vec<_>>());
+    assert!(eventually(Duration::from_secs(10), || spans_received(&query.get("/api/v1/stats")) == total));
+    same(&query, &single, "/api/v1/tree?depth=64&limit=100000");
+
+    // shard 2 goes away: the view holds the others' shares, says it is partial and which shard is missing,
+    // and every page still answers
+    drop(shards[2].take());
+    assert!(
+        eventually(Duration::from_secs(10), || query.get("/api/v1/stats")["peers"]["partial"] == true),
+        "the view became partial"
+    );
+    let stats = query.get("/api/v1/stats");
+    assert_eq!(spans_received(&stats), total - shares[2], "{stats}");
+    let view = query.get("/api/v1/peers");
+    let missing = &view["peers"][2];
+    assert_eq!(
+        (missing["answered"].clone(), view["peers"][0]["answered"].clone()),
+        (Value::Bool(false), Value::Bool(true)),
+        "{view}"
+    );
+    assert!(missing["error"].as_str().is_some_and(|e| !e.is_empty()), "{view}");
+    for path in ["/api/v1/tree", "/api/v1/graph", "/api/v1/traces", "/api/v1/analyses", "/metrics"] {
+        let text = get_text(query.api, path);
+        assert!(!text.is_empty(), "{path} answers while a shard is down");
+    }
+    let traces = query.get("/api/v1/traces?limit=10000");
+    assert_eq!(traces["retained"].as_u64(), Some(TRACES - TRACES / 3), "{traces}");
+
+    // it returns (empty, on the same address) and gets its share again: the view is whole and exact
+    let back = shard(2);
+    assert_eq!(
+        export(format!("http://{}", back.grpc), &spans_of(&rpcs, share(2))) as u64,
+        shares[2]
+    );
+    shards[2] = Some(back);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let s = query.get("/api/v1/stats");
+            s["peers"]["partial"] == false && spans_received(&s) == total
+        }),
+        "the view is whole again"
+    );
+    same(&query, &single, "/api/v1/tree?depth=64&limit=100000");
+    same(&query, &single, "/api/v1/traces?limit=10000");
+    same(&query, &single, "/api/v1/analyses");
 }

@@ -29,6 +29,8 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/api/v1/stats", get(get_stats))
+        .route("/api/v1/snapshot", get(snapshot))
+        .route("/api/v1/peers", get(peers))
         .route("/api/v1/graph", get(graph))
         .route("/api/v1/tree", get(tree))
         .route("/api/v1/tree/node", get(node))
@@ -198,13 +200,26 @@ pub fn stats(
         graph_waiting_spans: a.graph.waiting(),
         forward_queue_spans: queued.spans,
         forward_queue_bytes: queued.bytes,
+        peers: None,
     }
 }
 
 async fn get_stats(State(c): State<Arc<Collector>>) -> Response {
-    let queued = c.queue_depth();
+    Json(c.stats()).into_response()
+}
+
+/// A shard's state for a query node to merge (`dei-collector query`).
+async fn snapshot(State(c): State<Arc<Collector>>) -> Response {
     let counters = c.counters().snapshot();
-    Json(stats(&c.state(), &counters, queued)).into_response()
+    Json(c.state().snapshot(counters)).into_response()
+}
+
+/// A query node's shards; 404 on a shard or a single dei-collector.
+async fn peers(State(c): State<Arc<Collector>>) -> Response {
+    match c.peers() {
+        Some((_, view)) => Json(view).into_response(),
+        None => (StatusCode::NOT_FOUND, "not a query node: no peers").into_response(),
+    }
 }
 
 #[derive(Deserialize)]

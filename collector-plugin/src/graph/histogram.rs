@@ -1,6 +1,6 @@
 //! Latency histograms with the servicegraph connector's default buckets.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The OpenTelemetry Collector servicegraph connector's default latency buckets, in seconds.
 pub const DEFAULT_BUCKETS: [f64; 16] = [
@@ -8,7 +8,7 @@ pub const DEFAULT_BUCKETS: [f64; 16] = [
 ];
 
 /// A cumulative-on-export latency histogram over [`DEFAULT_BUCKETS`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Histogram {
     /// Non-cumulative counts per bucket; the last slot counts values above the largest bound.
     pub counts: [u64; DEFAULT_BUCKETS.len() + 1],

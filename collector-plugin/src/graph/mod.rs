@@ -18,7 +18,7 @@ pub mod histogram;
 use crate::counters::Counters;
 use crate::span_record::{Kind, PeerSource, SpanId, SpanRecord, TraceId};
 use histogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ impl Default for GraphConfig {
 }
 
 /// The `connection_type` label of the servicegraph connector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectionType {
     /// Both ends instrumented (label value `""`).
@@ -88,7 +88,7 @@ pub struct EdgeKey {
 }
 
 /// What an edge has recorded.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct EdgeStats {
     /// Requests.
     pub requests: u64,
@@ -361,6 +361,27 @@ impl ServiceGraph {
     /// Virtual (uninstrumented) nodes and how they are connected.
     pub fn virtual_nodes(&self) -> &HashMap<Arc<str>, ConnectionType> {
         &self.virtual_nodes
+    }
+
+    /// Adds another graph's edge (a shard's, [`crate::shards`]): counts add, histograms merge bucket by bucket.
+    pub(crate) fn absorb_edge(&mut self, key: EdgeKey, stats: &EdgeStats) {
+        self.seq += 1;
+        let e = self.edges.entry(key).or_default();
+        e.requests += stats.requests;
+        e.failed += stats.failed;
+        e.client_seconds.merge(&stats.client_seconds);
+        e.server_seconds.merge(&stats.server_seconds);
+        e.last_update = self.seq;
+    }
+
+    /// Adds another graph's span count of a service.
+    pub(crate) fn absorb_service(&mut self, service: Arc<str>, spans: u64) {
+        *self.services.entry(service).or_insert(0) += spans;
+    }
+
+    /// Adds another graph's virtual node.
+    pub(crate) fn absorb_virtual_node(&mut self, node: Arc<str>, connection_type: ConnectionType) {
+        self.virtual_nodes.entry(node).or_insert(connection_type);
     }
 
     /// Halves waiting for their peer.

@@ -14,7 +14,7 @@ pub mod traces;
 use crate::counters::Counters;
 use crate::graph::histogram::Histogram;
 use dei_propagator::{Element, Index};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ pub type NodeId = usize;
 const MAX_LABELS: usize = 16;
 
 /// What a node knows about the RPCs at its index.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct NodeStats {
     /// The readable signature (`dei.signature`), or the span name when there was none.
     pub signature: Option<Arc<str>>,
@@ -67,7 +67,8 @@ pub struct NodeStats {
 }
 
 impl NodeStats {
-    fn merge(&mut self, o: &NodeStats) {
+    /// Adds `o`'s counts and histograms to these (labels and first-seen values keep the first).
+    pub(crate) fn merge(&mut self, o: &NodeStats) {
         if self.signature.is_none() {
             self.signature.clone_from(&o.signature);
         }

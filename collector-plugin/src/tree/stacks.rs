@@ -57,6 +57,11 @@ impl StackFrames {
         self.frames.insert(digest, frames.into());
     }
 
+    /// Every digest with its frames.
+    pub fn entries(&self) -> impl Iterator<Item = (&StackDigest, &[String])> + '_ {
+        self.frames.iter().map(|(d, f)| (d, &**f))
+    }
+
     /// The frames of `digest`, if a span carried them.
     pub fn get(&self, digest: &StackDigest) -> Option<&[String]> {
         self.frames.get(digest).map(|f| &f[..])

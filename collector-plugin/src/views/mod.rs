@@ -8,6 +8,7 @@
 mod analysis;
 mod graph;
 pub mod hex;
+mod peers;
 mod stats;
 mod trace;
 mod tree;
@@ -17,6 +18,7 @@ pub use analysis::{
     Report, UnstableName,
 };
 pub use graph::{EdgeType, GraphEdge, GraphNode, GraphView};
+pub use peers::{PeerStatus, PeersView};
 pub use stats::{CountersSnapshot, Stats};
 pub use trace::{
     MessageOf, NodeTraces, Occurrence, SpanStatus, StatusCode, StreamMessage, TraceList, TraceNode, TraceSummary,

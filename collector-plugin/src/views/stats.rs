@@ -20,4 +20,8 @@ pub struct Stats {
     pub traces_retained: usize,
     /// Prefix-tree nodes (with the root).
     pub tree_nodes: usize,
+    /// On a query node (`dei-collector query`): which shards the merged view holds. Absent on a shard or a
+    /// single dei-collector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers: Option<crate::views::PeersView>,
 }

@@ -1,0 +1,244 @@
+//! The query node: pulls every shard's [`Snapshot`], merges them, and serves the union with the usual API.
+
+use super::snapshot::{SNAPSHOT_VERSION, Snapshot};
+use crate::collector::{Collector, IngestConfig};
+use crate::counters::{Counters, CountersSnapshot};
+use crate::limits::{ConnectionLimits, LimitedListener};
+use crate::server::StartError;
+use crate::state::{CollectorState, StateConfig};
+pub use crate::views::{PeerStatus, PeersView};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Largest snapshot read from one shard, by default.
+pub const DEFAULT_MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+
+/// A query node's settings.
+#[derive(Debug, Clone)]
+pub struct QueryConfig {
+    /// The shards' API base URLs (`http://host:port`).
+    pub peers: Vec<String>,
+    /// The API's listen address.
+    pub api_listen: SocketAddr,
+    /// How often the shards are pulled.
+    pub interval: Duration,
+    /// How long one shard may take to answer.
+    pub timeout: Duration,
+    /// Largest snapshot read from one shard; a larger one is that shard's error.
+    pub max_snapshot_bytes: usize,
+    /// Limits of the merged state: they must hold the union (by default, the shards' limits times their
+    /// number).
+    pub state: StateConfig,
+    /// Connection limits of the API listener.
+    pub limits: ConnectionLimits,
+}
+
+impl QueryConfig {
+    /// A query node over `peers` on `api_listen`, pulling every second, with the default limits of one shard
+    /// times the number of shards.
+    pub fn new(peers: Vec<String>, api_listen: SocketAddr) -> Self {
+        let n = peers.len().max(1);
+        let mut state = StateConfig::default();
+        state.max_nodes = state.max_nodes.saturating_mul(n);
+        state.traces.max_traces = state.traces.max_traces.saturating_mul(n);
+        state.graph.max_edges = state.graph.max_edges.saturating_mul(n);
+        state.max_stacks = state.max_stacks.saturating_mul(n);
+        QueryConfig {
+            peers,
+            api_listen,
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(5),
+            max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
+            state,
+            limits: ConnectionLimits::default(),
+        }
+    }
+}
+
+/// The shards and how to reach them.
+#[derive(Debug)]
+pub struct PeerSet {
+    config: QueryConfig,
+    client: reqwest::Client,
+    last_answer: Vec<Option<(u64, usize, usize, u64)>>,
+}
+
+fn unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl PeerSet {
+    /// The shards of `config`.
+    pub fn new(config: QueryConfig) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .build()
+            .map_err(|e| format!("an HTTP client: {e}"))?;
+        let last_answer = vec![None; config.peers.len()];
+        Ok(PeerSet {
+            config,
+            client,
+            last_answer,
+        })
+    }
+
+    /// Pulls every shard at once, merges what answered into a fresh state, and puts it in `collector`
+    /// (with the shards' counters summed). Returns what answered.
+    pub async fn refresh(&mut self, collector: &Collector) -> PeersView {
+        let pulls = self.config.peers.iter().map(|url| self.pull(url));
+        let answers = futures::future::join_all(pulls).await;
+        let now = Instant::now();
+        let mut state = CollectorState::new(self.config.state.clone(), collector.counters().clone());
+        let mut counters = CountersSnapshot::default();
+        let mut waiting = 0;
+        let mut peers = Vec::with_capacity(answers.len());
+        for ((url, answer), last) in self.config.peers.iter().zip(answers).zip(&mut self.last_answer) {
+            let error = match answer {
+                Ok(snapshot) => {
+                    *last = Some((
+                        unix_nanos(),
+                        snapshot.traces.len(),
+                        snapshot.nodes.len(),
+                        snapshot.counters.spans_received,
+                    ));
+                    counters.add(&snapshot.counters);
+                    waiting += snapshot.graph_waiting_spans;
+                    state.absorb(snapshot, now);
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(peer = %url, error = %e, "a shard did not answer: the merged view is partial");
+                    Some(e)
+                }
+            };
+            let (at, traces, tree_nodes, spans_received) =
+                last.map_or((None, 0, 0, 0), |(at, t, n, s)| (Some(at), t, n, s));
+            peers.push(PeerStatus {
+                url: url.clone(),
+                answered: error.is_none(),
+                error,
+                last_answer_unix_nano: at,
+                traces,
+                tree_nodes,
+                spans_received,
+            });
+        }
+        let view = PeersView {
+            partial: peers.iter().any(|p| !p.answered),
+            merged_unix_nano: unix_nanos(),
+            peers,
+        };
+        collector.replace_merged(state, &counters, waiting, view.clone());
+        view
+    }
+
+    async fn pull(&self, url: &str) -> Result<Snapshot, String> {
+        let endpoint = format!("{}/api/v1/snapshot", url.trim_end_matches('/'));
+        let mut response = self.client.get(&endpoint).send().await.map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("{endpoint}: HTTP {}", response.status()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+            if body.len() + chunk.len() > self.config.max_snapshot_bytes {
+                return Err(format!(
+                    "{endpoint}: the snapshot is larger than {} bytes",
+                    self.config.max_snapshot_bytes
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let snapshot: Snapshot =
+            serde_json::from_slice(&body).map_err(|e| format!("{endpoint}: not a snapshot: {e}"))?;
+        if snapshot.version != SNAPSHOT_VERSION {
+            return Err(format!(
+                "{endpoint}: snapshot format {} (this dei-collector reads {SNAPSHOT_VERSION})",
+                snapshot.version
+            ));
+        }
+        Ok(snapshot)
+    }
+}
+
+/// A running query node.
+#[derive(Debug)]
+pub struct QueryNode {
+    /// Bound API address.
+    pub api_addr: SocketAddr,
+    /// The collector core that holds the merged state.
+    pub collector: Arc<Collector>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Pulls the shards once (so that the first query sees them), then serves the API over the merged view and
+/// pulls again every interval.
+pub async fn start(config: QueryConfig) -> Result<QueryNode, StartError> {
+    let counters = Arc::new(Counters::default());
+    let collector = Arc::new(Collector::new(
+        IngestConfig::default(),
+        config.state.clone(),
+        None,
+        counters.clone(),
+    ));
+    let mut peers = PeerSet::new(config.clone()).map_err(StartError::Peers)?;
+    peers.refresh(&collector).await;
+    let listener = tokio::net::TcpListener::bind(config.api_listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.api_listen,
+            source,
+        })?;
+    let api_addr = listener.local_addr().unwrap_or(config.api_listen);
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let app = crate::api::router(collector.clone());
+    let mut rx = stopped.clone();
+    let listener = LimitedListener::new(listener, config.limits, counters);
+    tasks.push(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = rx.wait_for(|v| *v).await;
+        };
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+            tracing::error!(error = %e, "API stopped");
+        }
+    }));
+    let c = collector.clone();
+    let mut rx = stopped;
+    tasks.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            let stop = tokio::select! {
+                _ = tick.tick() => false,
+                _ = rx.changed() => true,
+            };
+            if stop || *rx.borrow() {
+                return;
+            }
+            peers.refresh(&c).await;
+        }
+    }));
+    Ok(QueryNode {
+        api_addr,
+        collector,
+        stop,
+        tasks,
+    })
+}
+
+impl QueryNode {
+    /// Stops pulling and serving.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
