@@ -372,28 +372,44 @@ impl Collector {
         self.accept(read, body).await
     }
 
-    /// Accepts an OTLP/JSON body (already decompressed); it is forwarded re-encoded as protobuf.
+    /// Accepts an OTLP/JSON body (already decompressed). Forwarded, it goes downstream re-encoded as protobuf:
+    /// the full request is decoded for that encoding, and analysis reads the encoding's lite view. Without a
+    /// forwarder, the body is decoded straight into the lite view.
     pub async fn accept_json(&self, body: &[u8]) -> Result<Accepted, Rejection> {
         if body.len() > self.config.max_body_bytes {
             return Err(self.reject(Rejection::TooLarge {
                 limit: self.config.max_body_bytes,
             }));
         }
-        let full = otlp::decode_json(body).map_err(|r| self.reject(r))?;
-        let encoded = otlp::encode_protobuf(&full);
-        drop(full);
-        let read = self.read(&encoded)?;
-        self.accept(read, encoded).await
+        if self.forwarder.is_some() {
+            let full = otlp::decode_json(body).map_err(|r| self.reject(r))?;
+            let encoded = otlp::encode_protobuf(&full);
+            drop(full);
+            let read = self.read(&encoded)?;
+            return self.accept(read, encoded).await;
+        }
+        let read = {
+            let arena = bumpalo::Bump::new();
+            let req = otlp::decode_json_lite(body, &arena).map_err(|r| self.reject(r))?;
+            self.read_lite(&req)?
+        };
+        // nothing is forwarded
+        self.accept(read, Bytes::new()).await
     }
 
     /// Decodes a protobuf body (borrowing from it), checks its ids and extracts what analysis reads.
     fn read(&self, body: &[u8]) -> Result<Read, Rejection> {
         let req = otlp::decode_lite(body).map_err(|r| self.reject(r))?;
-        let spans = otlp::validate_lite_ids(&req).map_err(|r| self.reject(r))?;
+        self.read_lite(&req)
+    }
+
+    /// Checks a decoded request's ids and extracts what analysis reads.
+    fn read_lite(&self, req: &otlp::lite::Request<'_>) -> Result<Read, Rejection> {
+        let spans = otlp::validate_lite_ids(req).map_err(|r| self.reject(r))?;
         let mut issues: Vec<AttributeIssue> = Vec::new();
         let (records, skipped) = if self.config.analyze || self.config.strict_attributes {
             let mut records = self.records_buffer();
-            let skipped = span_record::extract_lite_into(&req, &mut issues, &mut records);
+            let skipped = span_record::extract_lite_into(req, &mut issues, &mut records);
             (records, skipped)
         } else {
             (Vec::new(), 0)
@@ -406,7 +422,8 @@ impl Collector {
         })
     }
 
-    /// `body` is the protobuf encoding that was `read`, forwarded as is. The batch is queued for forwarding
+    /// `body` is the protobuf encoding that was `read`, forwarded as is (empty, and unused, without a
+    /// forwarder). The batch is queued for forwarding
     /// first; only a batch the queue took is counted and analyzed, so that a refused one (which the client
     /// sends again) is analyzed once.
     async fn accept(&self, read: Read, body: Bytes) -> Result<Accepted, Rejection> {

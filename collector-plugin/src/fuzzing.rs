@@ -19,13 +19,14 @@ pub fn extract_attributes(body: &[u8]) -> Result<(usize, usize), String> {
     Ok((records.len(), issues.len()))
 }
 
-/// Decodes `body` as an OTLP/JSON `ExportTraceServiceRequest` and extracts what analysis reads, as the
-/// HTTP receiver does for `application/json`: the number of span records and of attribute issues, or why
-/// the body is refused.
+/// Decodes `body` as an OTLP/JSON `ExportTraceServiceRequest` straight into the lite view and extracts what
+/// analysis reads, as `dei-collector analyze` and a receiver without a forwarder do for JSON: the number of
+/// span records and of attribute issues, or why the body is refused.
 pub fn decode_json(body: &[u8]) -> Result<(usize, usize), String> {
-    let req = crate::otlp::decode_json(body).map_err(|e| e.to_string())?;
-    crate::otlp::validate_ids(&req).map_err(|e| e.to_string())?;
+    let arena = bumpalo::Bump::new();
+    let req = crate::otlp::decode_json_lite(body, &arena).map_err(|e| e.to_string())?;
+    crate::otlp::validate_lite_ids(&req).map_err(|e| e.to_string())?;
     let mut issues = Vec::new();
-    let records = crate::span_record::extract(&req, &mut issues).map_err(|e| e.to_string())?;
+    let records = crate::span_record::extract_lite(&req, &mut issues);
     Ok((records.len(), issues.len()))
 }

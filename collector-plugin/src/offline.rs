@@ -15,7 +15,7 @@ use crate::analysis;
 use crate::api::render;
 use crate::api::tree as views;
 use crate::counters::Counters;
-use crate::otlp;
+use crate::otlp::{self, Rejection, lite};
 use crate::span_record;
 use crate::state::{CollectorState, StateConfig};
 use dei_propagator::Instantiation;
@@ -61,8 +61,8 @@ impl Summary {
 
 /// What a document turned out to be.
 enum Doc {
-    /// An OTLP/JSON export request.
-    Otlp(Box<ExportTraceServiceRequest>),
+    /// An OTLP/JSON export request (decoded into the lite view when it is ingested, borrowing from it).
+    Otlp(serde_json::Value),
     /// A Jaeger JSON download: one request per trace.
     Jaeger(Vec<ExportTraceServiceRequest>),
     /// Neither: why.
@@ -82,10 +82,7 @@ fn classify(value: serde_json::Value) -> Doc {
         None => return Doc::Bad(format!("not an OTLP/JSON export request: a JSON {}", kind(&value))),
     };
     if keys.iter().all(|k| k == "resourceSpans" || k == "resource_spans") {
-        return match serde_json::from_value::<ExportTraceServiceRequest>(value) {
-            Ok(req) => Doc::Otlp(Box::new(req)),
-            Err(e) => Doc::Bad(format!("malformed OTLP/JSON export request: {e}")),
-        };
+        return Doc::Otlp(value);
     }
     Doc::Bad(format!(
         "not an OTLP/JSON export request (top-level keys {keys:?}); dei-collector reads OTLP/JSON (the \
@@ -108,9 +105,18 @@ fn kind(v: &serde_json::Value) -> &'static str {
 /// Ingests one classified document; `at` names it in problems.
 fn ingest_classified(a: &mut CollectorState, doc: Doc, s: &mut Summary, at: &dyn Fn() -> String) {
     match doc {
-        Doc::Otlp(req) => {
-            if let Err(e) = ingest_doc(a, &req, s) {
-                s.problem(format!("{}: {e}", at()));
+        Doc::Otlp(value) => {
+            let arena = bumpalo::Bump::new();
+            match otlp::json_value_lite(&value, &arena) {
+                Ok(req) => {
+                    if let Err(e) = ingest_doc(a, &req, s) {
+                        s.problem(format!("{}: {e}", at()));
+                    }
+                }
+                Err(e) => {
+                    bad(a, s);
+                    s.problem(format!("{}: malformed OTLP/JSON export request: {e}", at()));
+                }
             }
         }
         Doc::Jaeger(requests) => {
@@ -118,9 +124,15 @@ fn ingest_classified(a: &mut CollectorState, doc: Doc, s: &mut Summary, at: &dyn
                 s.problem(format!("{}: a Jaeger JSON download with no trace", at()));
             }
             for req in requests {
-                match ingest_doc(a, &req, s) {
-                    Ok(()) => s.jaeger_documents += 1,
-                    Err(e) => s.problem(format!("{}: Jaeger trace: {e}", at())),
+                // Jaeger's spans converted to the generated types, read through their protobuf encoding
+                match otlp::with_lite(&req, |lite| ingest_doc(a, lite, s)) {
+                    Ok(Ok(())) => s.jaeger_documents += 1,
+                    // counted as bad by `ingest_doc`
+                    Ok(Err(e)) => s.problem(format!("{}: Jaeger trace: {e}", at())),
+                    Err(e) => {
+                        bad(a, s);
+                        s.problem(format!("{}: Jaeger trace: {e}", at()));
+                    }
                 }
             }
         }
@@ -218,19 +230,14 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
-/// Ingests one export request; a request with invalid ids is counted as bad and its reason returned.
-fn ingest_doc(a: &mut CollectorState, req: &ExportTraceServiceRequest, s: &mut Summary) -> Result<(), String> {
+/// Ingests one export request; a request with invalid ids is counted as bad and refused.
+fn ingest_doc(a: &mut CollectorState, req: &lite::Request<'_>, s: &mut Summary) -> Result<(), Rejection> {
     let mut issues = Vec::new();
-    let extracted = otlp::with_lite(req, |lite| {
-        otlp::validate_lite_ids(lite).map(|_| span_record::extract_lite(lite, &mut issues))
-    });
-    let records = match extracted.and_then(|r| r) {
-        Ok(records) => records,
-        Err(e) => {
-            bad(a, s);
-            return Err(e.to_string());
-        }
-    };
+    if let Err(e) = otlp::validate_lite_ids(req) {
+        bad(a, s);
+        return Err(e);
+    }
+    let records = span_record::extract_lite(req, &mut issues);
     s.documents += 1;
     s.spans += records.len() as u64;
     s.ignored_attributes += issues.len() as u64;
@@ -307,8 +314,11 @@ fn ingest_file(
     let mut first = true;
     let mut number = 0usize;
     let mut whole: Option<String> = None;
+    // what the lines' lite views could not borrow from them (escaped strings, ids), emptied for each line
+    let mut arena = bumpalo::Bump::new();
     loop {
         line.clear();
+        arena.reset();
         let n = reader.read_line(&mut line).map_err(io)?;
         if n == 0 {
             break;
@@ -319,15 +329,19 @@ fn ingest_file(
             continue;
         }
         let at = || format!("{}: line {number}", path.display());
-        match otlp::decode_json(trimmed.as_bytes()) {
+        let ingested = match otlp::decode_json_lite(trimmed.as_bytes(), &arena) {
             Ok(req) if !req.resource_spans.is_empty() => {
                 if let Err(e) = ingest_doc(a, &req, s) {
                     s.problem(format!("{}: {e}", at()));
                 }
+                true
             }
+            _ => false,
+        };
+        if !ingested {
             // empty (a JSON object without resourceSpans decodes to an empty request) or not OTLP: look
             // at what it is
-            _ => match serde_json::from_str::<serde_json::Value>(trimmed) {
+            match serde_json::from_str::<serde_json::Value>(trimmed) {
                 Ok(value) => ingest_classified(a, classify(value), s, &at),
                 Err(_) if first => {
                     // Not JSON lines: a pretty-printed document (or several); read the rest as a stream.
@@ -337,7 +351,7 @@ fn ingest_file(
                     break;
                 }
                 Err(e) => ingest_classified(a, Doc::Bad(format!("not JSON: {e}")), s, &at),
-            },
+            }
         }
         first = false;
         p.tick(

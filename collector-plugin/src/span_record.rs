@@ -8,8 +8,6 @@
 use crate::otlp::lite::{self, AnyValue, KeyValue, Span, Value};
 use dei_propagator::semconv;
 use dei_propagator::{Index, PayloadDigest, StackDigest};
-#[cfg(any(test, feature = "fuzzing"))]
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use std::sync::Arc;
 
 /// A 16-byte trace id.
@@ -186,17 +184,6 @@ impl std::fmt::Display for AttributeIssue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "attribute {:?}: {}", self.key, self.problem)
     }
-}
-
-/// Extracts every span of a fully decoded request whose ids were validated by
-/// [`crate::otlp::validate_ids`]. Spans with invalid ids are skipped.
-/// A request the receivers would refuse (array values nested too deeply) is refused here too.
-#[cfg(any(test, feature = "fuzzing"))]
-pub fn extract(
-    req: &ExportTraceServiceRequest,
-    issues: &mut Vec<AttributeIssue>,
-) -> Result<Vec<SpanRecord>, crate::otlp::Rejection> {
-    crate::otlp::with_lite(req, |lite| extract_lite(lite, issues))
 }
 
 /// Extracts every span of a [`lite`] request (the receivers' hot path).
@@ -565,7 +552,7 @@ mod key {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::otlp::decode_json;
+    use crate::otlp::decode_json_lite;
 
     fn one(attrs: &str, events: &str) -> (Vec<SpanRecord>, Vec<AttributeIssue>) {
         let json = format!(
@@ -574,9 +561,10 @@ mod tests {
             "parentSpanId":"0807060504030201","name":"n","kind":3,"startTimeUnixNano":"10","endTimeUnixNano":"30",
             "status":{{"code":2}},"attributes":[{attrs}],"events":[{events}]}}]}}]}}]}}"#
         );
-        let req = decode_json(json.as_bytes()).unwrap();
+        let arena = bumpalo::Bump::new();
+        let req = decode_json_lite(json.as_bytes(), &arena).expect("a small request decodes");
         let mut issues = Vec::new();
-        (extract(&req, &mut issues).expect("a small request decodes"), issues)
+        (extract_lite(&req, &mut issues), issues)
     }
 
     #[test]
@@ -677,13 +665,14 @@ mod tests {
         #[test]
         fn arbitrary_bodies_never_panic(body in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let _ = crate::otlp::decode_protobuf(&body);
-            let _ = crate::otlp::decode_json(&body);
+            let arena = bumpalo::Bump::new();
+            let _ = crate::otlp::decode_json_lite(&body, &arena);
             let _ = crate::otlp::gunzip_limited(&body, 1024);
-            if let Ok(req) = crate::otlp::decode_protobuf(&body)
-                && crate::otlp::validate_ids(&req).is_ok()
+            if let Ok(req) = crate::otlp::decode_lite(&body)
+                && crate::otlp::validate_lite_ids(&req).is_ok()
             {
                 let mut issues = Vec::new();
-                let spans = extract(&req, &mut issues).expect("validate_ids decoded it");
+                let spans = extract_lite(&req, &mut issues);
                 let mut a = crate::state::CollectorState::new(Default::default(), Default::default());
                 a.ingest(spans, std::time::Instant::now());
             }

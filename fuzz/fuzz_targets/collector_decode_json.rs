@@ -1,5 +1,6 @@
-//! The collector's OTLP/JSON path (as the HTTP receiver takes `application/json`: decoding, the id check and
-//! the extraction of what analysis reads) never panics on any body.
+//! The collector's OTLP/JSON path (decoding straight into the lite view, as `dei-collector analyze` and a
+//! receiver without a forwarder take `application/json`; the id check; the extraction of what analysis reads)
+//! never panics on any body.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

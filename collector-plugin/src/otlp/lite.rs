@@ -11,6 +11,8 @@
 //! message). Nesting of array values deeper than [`MAX_DEPTH`] is an error, as is a declared field with the
 //! wrong wire type.
 
+pub mod json;
+
 use prost::bytes::Buf;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 

@@ -152,9 +152,26 @@ pub fn decode_protobuf(body: &[u8]) -> Result<ExportTraceServiceRequest, Rejecti
     ExportTraceServiceRequest::decode(body).map_err(|e| Rejection::BadProtobuf(e.to_string()))
 }
 
-/// Decodes an OTLP/JSON `ExportTraceServiceRequest` (hex ids, integer enums, 64-bit integers as strings).
+/// Decodes an OTLP/JSON `ExportTraceServiceRequest` into the full generated types (hex ids, integer enums,
+/// 64-bit integers as strings): only for forwarding a JSON request, whose protobuf encoding is what goes
+/// downstream. Analysis reads JSON through [`decode_json_lite`].
 pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, Rejection> {
     serde_json::from_slice(body).map_err(|e| Rejection::BadJson(e.to_string()))
+}
+
+/// Decodes an OTLP/JSON body straight into the [`lite`] view ([`lite::json`]): strings borrow from `body`
+/// where they have no escapes, and what had to be decoded (escaped strings, hex ids, base64) goes into
+/// `arena`. Refused as [`Rejection::BadJson`], array values nested too deeply included.
+pub fn decode_json_lite<'a>(body: &'a [u8], arena: &'a bumpalo::Bump) -> Result<lite::Request<'a>, Rejection> {
+    lite::json::decode(body, arena).map_err(|e| Rejection::BadJson(e.to_string()))
+}
+
+/// [`decode_json_lite`] from a parsed JSON value (offline: a document read from a stream of them).
+pub fn json_value_lite<'a>(
+    value: &'a serde_json::Value,
+    arena: &'a bumpalo::Bump,
+) -> Result<lite::Request<'a>, Rejection> {
+    lite::json::from_value(value, arena).map_err(|e| Rejection::BadJson(e.to_string()))
 }
 
 /// Decodes a protobuf body into the [`lite`] view (zero-copy: string and bytes fields borrow `body`).
@@ -162,8 +179,9 @@ pub fn decode_lite(body: &[u8]) -> Result<lite::Request<'_>, Rejection> {
     lite::Request::decode(body).map_err(|e| Rejection::BadProtobuf(e.to_string()))
 }
 
-/// Runs `f` on the [`lite`] view of a fully decoded request (re-encoded and decoded: for offline files and
-/// tests). Refused as the receivers refuse its encoding: array values nested too deeply.
+/// Runs `f` on the [`lite`] view of a request built in the generated types (re-encoded and decoded: for
+/// Jaeger's downloads, converted to them, and tests). Refused as the receivers refuse its encoding: array
+/// values nested too deeply.
 pub fn with_lite<T>(req: &ExportTraceServiceRequest, f: impl FnOnce(&lite::Request<'_>) -> T) -> Result<T, Rejection> {
     let body = req.encode_to_vec();
     Ok(f(&decode_lite(&body)?))
@@ -171,12 +189,6 @@ pub fn with_lite<T>(req: &ExportTraceServiceRequest, f: impl FnOnce(&lite::Reque
 
 /// Checks every span's ids: a 16-byte non-zero trace id, an 8-byte non-zero span id, and a parent span id
 /// that is empty or 8 bytes. Returns the number of spans.
-#[cfg(any(test, feature = "fuzzing"))]
-pub fn validate_ids(req: &ExportTraceServiceRequest) -> Result<usize, Rejection> {
-    with_lite(req, validate_lite_ids)?
-}
-
-/// [`validate_ids`] on the [`lite`] view.
 pub fn validate_lite_ids(req: &lite::Request) -> Result<usize, Rejection> {
     let mut n = 0usize;
     for (r, rs) in req.resource_spans.iter().enumerate() {
@@ -258,23 +270,24 @@ mod tests {
             decode_protobuf(&[0xff, 0xff, 0xff, 0xff]),
             Err(Rejection::BadProtobuf(_))
         ));
-        assert!(matches!(
-            decode_json(b"{\"resourceSpans\": 3}"),
-            Err(Rejection::BadJson(_))
-        ));
-        assert!(matches!(
-            decode_json(b"{\"resourceSpans\":[{\"scopeSpans\":[{\"spans\":[{\"traceId\":\"zz\"}]}]}]}"),
-            Err(Rejection::BadJson(_))
-        ));
+        let arena = bumpalo::Bump::new();
+        for body in [
+            &b"{\"resourceSpans\": 3}"[..],
+            b"{\"resourceSpans\":[{\"scopeSpans\":[{\"spans\":[{\"traceId\":\"zz\"}]}]}]}",
+        ] {
+            assert!(matches!(decode_json(body), Err(Rejection::BadJson(_))));
+            assert!(matches!(decode_json_lite(body, &arena), Err(Rejection::BadJson(_))));
+        }
     }
 
     #[test]
     fn ids_are_checked() {
         let json = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0000000000000000","name":"x"}]}]}]}"#;
-        let req = decode_json(json).unwrap();
-        let err = validate_ids(&req).unwrap_err();
+        let arena = bumpalo::Bump::new();
+        let req = decode_json_lite(json, &arena).unwrap();
+        let err = validate_lite_ids(&req).unwrap_err();
         assert!(err.to_string().contains("spanId must be 8 bytes"), "{err}");
         let json = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"x"}]}]}]}"#;
-        assert_eq!(validate_ids(&decode_json(json).unwrap()), Ok(1));
+        assert_eq!(validate_lite_ids(&decode_json_lite(json, &arena).unwrap()), Ok(1));
     }
 }

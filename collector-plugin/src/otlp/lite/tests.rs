@@ -320,7 +320,7 @@ fn full_span() -> impl Strategy<Value = trace::Span> {
         )
 }
 
-fn full_request() -> impl Strategy<Value = ExportTraceServiceRequest> {
+pub(super) fn full_request() -> impl Strategy<Value = ExportTraceServiceRequest> {
     proptest::collection::vec(
         (
             proptest::option::of(attributes()),
