@@ -172,7 +172,8 @@ pub(crate) fn open(
         };
     }
     let extracted_any = extracted.is_some();
-    let index = extracted.unwrap_or_default();
+    // no incoming index: this request is a root
+    let index = extracted.unwrap_or_else(Index::root);
     let prefix = if single_request && index.opens_stream() {
         index.stream_message(1)
     } else {

@@ -235,8 +235,7 @@ fn hex_value(digest: &PayloadDigest) -> Value {
         pair[0] = DIGITS[usize::from(byte >> 4)];
         pair[1] = DIGITS[usize::from(byte & 0x0f)];
     }
-    // Hex digits are ASCII.
-    Value::from(String::from(std::str::from_utf8(&out).unwrap_or_default()))
+    Value::from(String::from(std::str::from_utf8(&out).expect("hex digits are ASCII")))
 }
 
 /// Records a payload digest (and the raw payload when asked for) on its own.

@@ -73,7 +73,9 @@ macro_rules! sha256_digest_type {
 
             /// The 64-character lowercase hex form used in span attributes.
             pub fn to_hex(&self) -> String {
-                std::str::from_utf8(&hex32(&self.0)).map(str::to_owned).unwrap_or_default()
+                std::str::from_utf8(&hex32(&self.0))
+                    .expect("hex digits are ASCII")
+                    .to_owned()
             }
         }
 

@@ -107,8 +107,7 @@ pub fn encode_digest(digest: &ElementDigest) -> String {
 pub(crate) fn encode_into(index: &Index, out: &mut String) {
     out.reserve(1 + index.depth() * MAX_ELEMENT_CHARS);
     write(index, |bytes| {
-        // every byte written is ASCII
-        out.push_str(std::str::from_utf8(bytes).unwrap_or_default());
+        out.push_str(std::str::from_utf8(bytes).expect("`write` writes ASCII only"));
     });
 }
 
@@ -116,8 +115,7 @@ pub(crate) fn encode_into(index: &Index, out: &mut String) {
 pub fn encode(index: &Index) -> String {
     let mut out: Vec<u8> = Vec::with_capacity(1 + index.depth() * MAX_ELEMENT_CHARS);
     write(index, |bytes| out.extend_from_slice(bytes));
-    // every byte written is ASCII
-    String::from_utf8(out).unwrap_or_default()
+    String::from_utf8(out).expect("`write` writes ASCII only")
 }
 
 /// The wire form of `index` as a shared string, in one allocation (an index of usual depth is written on the
@@ -138,7 +136,9 @@ pub(crate) fn encode_shared(index: &Index) -> Arc<str> {
             debug_assert!(false, "the wire form outgrew its bound");
         }
     });
-    std::str::from_utf8(&buf[..len]).unwrap_or_default().into()
+    std::str::from_utf8(&buf[..len])
+        .expect("`write` writes ASCII only")
+        .into()
 }
 
 /// Hands the wire form of `index` to `push`, piece by piece.
@@ -148,10 +148,9 @@ fn write(index: &Index, mut push: impl FnMut(&[u8])) {
     let mut count_buf = [0u8; 10];
     for element in index.elements() {
         push(b".");
-        // encoding 8 bytes always yields exactly 11 characters
         let written = URL_SAFE_NO_PAD
             .encode_slice(element.digest.0, &mut digest_buf)
-            .unwrap_or(0);
+            .expect("8 bytes encode to exactly 11 base64url characters, the buffer's size");
         push(&digest_buf[..written]);
         push(decimal(element.count, &mut count_buf));
         if element.preliminary {

@@ -126,8 +126,8 @@ pub fn check_exhaustive(report: &Report, replay: &ReplayCommand) -> Result<(), S
             ));
         }
     }
-    if report.nothing_injected {
-        blocks.push(report.tested_faults().err().unwrap_or_default());
+    if let Err(why) = report.tested_faults() {
+        blocks.push(why);
     }
     if report.unattributed_spans > 0 {
         blocks.push(format!(

@@ -71,7 +71,7 @@ pub fn detect(a: &CollectorState, params: &Params) -> Vec<Finding> {
                 continue;
             }
             scopes
-                .entry((o.index.parent().unwrap_or_default(), service))
+                .entry((o.index.parent().unwrap_or_else(Index::root), service))
                 .or_default()
                 .push(i);
         }

@@ -26,20 +26,24 @@ pub fn project_tree(a: &CollectorState, target: &Instantiation, limit: usize) ->
     let mut collapses: BTreeMap<Index, (BTreeSet<Index>, usize, u64, [u8; 16])> = BTreeMap::new();
     let mut meanings: BTreeMap<Index, BTreeSet<Index>> = BTreeMap::new();
     for t in a.traces.ordered() {
-        let mut occ: Vec<usize> = (0..t.occurrences.len())
-            .filter(|&i| t.occurrences[i].signature.is_some())
+        // the occurrences with a signature, each with it
+        let mut occ: Vec<(usize, &str)> = t
+            .occurrences
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| o.signature.as_deref().map(|s| (i, s)))
             .collect();
-        occ.sort_by_key(|&i| (t.occurrences[i].start_ns(), t.occurrences[i].index.depth(), i));
+        occ.sort_by_key(|&(i, _)| (t.occurrences[i].start_ns(), t.occurrences[i].index.depth(), i));
         let mut pos: HashMap<&Index, usize> = HashMap::new();
         let mut rpcs = Vec::with_capacity(occ.len());
         let mut recorded = Vec::with_capacity(occ.len());
-        for &i in &occ {
+        for &(i, signature) in &occ {
             let o = &t.occurrences[i];
             if o.payload.is_none() || o.stack_digest.is_none() {
                 missing += 1;
             }
             let invocation = InvocationSignature::new(
-                Signature::from_name(o.signature.as_deref().unwrap_or_default()),
+                Signature::from_name(signature),
                 o.payload.unwrap_or_else(PayloadDigest::empty),
                 o.stack_digest.as_deref().copied().unwrap_or(StackDigest([0; 32])),
             );

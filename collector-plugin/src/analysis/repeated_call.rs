@@ -29,7 +29,8 @@ pub fn detect(a: &CollectorState) -> Vec<Finding> {
             let (Some(sig), Some(p)) = (o.signature.clone(), o.payload) else {
                 continue;
             };
-            let parent = o.index.parent().unwrap_or_default();
+            // the root's calls and the root itself share the root as their scope
+            let parent = o.index.parent().unwrap_or_else(Index::root);
             same_parent.entry((sig.clone(), p, parent.clone())).or_default().push(i);
             by_call.entry((sig, p)).or_default().insert(parent);
         }
