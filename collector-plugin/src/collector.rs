@@ -136,6 +136,8 @@ pub struct Collector {
     buffered: tokio::sync::Semaphore,
     /// On a query node: the shards' waiting spans and which shards the merged state holds.
     merged: Mutex<Option<(usize, crate::views::PeersView)>>,
+    /// On a query node: trace lookups, answered by the shard that holds the trace.
+    trace_lookup: std::sync::OnceLock<Arc<crate::shards::peers::TraceLookup>>,
 }
 
 impl Collector {
@@ -155,6 +157,7 @@ impl Collector {
             log: RateLimitedLog::new(Duration::from_secs(5)),
             receivers_stopped: Default::default(),
             merged: Mutex::default(),
+            trace_lookup: std::sync::OnceLock::new(),
             buffered: tokio::sync::Semaphore::new(config.max_buffered_bytes.min(tokio::sync::Semaphore::MAX_PERMITS)),
             config,
         }
@@ -201,6 +204,16 @@ impl Collector {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
         self.counters.store(counters);
         *self.merged.lock().unwrap_or_else(|p| p.into_inner()) = Some((waiting, peers));
+    }
+
+    /// On a query node: answers trace lookups from the shards.
+    pub(crate) fn set_trace_lookup(&self, lookup: Arc<crate::shards::peers::TraceLookup>) {
+        let _ = self.trace_lookup.set(lookup);
+    }
+
+    /// On a query node: the trace lookups over its shards.
+    pub(crate) fn trace_lookup(&self) -> Option<&Arc<crate::shards::peers::TraceLookup>> {
+        self.trace_lookup.get()
     }
 
     /// On a query node: which shards the merged state holds, and the spans waiting in their pairing stores.

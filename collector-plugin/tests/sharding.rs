@@ -648,14 +648,19 @@ fn a_shard_that_is_down_makes_the_view_partial_until_it_returns() {
     }
     assert_eq!(shares.iter().sum::<u64>(), total);
     let query = QueryNode::start(&shards.iter().flatten().collect::<Vec<_>>());
-    assert!(eventually(Duration::from_secs(10), || spans_received(&query.get("/api/v1/stats")) == total));
+    assert!(eventually(Duration::from_secs(10), || spans_received(
+        &query.get("/api/v1/stats")
+    ) == total));
     same(&query, &single, "/api/v1/tree?depth=64&limit=100000");
 
     // shard 2 goes away: the view holds the others' shares, says it is partial and which shard is missing,
     // and every page still answers
     drop(shards[2].take());
     assert!(
-        eventually(Duration::from_secs(10), || query.get("/api/v1/stats")["peers"]["partial"] == true),
+        eventually(
+            Duration::from_secs(10),
+            || query.get("/api/v1/stats")["peers"]["partial"] == true
+        ),
         "the view became partial"
     );
     let stats = query.get("/api/v1/stats");
@@ -668,7 +673,13 @@ fn a_shard_that_is_down_makes_the_view_partial_until_it_returns() {
         "{view}"
     );
     assert!(missing["error"].as_str().is_some_and(|e| !e.is_empty()), "{view}");
-    for path in ["/api/v1/tree", "/api/v1/graph", "/api/v1/traces", "/api/v1/analyses", "/metrics"] {
+    for path in [
+        "/api/v1/tree",
+        "/api/v1/graph",
+        "/api/v1/traces",
+        "/api/v1/analyses",
+        "/metrics",
+    ] {
         let text = get_text(query.api, path);
         assert!(!text.is_empty(), "{path} answers while a shard is down");
     }

@@ -337,6 +337,21 @@ async fn trace(State(c): State<Arc<Collector>>, Path(trace_id): Path<String>) ->
         Ok(i) => i,
         Err(r) => return r.into_response(),
     };
+    if let Some(lookup) = c.trace_lookup() {
+        // a query node: the shard that holds the trace answers, as fresh as it is
+        return match lookup.trace(id).await {
+            crate::shards::peers::Found::Trace(body) => {
+                ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+            }
+            crate::shards::peers::Found::Missing(errors) if errors.is_empty() => {
+                not_found(format!("trace {trace_id} is not retained by any shard"))
+            }
+            crate::shards::peers::Found::Missing(errors) => not_found(format!(
+                "trace {trace_id} is not retained by the shards that answered; these did not: {}",
+                errors.join("; ")
+            )),
+        };
+    }
     let a = c.state();
     match a.trace(&id) {
         Some(t) => Json(views::trace_view(t)).into_response(),

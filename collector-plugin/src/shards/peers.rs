@@ -64,6 +64,65 @@ pub struct PeerSet {
     config: QueryConfig,
     client: reqwest::Client,
     last_answer: Vec<Option<(u64, usize, usize, u64)>>,
+    lookup: Arc<TraceLookup>,
+}
+
+/// A query node's trace lookups (`GET /api/v1/traces/{id}`), answered by the shard that holds the trace, so
+/// that a trace is as fresh as its shard's view of it, not as the last pull: the shard that held it at the
+/// last pull is asked first, then every shard at once.
+#[derive(Debug)]
+pub(crate) struct TraceLookup {
+    urls: Vec<String>,
+    client: reqwest::Client,
+    owners: std::sync::Mutex<std::collections::HashMap<[u8; 16], usize>>,
+}
+
+/// What a shard answered to a trace lookup.
+pub(crate) enum Found {
+    /// The trace view's JSON, as the shard sent it.
+    Trace(bytes::Bytes),
+    /// No shard that answered holds it; the others did not answer (their URLs and errors).
+    Missing(Vec<String>),
+}
+
+impl TraceLookup {
+    /// Finds the trace on its shard.
+    pub(crate) async fn trace(&self, id: [u8; 16]) -> Found {
+        let owner = self.owners.lock().unwrap_or_else(|p| p.into_inner()).get(&id).copied();
+        if let Some(i) = owner
+            && let Ok(Some(body)) = self.ask(i, &id).await
+        {
+            return Found::Trace(body);
+        }
+        let asks = (0..self.urls.len()).map(|i| self.ask(i, &id));
+        let mut errors = Vec::new();
+        for (i, answer) in futures::future::join_all(asks).await.into_iter().enumerate() {
+            match answer {
+                Ok(Some(body)) => {
+                    self.owners.lock().unwrap_or_else(|p| p.into_inner()).insert(id, i);
+                    return Found::Trace(body);
+                }
+                Ok(None) => {}
+                Err(e) => errors.push(format!("{}: {e}", self.urls[i])),
+            }
+        }
+        Found::Missing(errors)
+    }
+
+    /// Shard `i`'s view of the trace: `None` when it does not hold it.
+    async fn ask(&self, i: usize, id: &[u8; 16]) -> Result<Option<bytes::Bytes>, String> {
+        let url = format!(
+            "{}/api/v1/traces/{}",
+            self.urls[i].trim_end_matches('/'),
+            ::hex::encode(id)
+        );
+        let response = self.client.get(&url).send().await.map_err(|e| e.to_string())?;
+        match response.status() {
+            s if s.is_success() => response.bytes().await.map(Some).map_err(|e| e.to_string()),
+            reqwest::StatusCode::NOT_FOUND => Ok(None),
+            s => Err(format!("HTTP {s}")),
+        }
+    }
 }
 
 fn unix_nanos() -> u64 {
@@ -80,26 +139,48 @@ impl PeerSet {
             .build()
             .map_err(|e| format!("an HTTP client: {e}"))?;
         let last_answer = vec![None; config.peers.len()];
+        let lookup = Arc::new(TraceLookup {
+            urls: config.peers.clone(),
+            client: client.clone(),
+            owners: Default::default(),
+        });
         Ok(PeerSet {
             config,
             client,
             last_answer,
+            lookup,
         })
+    }
+
+    /// The trace lookups over these shards.
+    pub(crate) fn lookup(&self) -> Arc<TraceLookup> {
+        self.lookup.clone()
     }
 
     /// Pulls every shard at once, merges what answered into a fresh state, and puts it in `collector`
     /// (with the shards' counters summed). Returns what answered.
     pub async fn refresh(&mut self, collector: &Collector) -> PeersView {
+        let started = Instant::now();
         let pulls = self.config.peers.iter().map(|url| self.pull(url));
         let answers = futures::future::join_all(pulls).await;
         let now = Instant::now();
+        let pull_seconds = (now - started).as_secs_f64();
         let mut state = CollectorState::new(self.config.state.clone(), collector.counters().clone());
         let mut counters = CountersSnapshot::default();
         let mut waiting = 0;
         let mut peers = Vec::with_capacity(answers.len());
-        for ((url, answer), last) in self.config.peers.iter().zip(answers).zip(&mut self.last_answer) {
+        let mut owners = std::collections::HashMap::new();
+        for (i, ((url, answer), last)) in self
+            .config
+            .peers
+            .iter()
+            .zip(answers)
+            .zip(&mut self.last_answer)
+            .enumerate()
+        {
             let error = match answer {
                 Ok(snapshot) => {
+                    owners.extend(snapshot.traces.iter().map(|t| (t.trace_id, i)));
                     *last = Some((
                         unix_nanos(),
                         snapshot.traces.len(),
@@ -131,8 +212,11 @@ impl PeerSet {
         let view = PeersView {
             partial: peers.iter().any(|p| !p.answered),
             merged_unix_nano: unix_nanos(),
+            pull_seconds,
+            merge_seconds: now.elapsed().as_secs_f64(),
             peers,
         };
+        *self.lookup.owners.lock().unwrap_or_else(|p| p.into_inner()) = owners;
         collector.replace_merged(state, &counters, waiting, view.clone());
         view
     }
@@ -187,6 +271,7 @@ pub async fn start(config: QueryConfig) -> Result<QueryNode, StartError> {
         counters.clone(),
     ));
     let mut peers = PeerSet::new(config.clone()).map_err(StartError::Peers)?;
+    collector.set_trace_lookup(peers.lookup());
     peers.refresh(&collector).await;
     let listener = tokio::net::TcpListener::bind(config.api_listen)
         .await

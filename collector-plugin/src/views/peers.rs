@@ -3,12 +3,16 @@
 use serde::{Deserialize, Serialize};
 
 /// Which shards the merged view holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeersView {
     /// True when a shard did not answer the last pull: the view lacks its share.
     pub partial: bool,
     /// When the view was merged, Unix ns.
     pub merged_unix_nano: u64,
+    /// Seconds the last pull took: every shard's snapshot fetched and parsed (at once).
+    pub pull_seconds: f64,
+    /// Seconds the last merge took: the snapshots absorbed into a fresh state.
+    pub merge_seconds: f64,
     /// Each shard, in the order given.
     pub peers: Vec<PeerStatus>,
 }

@@ -4,7 +4,7 @@ pub use crate::counters::CountersSnapshot;
 use serde::{Deserialize, Serialize};
 
 /// A snapshot of the counters and the sizes of the state (fields in the order the API has always sent them).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     /// Every counter.
     pub counters: CountersSnapshot,
