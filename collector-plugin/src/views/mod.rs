@@ -8,6 +8,7 @@
 mod analysis;
 mod graph;
 pub mod hex;
+mod search;
 mod stats;
 mod trace;
 mod tree;
@@ -17,9 +18,10 @@ pub use analysis::{
     Report, UnstableName,
 };
 pub use graph::{EdgeType, GraphEdge, GraphNode, GraphView};
+pub use search::{ReportEntry, ReportList, ReportProblem};
 pub use stats::{CountersSnapshot, Stats};
 pub use trace::{
-    MessageOf, NodeTraces, Occurrence, SpanStatus, StatusCode, StreamMessage, TraceList, TraceNode, TraceSummary,
-    TraceView,
+    MessageOf, NodeTraces, Occurrence, SpanStatus, StatusCode, StreamMessage, TraceList, TraceNode, TraceStatus,
+    TraceSummary, TraceView,
 };
 pub use tree::{Diff, DiffSide, Latency, NamedIndex, NodeView, SubtreeView};
