@@ -133,7 +133,7 @@ async fn main() -> ExitCode {
     println!("services:       {} ({})", s.services.len(), s.services.join(", "));
     if !s.virtual_nodes.is_empty() {
         println!(
-            "virtual nodes:  {} (callees reached only by failed calls)",
+            "virtual nodes:  {} (callees never seen serving)",
             s.virtual_nodes.join(", ")
         );
     }

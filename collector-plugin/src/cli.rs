@@ -133,7 +133,7 @@ struct ServeArgs {
     #[arg(long)]
     no_analysis: bool,
     /// A JSON report of a dei-sfit search, or a directory of them (such as target/sfit, where each run writes
-    /// <program>/<UTC time>.json), served at /api/v1/search and /api/v1/search/reports for the web view (/ui/);
+    /// PROGRAM/UTC-TIME.json), served at /api/v1/search and /api/v1/search/reports for the web view (/ui/);
     /// a directory is read again on every request, so that new runs appear.
     #[arg(long)]
     search_report: Option<PathBuf>,

@@ -197,7 +197,7 @@ pub fn stats(
         counters: counters.clone(),
         tree_nodes: a.tree.len(),
         traces_retained: a.traces.len(),
-        graph_edges: a.graph.merged_edges().len(),
+        graph_edges: a.graph.merged_edge_count(),
         graph_waiting_spans: a.graph.waiting(),
         forward_queue_spans: queued.spans,
         forward_queue_bytes: queued.bytes,

@@ -448,6 +448,14 @@ impl ServiceGraph {
     fn learn_serving(&mut self, rpc_service: &str, service: &Arc<str>, counters: &Counters) {
         self.seq += 1;
         let seq = self.seq;
+        // the common case, a known name and server: no allocation
+        if let Some(entry) = self.serving.get_mut(rpc_service)
+            && let Some(n) = entry.services.get_mut(service)
+        {
+            *n += 1;
+            entry.last_seen = seq;
+            return;
+        }
         if !self.serving.contains_key(rpc_service)
             && self.serving.len() >= self.config.max_edges.max(1)
             && let Some(oldest) = self
@@ -459,7 +467,10 @@ impl ServiceGraph {
             self.serving.remove(&oldest);
             Counters::add(&counters.graph_rpc_services_evicted, 1);
         }
-        let entry = self.serving.entry(Arc::from(rpc_service)).or_default();
+        let entry = match self.serving.get_mut(rpc_service) {
+            Some(entry) => entry,
+            None => self.serving.entry(Arc::from(rpc_service)).or_default(),
+        };
         entry.last_seen = seq;
         let kept = entry.services.len();
         match entry.services.get_mut(service) {
@@ -514,6 +525,21 @@ impl ServiceGraph {
             Resolved::Service(s) => s,
             Resolved::Virtual(_) => name.clone(),
         }
+    }
+
+    /// How many edges [`merged_edges`](Self::merged_edges) returns, without building them.
+    pub fn merged_edge_count(&self) -> usize {
+        let keys: std::collections::HashSet<(&Arc<str>, Arc<str>, ConnectionType)> = self
+            .edges
+            .keys()
+            .map(|k| match (k.connection_type, self.resolve(&k.server)) {
+                (ConnectionType::VirtualNode, Resolved::Service(s)) if s != k.server => {
+                    (&k.client, s, ConnectionType::Direct)
+                }
+                _ => (&k.client, k.server.clone(), k.connection_type),
+            })
+            .collect();
+        keys.len()
     }
 
     /// The edges with virtual nodes merged (see the module docs), sorted by key: an edge to a virtual node
@@ -729,6 +755,7 @@ mod tests {
         call(&mut g, &c, 2, "users", "cinema.Bookings", Some("bookings"));
         call(&mut g, &c, 3, "users", "cinema.Bookings", None);
         assert_eq!(merged(&g), [("users".into(), "bookings".into(), "", 3, 2, 2)]);
+        assert_eq!(g.merged_edge_count(), 1);
         let m = &g.merged_edges()[0];
         assert_eq!(m.merged_failed, 2);
         assert_eq!(m.stats.client_seconds.count, 3, "every client span's latency");

@@ -56,8 +56,9 @@ pub struct Demo {
 pub struct Summary {
     /// Services in the service graph (nodes that sent spans), sorted.
     pub services: Vec<String>,
-    /// Virtual nodes of the service graph (callees seen only from the client side, e.g. a connection
-    /// fault injected before the call reached the server), sorted.
+    /// Virtual nodes of the service graph, sorted: callees never seen serving (not instrumented, or named by
+    /// an `rpc.service` several services serve). A call that failed before reaching its server (a connection
+    /// fault) is merged into the service that serves its `rpc.service`, so the cinema leaves none.
     pub virtual_nodes: Vec<String>,
     /// Edges of the service graph.
     pub edges: usize,
