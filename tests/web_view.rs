@@ -847,6 +847,18 @@ async fn check_merged_graph(client: &Client, demo: &demo_setup::Demo) {
             "{row}"
         );
     }
+    // a service's details name the rpc.service it serves
+    client
+        .execute("window.deiGraph.getElementById('bookings').emit('tap');", vec![])
+        .await
+        .expect("tap bookings");
+    wait_for(
+        client,
+        "bookings' details",
+        "return document.querySelector('#graph-detail p.hint')?.textContent;",
+        |v| v == "service, serving cinema.Bookings",
+    )
+    .await;
 }
 
 /// A tree row reads as its parts: `cinema.Bookings/Get #1 · payload 3f2a… · stack examples/…/cinema.rs:201`,

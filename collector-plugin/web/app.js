@@ -367,13 +367,14 @@ function elementText(n) {
     el("span", { class: "hash", title: `stack digest ${n.stack_digest} (no readable frames recorded)` }, n.stack_digest.slice(0, 4) + "…")));
   return out;
 }
-// `{async_block#0} (examples/corpus/src/cinema.rs:201:102)` → `examples/…/cinema.rs:201`
+// `{async_block#0} (examples/corpus/src/cinema.rs:201:102)` → `examples/…/cinema.rs:201`; a frame without a line
+// number, its file; without a location, its start
 function shortFrame(frame) {
-  const m = /\(([^()]*?):([0-9]+)(?::[0-9]+)?\)\s*$/.exec(frame);
-  if (!m) return frame.length > 40 ? frame.slice(0, 39) + "…" : frame;
+  const m = /\(([^()]*?)(?::([0-9]+)(?::[0-9]+)?)?\)\s*$/.exec(frame);
+  if (!m || !m[1]) return frame.length > 40 ? frame.slice(0, 39) + "…" : frame;
   const parts = m[1].split("/").filter(Boolean);
   const file = parts.length > 2 ? `${parts[0]}/…/${parts[parts.length - 1]}` : parts.join("/");
-  return `${file}:${m[2]}`;
+  return m[2] ? `${file}:${m[2]}` : file;
 }
 
 function nodeRow(n, onSelect) {
@@ -888,7 +889,7 @@ function reportPane(entry, rep, suffix, list, wide) {
   return el("section", { class: "report-pane", "data-report": entry.id },
     el("h2", {}, `${entry.program} · ${entry.time} UTC`),
     el("p", { class: "report-summary" }, `${rep.test || "functional test"}: ${plural(execs.length, "execution")}, ${execs.filter(failed).length} failing`,
-      el("span", { class: "hint" }, ` · ${file}`)),
+      el("span", { class: "hint", title: file }, ` · ${entry.id}`)),
     wide ? el("div", { class: "split" }, t, detail) : el("div", {}, t, detail));
 }
 
