@@ -56,51 +56,6 @@ impl Default for GraphConfig {
     }
 }
 
-/// A virtual node: a callee seen only from the client side (or the `user` calling a root server span).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VirtualNode {
-    /// How it is connected.
-    pub connection_type: ConnectionType,
-    /// Its name is a client span's `rpc.service`: it merges into the service that serves that name.
-    pub rpc_service: bool,
-}
-
-/// Which services serve an `rpc.service`, from server spans.
-#[derive(Debug, Clone, Default)]
-struct Serving {
-    /// Serving services, with their server spans (at most [`MAX_SERVERS_PER_RPC_SERVICE`]).
-    services: std::collections::BTreeMap<Arc<str>, u64>,
-    /// More services than kept served it.
-    more: bool,
-    last_seen: u64,
-}
-
-/// Most serving services remembered per `rpc.service` (two already make it ambiguous).
-const MAX_SERVERS_PER_RPC_SERVICE: usize = 8;
-
-/// Where a name of the graph goes once virtual nodes are merged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolved {
-    /// A service (instrumented), or a virtual node merged into the service it names.
-    Service(Arc<str>),
-    /// A virtual node that stays: never seen served, or served by several services (listed).
-    Virtual(Vec<Arc<str>>),
-}
-
-/// An edge after merging (what [`ServiceGraph::merged_edges`] returns).
-#[derive(Debug, Clone)]
-pub struct MergedEdge {
-    /// Its identity, with merged names.
-    pub key: EdgeKey,
-    /// Its numbers, the merged edges' included.
-    pub stats: EdgeStats,
-    /// Requests folded in from edges to virtual nodes named by an `rpc.service` this edge's server serves
-    /// (calls that met no server span: they failed before reaching it).
-    pub merged_requests: u64,
-    /// The failed ones among them.
-    pub merged_failed: u64,
-}
-
 /// The `connection_type` label of the servicegraph connector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -197,16 +152,54 @@ impl PairingStore {
     }
 }
 
+/// Which services serve an `rpc.service`, from server spans.
+#[derive(Debug, Clone, Default)]
+struct Serving {
+    /// Serving services, with their server spans (at most [`MAX_SERVERS_PER_RPC_SERVICE`]).
+    services: std::collections::BTreeMap<Arc<str>, u64>,
+    /// More services than kept served it.
+    more: bool,
+    last_seen: u64,
+}
+
+/// Most serving services remembered per `rpc.service` (two already make it ambiguous).
+const MAX_SERVERS_PER_RPC_SERVICE: usize = 8;
+
+/// Where a name of the graph goes once virtual nodes are merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// A service (instrumented), or a virtual node merged into the service it names.
+    Service(Arc<str>),
+    /// A virtual node that stays: never seen served, or served by several services (listed).
+    Virtual(Vec<Arc<str>>),
+}
+
+/// An edge after merging (what [`ServiceGraph::merged_edges`] returns).
+#[derive(Debug, Clone)]
+pub struct MergedEdge {
+    /// Its identity, with merged names.
+    pub key: EdgeKey,
+    /// Its numbers, the merged edges' included.
+    pub stats: EdgeStats,
+    /// Requests folded in from edges to virtual nodes named by an `rpc.service` this edge's server serves
+    /// (calls that met no server span: they failed before reaching it).
+    pub merged_requests: u64,
+    /// The failed ones among them.
+    pub merged_failed: u64,
+}
+
 /// The service graph.
 #[derive(Debug)]
 pub struct ServiceGraph {
     config: GraphConfig,
     store: PairingStore,
     edges: HashMap<EdgeKey, EdgeStats>,
-    virtual_nodes: HashMap<Arc<str>, VirtualNode>,
+    virtual_nodes: HashMap<Arc<str>, ConnectionType>,
     services: HashMap<Arc<str>, u64>,
     /// `rpc.service` → the services whose server spans carry it.
     serving: HashMap<Arc<str>, Serving>,
+    /// The virtual nodes named by a client span's `rpc.service` (they merge into the service that serves it).
+    rpc_service_nodes: std::collections::HashSet<Arc<str>>,
     seq: u64,
 }
 
@@ -220,6 +213,7 @@ impl ServiceGraph {
             virtual_nodes: HashMap::new(),
             services: HashMap::new(),
             serving: HashMap::new(),
+            rpc_service_nodes: std::collections::HashSet::new(),
             seq: 0,
         }
     }
@@ -244,13 +238,7 @@ impl ServiceGraph {
                             server: Arc::from(peer.as_str()),
                             connection_type: ConnectionType::Database,
                         };
-                        self.virtual_nodes.insert(
-                            key.server.clone(),
-                            VirtualNode {
-                                connection_type: ConnectionType::Database,
-                                rpc_service: false,
-                            },
-                        );
+                        self.virtual_nodes.insert(key.server.clone(), ConnectionType::Database);
                         self.record(key, Some(half.seconds), None, half.failed, counters);
                     }
                     _ => self.offer((span.trace_id, span.span_id), Half::Client(half), now, counters),
@@ -258,7 +246,7 @@ impl ServiceGraph {
             }
             k if k.is_callee() => {
                 if let Some((name, PeerSource::RpcService)) = &span.peer {
-                    self.learn_serving(name, &span.service, counters);
+                    self.learn_serving(name, &span.service, 1, counters);
                 }
                 let half = ServerHalf {
                     service: span.service.clone(),
@@ -274,13 +262,8 @@ impl ServiceGraph {
                             server: half.service.clone(),
                             connection_type: ConnectionType::VirtualNode,
                         };
-                        self.virtual_nodes.insert(
-                            key.client.clone(),
-                            VirtualNode {
-                                connection_type: ConnectionType::VirtualNode,
-                                rpc_service: false,
-                            },
-                        );
+                        self.virtual_nodes
+                            .insert(key.client.clone(), ConnectionType::VirtualNode);
                         self.record(key, None, Some(half.seconds), half.failed, counters);
                     }
                 }
@@ -381,14 +364,10 @@ impl ServiceGraph {
                         ConnectionType::VirtualNode
                     };
                     let server: Arc<str> = Arc::from(peer.as_str());
-                    let rpc_service = source == PeerSource::RpcService;
-                    self.virtual_nodes
-                        .entry(server.clone())
-                        .and_modify(|v| v.rpc_service |= rpc_service)
-                        .or_insert(VirtualNode {
-                            connection_type,
-                            rpc_service,
-                        });
+                    self.virtual_nodes.insert(server.clone(), connection_type);
+                    if source == PeerSource::RpcService && !self.rpc_service_nodes.contains(&server) {
+                        self.rpc_service_nodes.insert(server.clone());
+                    }
                     let key = EdgeKey {
                         client: c.service,
                         server,
@@ -439,20 +418,26 @@ impl ServiceGraph {
         &self.services
     }
 
-    /// Virtual (uninstrumented) nodes, as the spans named them (before merging).
-    pub fn virtual_nodes(&self) -> &HashMap<Arc<str>, VirtualNode> {
+    /// Virtual (uninstrumented) nodes and how they are connected.
+    pub fn virtual_nodes(&self) -> &HashMap<Arc<str>, ConnectionType> {
         &self.virtual_nodes
     }
 
-    /// Records that `service` serves `rpc_service` (a server span's `rpc.service`).
-    fn learn_serving(&mut self, rpc_service: &str, service: &Arc<str>, counters: &Counters) {
+    /// Halves waiting for their peer.
+    pub fn waiting(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Records that `service` served `rpc_service` in `spans` more server spans (a server span's
+    /// `rpc.service`, or another graph's knowledge: a query node merging its shards' graphs).
+    pub fn learn_serving(&mut self, rpc_service: &str, service: &Arc<str>, spans: u64, counters: &Counters) {
         self.seq += 1;
         let seq = self.seq;
         // the common case, a known name and server: no allocation
         if let Some(entry) = self.serving.get_mut(rpc_service)
             && let Some(n) = entry.services.get_mut(service)
         {
-            *n += 1;
+            *n += spans;
             entry.last_seen = seq;
             return;
         }
@@ -472,14 +457,28 @@ impl ServiceGraph {
             None => self.serving.entry(Arc::from(rpc_service)).or_default(),
         };
         entry.last_seen = seq;
-        let kept = entry.services.len();
-        match entry.services.get_mut(service) {
-            Some(n) => *n += 1,
-            None if kept < MAX_SERVERS_PER_RPC_SERVICE => {
-                entry.services.insert(service.clone(), 1);
-            }
-            None => entry.more = true,
+        if entry.services.len() < MAX_SERVERS_PER_RPC_SERVICE {
+            entry.services.insert(service.clone(), spans);
+        } else {
+            entry.more = true;
         }
+    }
+
+    /// Every `rpc.service` learned, with the services that served it and their server spans (a snapshot of
+    /// what [`learn_serving`](Self::learn_serving) recorded).
+    pub fn serving(&self) -> impl Iterator<Item = (&Arc<str>, &std::collections::BTreeMap<Arc<str>, u64>)> + '_ {
+        self.serving.iter().map(|(k, s)| (k, &s.services))
+    }
+
+    /// The virtual nodes named by a client span's `rpc.service` (the ones that merge).
+    pub fn rpc_service_nodes(&self) -> &std::collections::HashSet<Arc<str>> {
+        &self.rpc_service_nodes
+    }
+
+    /// Marks a virtual node as named by an `rpc.service` (another graph's, for a query node merging its
+    /// shards' graphs).
+    pub fn add_rpc_service_node(&mut self, name: Arc<str>) {
+        self.rpc_service_nodes.insert(name);
     }
 
     /// The services seen serving `rpc_service` (their server spans carried it), sorted.
@@ -506,16 +505,18 @@ impl ServiceGraph {
     /// exactly one service serves becomes that service; any other virtual node stays (with the services
     /// that serve its name when there are several); every other name is a service.
     pub fn resolve(&self, name: &Arc<str>) -> Resolved {
-        match self.virtual_nodes.get(name) {
-            Some(v) if v.rpc_service => match self.serving.get(name) {
-                Some(s) if s.services.len() == 1 && !s.more => {
-                    Resolved::Service(s.services.keys().next().cloned().unwrap_or_else(|| name.clone()))
-                }
-                Some(s) => Resolved::Virtual(s.services.keys().cloned().collect()),
-                None => Resolved::Virtual(Vec::new()),
-            },
-            Some(_) => Resolved::Virtual(Vec::new()),
-            None => Resolved::Service(name.clone()),
+        if !self.virtual_nodes.contains_key(name) {
+            return Resolved::Service(name.clone());
+        }
+        if !self.rpc_service_nodes.contains(name) {
+            return Resolved::Virtual(Vec::new());
+        }
+        match self.serving.get(name) {
+            Some(s) if s.services.len() == 1 && !s.more => {
+                Resolved::Service(s.services.keys().next().cloned().unwrap_or_else(|| name.clone()))
+            }
+            Some(s) => Resolved::Virtual(s.services.keys().cloned().collect()),
+            None => Resolved::Virtual(Vec::new()),
         }
     }
 
@@ -577,11 +578,6 @@ impl ServiceGraph {
             }
         }
         out.into_values().collect()
-    }
-
-    /// Halves waiting for their peer.
-    pub fn waiting(&self) -> usize {
-        self.store.len()
     }
 }
 

@@ -8,20 +8,23 @@
 mod analysis;
 mod graph;
 pub mod hex;
-mod search;
 mod stats;
 mod trace;
 mod tree;
+
+/// The search reports (`GET /api/v1/search/reports`).
+mod search;
 
 pub use analysis::{
     AmbiguousIndex, ChainedCall, Collapse, Confidence, Episode, EpisodeState, Projection, RepeatScope, RepeatedCall,
     Report, UnstableName,
 };
 pub use graph::{EdgeType, GraphEdge, GraphNode, GraphView};
-pub use search::{ReportEntry, ReportList, ReportProblem};
 pub use stats::{CountersSnapshot, Stats};
 pub use trace::{
     MessageOf, NodeTraces, Occurrence, SpanStatus, StatusCode, StreamMessage, TraceList, TraceNode, TraceStatus,
     TraceSummary, TraceView,
 };
 pub use tree::{Diff, DiffSide, Latency, NamedIndex, NodeView, SubtreeView};
+
+pub use search::{ReportEntry, ReportList, ReportProblem};
