@@ -819,4 +819,35 @@ mod tests {
             "the least recently served is forgotten"
         );
     }
+
+    #[test]
+    fn what_one_graph_learned_can_be_given_to_another() {
+        let c = Counters::default();
+        let mut shard = ServiceGraph::new(GraphConfig::default());
+        call(&mut shard, &c, 1, "users", "cinema.Bookings", Some("bookings"));
+        call(&mut shard, &c, 2, "users", "cinema.Bookings", None);
+        // another graph that saw only the failed call, under a name it did not know to be an rpc.service
+        let mut other = ServiceGraph::new(GraphConfig::default());
+        let mut s = span(3, 2, Some(1), "users", Kind::Client, 1, true);
+        s.peer = Some(("cinema.Bookings".into(), PeerSource::PeerService));
+        other.observe(&s, Instant::now(), &c);
+        other.flush(&c);
+        assert_eq!(
+            other.resolve(&Arc::from("cinema.Bookings")),
+            Resolved::Virtual(Vec::new())
+        );
+        for (rpc_service, services) in shard.serving() {
+            for (service, spans) in services {
+                other.learn_serving(rpc_service, service, *spans, &c);
+            }
+        }
+        for name in shard.rpc_service_nodes() {
+            other.add_rpc_service_node(name.clone());
+        }
+        assert_eq!(
+            other.resolve(&Arc::from("cinema.Bookings")),
+            Resolved::Service(Arc::from("bookings"))
+        );
+        assert_eq!(merged(&other), [("users".into(), "bookings".into(), "", 1, 1, 1)]);
+    }
 }
