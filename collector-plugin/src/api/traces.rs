@@ -102,8 +102,8 @@ impl TraceFilter {
         })
     }
 
-    /// Whether a trace (with its summary) passes every filter.
-    pub fn matches(&self, t: &TraceRecord, s: &TraceSummary) -> bool {
+    /// The filters read from the record itself (service, operation, index): checked before a summary is made.
+    fn matches_record(&self, t: &TraceRecord) -> bool {
         if let Some(service) = &self.service
             && !t.occurrences.iter().any(|o| {
                 [&o.client_service, &o.server_service]
@@ -122,16 +122,18 @@ impl TraceFilter {
         {
             return false;
         }
+        self.index
+            .as_ref()
+            .is_none_or(|prefix| t.indexes().any(|i| i.starts_with(prefix)))
+    }
+
+    /// The filters read from the summary (status, duration).
+    fn matches_summary(&self, s: &TraceSummary) -> bool {
         match self.status {
             Some(StatusFilter::Ok) if s.status != TraceStatus::Ok => return false,
             Some(StatusFilter::Error) if s.status != TraceStatus::Error => return false,
             Some(StatusFilter::Fault) if s.faults == 0 => return false,
             _ => {}
-        }
-        if let Some(prefix) = &self.index
-            && !t.indexes().any(|i| i.starts_with(prefix))
-        {
-            return false;
         }
         self.min_ns.is_none_or(|lo| s.duration_nano >= lo) && self.max_ns.is_none_or(|hi| s.duration_nano <= hi)
     }
@@ -146,8 +148,11 @@ pub fn list(a: &CollectorState, q: &TraceQuery) -> Result<TraceList, String> {
     let mut matched = 0;
     let mut traces = Vec::new();
     for t in all.iter().rev() {
+        if !filter.matches_record(t) {
+            continue;
+        }
         let s = t.summary();
-        if filter.matches(t, &s) {
+        if filter.matches_summary(&s) {
             matched += 1;
             if traces.len() < limit {
                 traces.push(s);
