@@ -3,14 +3,17 @@
 //! Starts an embedded dei-collector on loopback, the cinema-10 services (real tonic servers with the DEI
 //! layers) exporting their spans to it over OTLP/HTTP, and searches the functional test exhaustively with
 //! dei-sfit, injecting every combination of faults the earlier executions revealed. Prints a summary, writes
-//! the search report (served at `/api/v1/search`), and serves the web view (service graph, prefix tree,
-//! traces, analyses, search executions, diff) at `http://127.0.0.1:PORT/ui/` until Ctrl-C.
+//! the search report, and serves the web view (service graph, prefix tree, traces, analyses, search
+//! executions, diff) at `http://127.0.0.1:PORT/ui/` until Ctrl-C. The collector serves the whole report
+//! directory, `target/sfit` (`--search-report target/sfit`): the web view's search tab lists this run's report
+//! with every earlier run's, of the demo and of the corpus's other programs, and shows two side by side.
 //!
 //! Options: `--exit` (or `--no-serve`) stops after the summary; `--forward ENDPOINT` also forwards every span
 //! to a Jaeger or OpenTelemetry Collector (`--forward-protocol grpc` with `http://host:4317`, the default, or
 //! `http` with `http://host:4318/v1/traces`); `--program cinema-3|cinema-9|cinema-10`; `--report PATH`
 //! (default: the run's own file, `target/sfit/demo/<UTC time>.json`, with `target/sfit/demo/latest.json`
-//! pointing at the newest, so that a second run does not change what a running web view shows);
+//! pointing at the newest, so that a second run does not change what a running web view shows; with
+//! `--report`, the collector serves that file alone);
 //! `--progress` prints every execution.
 
 use dei_corpus as common;
@@ -33,6 +36,9 @@ struct Args {
     report: Option<PathBuf>,
     progress: bool,
 }
+
+/// The directory of every run's report (`dei_corpus::run_report_path` writes under it).
+const REPORT_DIR: &str = "target/sfit";
 
 const USAGE: &str = "usage: demo [--exit | --no-serve] [--forward ENDPOINT [--forward-protocol grpc|http]] \
                      [--program cinema-3|cinema-9|cinema-10] [--report PATH] [--progress]";
@@ -103,6 +109,8 @@ async fn main() -> ExitCode {
         variant: args.variant,
         forward: forward.clone(),
         report_path: args.report.clone().unwrap_or_else(|| common::run_report_path("demo")),
+        // every run's report, side by side in the web view (the default report path is under it)
+        report_dir: args.report.is_none().then(|| PathBuf::from(REPORT_DIR)),
         progress: args.progress,
     })
     .await
@@ -125,7 +133,7 @@ async fn main() -> ExitCode {
     println!("services:       {} ({})", s.services.len(), s.services.join(", "));
     if !s.virtual_nodes.is_empty() {
         println!(
-            "virtual nodes:  {} (callees reached only by failed calls)",
+            "virtual nodes:  {} (callees never seen serving)",
             s.virtual_nodes.join(", ")
         );
     }
@@ -152,6 +160,9 @@ async fn main() -> ExitCode {
         );
     }
     println!("search report:  {}", demo.report_path.display());
+    if args.report.is_none() {
+        println!("served reports: {REPORT_DIR}/ (every run's, in the web view's search tab)");
+    }
     if args.report.is_none() {
         match common::update_latest(&demo.report_path) {
             Ok(latest) => println!("latest report:  {}", latest.display()),

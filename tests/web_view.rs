@@ -4,8 +4,13 @@
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`CHROMIUM` and `CHROMEDRIVER` override the paths). Without
 //! them the test is skipped with a message, unless `DEI_REQUIRE_INTEROP=1` (CI), where it fails. Saves
-//! web-view.png (the prefix tree with a node's details), web-view-graph.png, web-view-trace.png (a trace's
-//! waterfall), web-view-analyses.png and web-view-search.png (an execution's call tree).
+//! web-view.png (the prefix tree with a node's details), web-view-graph.png, web-view-traces.png (the trace
+//! list, filtered), web-view-trace.png (a trace's waterfall), web-view-analyses.png, web-view-search.png (an
+//! execution's call tree) and web-view-search-compare.png (two reports side by side).
+//!
+//! The collector serves a directory of search reports, as the demo serves `target/sfit`: the demo's report,
+//! an earlier run's (the same program, fewer executions) and a file that is not a report, which the page
+//! must name rather than skip.
 //!
 //! Screenshots go under the target directory (`web-view/` in cargo's `CARGO_TARGET_TMPDIR`), so that a test run
 //! changes nothing tracked; with `DEI_UPDATE_FIGURES=1` they also replace the README's figures in `docs/figures/`.
@@ -212,14 +217,27 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
     };
 
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view-{}", std::process::id()));
+    let reports = tmp.join("sfit");
+    let report_path = reports.join(DEMO_REPORT);
     let demo = demo_setup::run(DemoOptions {
         variant: Variant::Cinema10,
         forward: None,
-        report_path: tmp.join("search.json"),
+        report_path: report_path.clone(),
+        report_dir: Some(reports.clone()),
         progress: false,
     })
     .await
     .expect("demo setup");
+    dei_corpus::update_latest(&report_path).expect("latest.json");
+    // an earlier run of the program (its first three executions) and a file that is not a report
+    let mut earlier: Value = serde_json::from_slice(&std::fs::read(&report_path).expect("the report")).expect("JSON");
+    earlier["executions"]
+        .as_array_mut()
+        .expect("executions")
+        .truncate(EARLIER_EXECUTIONS);
+    std::fs::write(reports.join(EARLIER_REPORT), earlier.to_string()).expect("write the earlier report");
+    std::fs::create_dir_all(reports.join("broken")).expect("mkdir");
+    std::fs::write(reports.join(BROKEN_REPORT), r#"{"executions": 3}"#).expect("write a broken report");
     let summary = demo.summary();
     let expected: BTreeSet<String> = ["bookings", "functional-test", "movies", "showtimes", "users"]
         .into_iter()
@@ -247,6 +265,7 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
     let all: BTreeSet<String> = summary.services.iter().chain(&summary.virtual_nodes).cloned().collect();
     assert_eq!(strings(&nodes), all, "the page's nodes are the collector's");
     assert!(strings(&nodes).is_superset(&expected));
+    check_merged_graph(&client, &demo).await;
     let edges = client
         .execute(
             "return [...document.querySelectorAll('#graph-edges tr')].slice(1)\
@@ -379,6 +398,7 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
         .expect("traces");
     assert!(traces.as_u64().unwrap_or(0) > 0, "no retained trace listed");
 
+    check_tree_row_parts(&client, &child_index).await;
     let png = client.screenshot().await.expect("screenshot");
     save("docs/figures/web-view.png", &png);
 
@@ -424,6 +444,8 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
     check_graph_details(&client).await;
     let index = check_tree_keyboard_and_search(&client).await;
     check_search_report(&client).await;
+    check_report_picker(&client, &ui).await;
+    check_trace_filters(&client, &ui, &demo, &child_index).await;
 
     // app.js reads no field that the API does not send, on any tab (it read each endpoint's JSON above)
     click(&client, "#tabs button[data-tab=traces]").await;
@@ -740,6 +762,357 @@ async fn check_search_report(client: &Client) {
         |v| v[1] == href.as_str() && v[0] == href.trim_start_matches("#tree/"),
     )
     .await;
+}
+
+/// The demo's report, under the served directory (a run's own file, as `dei_corpus::run_report_path` names it).
+const DEMO_REPORT: &str = "demo/2030-01-02T03-04-05.678Z.json";
+/// An earlier run's report of the same program.
+const EARLIER_REPORT: &str = "demo/2030-01-01T00-00-00.000Z.json";
+/// Executions in the earlier report.
+const EARLIER_EXECUTIONS: usize = 3;
+/// A file that is not a report.
+const BROKEN_REPORT: &str = "broken/2030-01-01T00-00-00.000Z.json";
+
+/// The service a cinema RPC's signature targets: `cinema.Bookings/Get` → `bookings` (as the demo names its
+/// services).
+fn service_of(signature: &str) -> String {
+    let rpc_service = signature.split('/').next().unwrap_or_default();
+    rpc_service.rsplit('.').next().unwrap_or_default().to_lowercase()
+}
+
+/// The graph merges the calls that failed before reaching a service (the search's injected connection faults,
+/// whose client spans meet no server span) into the edges to that service: no `cinema.*` virtual node is
+/// left, in the collector's graph or on the page, and the failed calls count on the real edges.
+async fn check_merged_graph(client: &Client, demo: &demo_setup::Demo) {
+    let graph = demo.collector.collector.graph();
+    let virtual_nodes: Vec<&str> = graph.nodes.iter().filter(|n| n.is_virtual).map(|n| &*n.id).collect();
+    assert!(
+        virtual_nodes.iter().all(|v| !v.starts_with("cinema.")),
+        "virtual nodes left: {virtual_nodes:?}"
+    );
+    let mut injected: BTreeMap<String, u64> = BTreeMap::new();
+    for e in &demo.report.executions {
+        for f in &e.effective {
+            *injected.entry(service_of(&f.signature)).or_default() += 1;
+        }
+    }
+    assert!(!injected.is_empty(), "the search injected faults");
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    for e in &graph.edges {
+        if e.merged_requests > 0 {
+            *merged.entry(e.server.to_string()).or_default() += e.merged_requests;
+            assert_eq!(
+                e.merged_failed, e.merged_requests,
+                "a connection fault fails its call: {e:?}"
+            );
+            assert!(e.failed >= e.merged_failed && e.requests > e.merged_requests, "{e:?}");
+        }
+    }
+    assert_eq!(
+        merged, injected,
+        "each injected connection fault counts on the edge to the service it targeted"
+    );
+    for node in graph.nodes.iter().filter(|n| injected.contains_key(&*n.id)) {
+        assert!(
+            node.serves.iter().any(|s| service_of(s) == *node.id),
+            "{} serves its rpc.service: {node:?}",
+            node.id
+        );
+    }
+    // the page: no cinema.* node, and the edges' requests and failures with the merged calls
+    let page = client
+        .execute(
+            "return [window.deiGraph.nodes().filter(n => n.data('virtual') === 1).map(n => n.id()),
+                     [...document.querySelectorAll('#graph-edges tr')].slice(1)
+                       .map(r => [r.cells[0].textContent, r.cells[1].textContent, r.cells[2].textContent, r.cells[3].textContent])];",
+            vec![],
+        )
+        .await
+        .expect("the page's graph");
+    assert!(
+        strings(&page[0]).iter().all(|v| !v.starts_with("cinema.")),
+        "virtual nodes on the page: {page}"
+    );
+    for e in graph.edges.iter().filter(|e| e.merged_requests > 0) {
+        let row = page[1]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r[0] == *e.client && r[1] == *e.server)
+            .unwrap_or_else(|| panic!("no row for {} → {}: {page}", e.client, e.server));
+        assert_eq!(row[2], e.requests.to_string(), "{row}");
+        assert_eq!(
+            row[3],
+            format!("{} ({} before reaching it)", e.failed, e.merged_requests),
+            "{row}"
+        );
+    }
+    // a service's details name the rpc.service it serves
+    client
+        .execute("window.deiGraph.getElementById('bookings').emit('tap');", vec![])
+        .await
+        .expect("tap bookings");
+    wait_for(
+        client,
+        "bookings' details",
+        "return document.querySelector('#graph-detail p.hint')?.textContent;",
+        |v| v == "service, serving cinema.Bookings",
+    )
+    .await;
+}
+
+/// A tree row reads as its parts: `cinema.Bookings/Get #1 · payload 3f2a… · stack examples/…/cinema.rs:201`,
+/// the full payload digest and frame on hover, and in the node's details to copy.
+async fn check_tree_row_parts(client: &Client, index: &str) {
+    let parts = client
+        .execute(
+            "const row = document.querySelector(`#tree li[data-index=\"${arguments[0]}\"] > .row`);
+             const hash = row.querySelector('.part .hash'), frame = row.querySelector('.part .frame');
+             return [row.textContent, hash && hash.title, frame && frame.textContent, frame && frame.title,
+                     document.getElementById('detail-digests')?.textContent,
+                     document.querySelector('#detail-stack li')?.textContent];",
+            vec![json!(index)],
+        )
+        .await
+        .expect("the row's parts");
+    let text = parts[0].as_str().unwrap_or_default();
+    assert!(
+        text.contains("cinema.Bookings/Get #1 · payload ") && text.contains(" · stack examples/"),
+        "{parts}"
+    );
+    let payload = parts[1]
+        .as_str()
+        .and_then(|t| t.strip_prefix("payload digest "))
+        .unwrap_or_else(|| panic!("no payload digest on hover: {parts}"));
+    assert!(
+        payload.len() == 64 && payload.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{parts}"
+    );
+    assert!(text.contains(&format!("payload {}…", &payload[..4])), "{parts}");
+    let short = parts[2].as_str().unwrap_or_default();
+    assert!(
+        short.starts_with("examples/…/cinema.rs:")
+            && short.rsplit(':').next().is_some_and(|l| l.parse::<u32>().is_ok()),
+        "{parts}"
+    );
+    let top = parts[5].as_str().unwrap_or_default();
+    assert!(
+        parts[3]
+            .as_str()
+            .is_some_and(|t| t.starts_with(top) && t.contains("stack digest ")),
+        "the hover holds the whole top frame and the stack digest: {parts}"
+    );
+    assert!(
+        parts[4].as_str().is_some_and(|d| d.contains(payload)),
+        "the details hold the full digest: {parts}"
+    );
+}
+
+/// The trace list: its columns, a filter from the filter bar (the URL then names it), a filter from a URL (a
+/// `dei.index` prefix), each checked against what the report and the API say.
+async fn check_trace_filters(client: &Client, ui: &str, demo: &demo_setup::Demo, index: &str) {
+    click(client, "#tabs button[data-tab=traces]").await;
+    let header = wait_for(
+        client,
+        "the trace list's columns",
+        "return [...document.querySelectorAll('#traces-table tr:first-child th')].map(h => h.textContent);",
+        |v| v.as_array().is_some_and(|a| !a.is_empty()),
+    )
+    .await;
+    for column in ["started", "duration", "root operation", "service", "status", "faults"] {
+        assert!(strings(&header).contains(column), "{column}: {header}");
+    }
+    let first = client
+        .execute(
+            "const r = document.querySelector('#traces-table tr:nth-child(2)');
+             return [...r.cells].map(c => c.textContent);",
+            vec![],
+        )
+        .await
+        .expect("a row");
+    assert!(first[2].as_str().is_some_and(|d| d.ends_with(" ms")), "{first}");
+    assert_eq!(first[3], "cinema.Users/GetBookings", "{first}");
+    assert_eq!(first[4], "functional-test", "{first}");
+
+    // status: fault injected, from the filter bar: the traces of the executions that injected a fault
+    let faulty: BTreeSet<String> = demo
+        .report
+        .executions
+        .iter()
+        .filter(|e| !e.effective.is_empty())
+        .flat_map(|e| e.traces.iter().cloned())
+        .collect();
+    assert!(!faulty.is_empty());
+    client
+        .execute(
+            "const f = document.getElementById('trace-filters'); f.elements.status.value = 'fault';",
+            vec![],
+        )
+        .await
+        .expect("choose a status");
+    click(client, "#trace-filters button[type=submit]").await;
+    let shown = wait_for(
+        client,
+        "the traces with a fault",
+        &format!(
+            "return location.hash === '#traces?status=fault' && document.getElementById('traces-count')?.textContent.startsWith('{} of')
+               ? [...document.querySelectorAll('#traces-table tr[data-trace]')].map(r => r.dataset.trace) : null;",
+            faulty.len()
+        ),
+        |v| v.is_array(),
+    )
+    .await;
+    assert_eq!(
+        strings(&shown),
+        faulty,
+        "the fault filter lists exactly the faulty executions' traces"
+    );
+    let png = client.screenshot().await.expect("screenshot");
+    save("docs/figures/web-view-traces.png", &png);
+
+    // a dei.index prefix and a duration range, from a URL: the traces that made that RPC (or one under it)
+    let made: Value = client
+        .execute(
+            "return fetch('/api/v1/tree/node/traces?index=' + encodeURIComponent(arguments[0])).then(r => r.json());",
+            vec![json!(index)],
+        )
+        .await
+        .expect("the node's traces from the API");
+    let made = strings(&made["traces"]);
+    assert!(!made.is_empty());
+    client.goto("about:blank").await.expect("leave the page");
+    client
+        .goto(&format!(
+            "{ui}#traces?index={index}&min_duration_ms=0&max_duration_ms=600000"
+        ))
+        .await
+        .expect("a filtered list's URL");
+    let shown = wait_for(
+        client,
+        "the traces under the index",
+        "return document.getElementById('traces-count')
+           ? [document.getElementById('trace-filters').elements.index.value,
+              [...document.querySelectorAll('#traces-table tr[data-trace]')].map(r => r.dataset.trace)] : null;",
+        |v| v.is_array(),
+    )
+    .await;
+    assert_eq!(shown[0], index, "the filter bar shows the URL's filters");
+    assert_eq!(strings(&shown[1]), made);
+    // a bad filter is the API's 400, shown on the page
+    click(client, "#trace-filters button[type=reset]").await;
+    client
+        .execute(
+            "const f = document.getElementById('trace-filters'); f.elements.index.value = '1.not-an-index';",
+            vec![],
+        )
+        .await
+        .expect("a bad index");
+    click(client, "#trace-filters button[type=submit]").await;
+    let error = wait_for(
+        client,
+        "the refused filter",
+        "const e = document.getElementById('error'); return e.hidden ? null : e.textContent;",
+        |v| v.is_string(),
+    )
+    .await;
+    assert!(
+        error
+            .as_str()
+            .is_some_and(|e| e.contains("400") && e.contains("invalid index")),
+        "{error}"
+    );
+    client
+        .execute("document.querySelector('#error button').click();", vec![])
+        .await
+        .expect("dismiss");
+}
+
+/// The report picker: the served directory's reports, newest first, by program and time; the file that is
+/// not a report named on the page; two reports side by side, the choice in the URL.
+async fn check_report_picker(client: &Client, ui: &str) {
+    click(client, "#tabs button[data-tab=search]").await;
+    let options = wait_for(
+        client,
+        "the report picker",
+        "return [...document.querySelectorAll('#report-a option')].map(o => [o.value, o.textContent]);",
+        |v| v.as_array().is_some_and(|a| a.len() >= 2),
+    )
+    .await;
+    let ids: Vec<&str> = options
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o[0].as_str())
+        .collect();
+    assert_eq!(ids, [DEMO_REPORT, EARLIER_REPORT], "newest first: {options}");
+    assert!(
+        options[0][1]
+            .as_str()
+            .is_some_and(|t| t.starts_with("demo · 2030-01-02 03:04:05.678 UTC") && t.ends_with("(latest)")),
+        "{options}"
+    );
+    assert!(
+        options[1][1]
+            .as_str()
+            .is_some_and(|t| t.contains(&format!("{EARLIER_EXECUTIONS} executions"))),
+        "{options}"
+    );
+    let problems = client
+        .execute(
+            "const p = document.getElementById('report-problems'); return p.hidden ? null : p.textContent;",
+            vec![],
+        )
+        .await
+        .expect("the problems");
+    assert!(
+        problems
+            .as_str()
+            .is_some_and(|p| p.starts_with("1 report file could not be read") && p.contains(BROKEN_REPORT)),
+        "{problems}"
+    );
+    client
+        .execute(
+            "const b = document.getElementById('report-b'); b.value = arguments[0]; b.dispatchEvent(new Event('change'));",
+            vec![json!(EARLIER_REPORT)],
+        )
+        .await
+        .expect("compare with the earlier report");
+    let panes = "return location.hash.includes('compare=')
+        ? [...document.querySelectorAll('.report-pane')].map(p => [p.dataset.report, p.querySelector('h2').textContent,
+            p.querySelectorAll('.executions tr').length - 1]) : null;";
+    let shown = wait_for(client, "two reports side by side", panes, |v| {
+        v.as_array().is_some_and(|a| a.len() == 2)
+    })
+    .await;
+    assert_eq!(shown[0][0], DEMO_REPORT, "{shown}");
+    assert_eq!(shown[1][0], EARLIER_REPORT, "{shown}");
+    assert_eq!(shown[1][1], "demo · 2030-01-01 00:00:00.000 UTC", "{shown}");
+    assert_eq!(shown[1][2], EARLIER_EXECUTIONS as u64, "{shown}");
+    assert!(
+        shown[0][2].as_u64().is_some_and(|n| n > EARLIER_EXECUTIONS as u64),
+        "{shown}"
+    );
+    click(client, "#executions-b tr:nth-child(2)").await;
+    wait_for(
+        client,
+        "an execution of the earlier report",
+        "return document.querySelectorAll('#execution-detail-b .exec-tree li').length;",
+        |v| v.as_u64().is_some_and(|n| n > 0),
+    )
+    .await;
+    let png = client.screenshot().await.expect("screenshot");
+    save("docs/figures/web-view-search-compare.png", &png);
+    // the URL reopens both
+    let url = client.current_url().await.expect("the URL").to_string();
+    assert!(url.contains("#search?report=") && url.contains("&compare="), "{url}");
+    client.goto("about:blank").await.expect("leave the page");
+    client.goto(&url).await.expect("the comparison's URL");
+    let again = wait_for(client, "the same two reports", panes, |v| {
+        v.as_array().is_some_and(|a| a.len() == 2)
+    })
+    .await;
+    assert_eq!(again, shown);
+    client.goto(&format!("{ui}#search")).await.expect("back to one report");
 }
 
 /// A URL reopens what it names, in a page loaded afresh: a tree node, a trace; an API error is shown on the

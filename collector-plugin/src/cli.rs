@@ -145,7 +145,9 @@ struct ServeArgs {
     /// Forward only: no graph, no tree.
     #[arg(long)]
     no_analysis: bool,
-    /// A JSON report of a dei-sfit search, served at /api/v1/search for the web view (/ui/).
+    /// A JSON report of a dei-sfit search, or a directory of them (such as target/sfit, where each run writes
+    /// PROGRAM/UTC-TIME.json), served at /api/v1/search and /api/v1/search/reports for the web view (/ui/);
+    /// a directory is read again on every request, so that new runs appear.
     #[arg(long)]
     search_report: Option<PathBuf>,
     /// Jaeger's UI (e.g. http://jaeger:16686): the web view links trace ids and tree nodes to it.

@@ -28,7 +28,8 @@ pub struct IngestConfig {
     pub strict_attributes: bool,
     /// Analyze spans (the prefix tree, the graph); off makes the collector a plain forwarder.
     pub analyze: bool,
-    /// A JSON report of an exhaustive fault search (dei-sfit) served at `/api/v1/search` for the web view.
+    /// A JSON report of an exhaustive fault search (dei-sfit), or a directory of them, served at
+    /// `/api/v1/search` and `/api/v1/search/reports` for the web view.
     pub search_report: Option<std::path::PathBuf>,
     /// The base URL of Jaeger's UI (`--jaeger-ui`, checked when the command line is read): the web view
     /// links trace ids to Jaeger's trace page and tree nodes to a Jaeger search for their `dei.index` tag.

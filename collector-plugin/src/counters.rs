@@ -112,6 +112,8 @@ counters! {
     graph_store_evicted,
     /// Edges evicted (least recently updated) to stay under the edge limit.
     graph_edges_evicted,
+    /// `rpc.service` names forgotten (least recently served) to stay under the edge limit: no longer merged.
+    graph_rpc_services_evicted,
     /// Prefix-tree nodes evicted (oldest leaves) to stay under the node limit.
     tree_nodes_evicted,
     /// Distinct call stacks whose readable frames were not kept: the stack dictionary was full.

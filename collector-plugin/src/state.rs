@@ -451,6 +451,9 @@ impl CollectorState {
         if s.stack_digest.is_none() {
             s.stack_digest = span.dei.stack_digest;
         }
+        if s.payload_digest.is_none() {
+            s.payload_digest = span.dei.payload_digest;
+        }
         match span.kind {
             k if k.is_callee() => {
                 bump(&mut s.server_services, span.service.clone(), 1);

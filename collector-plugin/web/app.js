@@ -103,10 +103,18 @@ const EDGE_KIND = { "": "client and server spans", virtual_node: "client spans o
 function sumValues(obj) { return Object.values(obj || {}).reduce((a, b) => a + b, 0); }
 
 // ---- tabs -------------------------------------------------------------------------------------------
-// Every view has a URL: #graph, #tree, #tree/<dei.index>, #traces, #traces/<trace id>, #analyses, #search,
-// #diff. Opening a node or a trace puts it in the URL; loading a URL (or going back) opens what it names.
+// Every view has a URL: #graph, #tree, #tree/<dei.index>, #traces[?filters], #traces/<trace id>[?filters],
+// #analyses, #search[?report=ID&compare=ID], #diff. Opening a node or a trace, filtering the traces or picking
+// reports puts it in the URL; loading a URL (or going back) opens what it names.
 const loaded = {};
-function showTab(name, hash = "#" + name) {
+// the query part of the traces' and the search's URLs, as last set
+let traceQuery = "", searchQuery = "";
+function tabHash(name) {
+  if (name === "traces" && traceQuery) return "#traces?" + traceQuery;
+  if (name === "search" && searchQuery) return "#search?" + searchQuery;
+  return "#" + name;
+}
+function showTab(name, hash = tabHash(name)) {
   document.querySelectorAll("#tabs button").forEach(b => b.classList.toggle("active", b.dataset.tab === name));
   document.querySelectorAll(".tab").forEach(s => s.classList.toggle("active", s.id === "tab-" + name));
   if (!loaded[name]) loaded[name] = loaders[name]().catch(reportError);
@@ -117,10 +125,18 @@ function showTab(name, hash = "#" + name) {
 document.querySelectorAll("#tabs button").forEach(b => b.addEventListener("click", () => showTab(b.dataset.tab)));
 
 function route() {
-  const [tab, ...rest] = location.hash.slice(1).split("/");
+  const [path, query = ""] = location.hash.slice(1).split("?");
+  const [tab, ...rest] = path.split("/");
   const arg = decodeURIComponent(rest.join("/"));
   if (tab === "tree" && arg) return openIndex(arg);
-  if (tab === "traces" && arg) return openTrace(arg);
+  if (tab === "traces") {
+    if (query !== traceQuery) { traceQuery = query; delete loaded.traces; }
+    return arg ? openTrace(arg) : showTab("traces", location.hash);
+  }
+  if (tab === "search") {
+    if (query !== searchQuery) { searchQuery = query; delete loaded.search; }
+    return showTab("search", location.hash);
+  }
   return showTab(tab in loaders ? tab : "graph");
 }
 // going back or forward, or a link to another view's URL (both events may fire for one navigation)
@@ -181,8 +197,13 @@ function layeredPositions(cy) {
 let graphSelection = null;
 const edgeKey = e => [e.client, e.server, e.connection_type].join("\u0000");
 
+// rpc.service names each service serves (a client span that named one and met no server span counts on the
+// edge to that service): the tree nodes on an edge are found through them too
+let graphServes = new Map();
+
 async function loadGraph() {
   const g = await getJSON("/graph");
+  graphServes = new Map(g.nodes.map(n => [n.id, n.serves || []]));
   const elements = [];
   for (const n of g.nodes) elements.push({ data: { id: n.id, label: n.id, virtual: n.virtual ? 1 : 0 } });
   g.edges.forEach((e, i) => elements.push({
@@ -242,7 +263,8 @@ async function loadGraph() {
     el("th", {}, "failed"), el("th", {}, "p50 / p99 (client)"), el("th", {}, "seen through")));
   const edges = [...g.edges].sort((a, b) => b.failed - a.failed || b.requests - a.requests);
   renderPaged(table, edges, e => el("tr", { class: e.failed ? "failed" : "", onclick: () => showGraphEdge(e) },
-    el("td", {}, e.client), el("td", {}, e.server), el("td", {}, e.requests), el("td", {}, e.failed),
+    el("td", {}, e.client), el("td", {}, e.server), el("td", {}, e.requests),
+    el("td", {}, e.failed, e.merged_requests ? el("span", { class: "hint" }, ` (${e.merged_requests} before reaching it)`) : null),
     el("td", {}, e.client_latency ? `${ms(e.client_latency.p50_s)} / ${ms(e.client_latency.p99_s)}` : ""),
     el("td", {}, EDGE_KIND[e.connection_type] ?? e.connection_type)),
     { moreRow: () => el("tr", { class: "more" }, el("td", { colspan: 6 })) });
@@ -252,9 +274,10 @@ function ms(seconds) { return `${(seconds * 1000).toFixed(seconds < 0.01 ? 2 : 1
 
 function graphLegend() {
   document.getElementById("graph-legend").replaceChildren(
-    el("span", { class: "key" }, el("i", { class: "swatch service" }), "service (its server spans were seen)"),
+    el("span", { class: "key" }, el("i", { class: "swatch service" }),
+      "service (its server spans were seen); calls that failed before reaching it count on its edges"),
     el("span", { class: "key" }, el("i", { class: "swatch virtual" }),
-      "virtual: a callee never seen serving (not instrumented, or every call failed before reaching it)"),
+      "virtual: a callee never seen serving (not instrumented, or every call failed before reaching it), or one that several services serve"),
     el("span", { class: "key" }, el("i", { class: "swatch ok" }), "no failed request"),
     el("span", { class: "key" }, el("i", { class: "swatch ratio" }), "failed / requests, 0 % to 100 %"),
     el("span", { class: "hint" }, "click a node or an edge for its numbers"));
@@ -276,7 +299,8 @@ async function treeNodesOn(client, server) {
   const walk = (node, parent) => {
     const from = client === null || has(node.client_services, client) ||
       (empty(node.client_services) && parent !== null && has(parent.server_services, client));
-    const to = has(node.server_services, server) || has(node.peers, server);
+    const to = has(node.server_services, server) || has(node.peers, server) ||
+      (graphServes.get(server) || []).some(name => has(node.peers, name));
     if (node.index !== "1" && from && to) found.push(node);
     for (const child of node.subtree) walk(child, node);
   };
@@ -298,6 +322,8 @@ function showGraphEdge(e) {
     el("h2", {}, `${e.client} → ${e.server}`),
     el("p", {}, `${e.requests} requests · ${e.failed} failed${ratio}` +
       (e.index_requests ? ` · ${e.index_requests} RPCs under DEI indexes` : "")),
+    e.merged_requests ? el("p", { class: "merged" }, `${plural(e.merged_requests, "call")} (${e.merged_failed} failed) never reached ` +
+      `${e.server}: their client spans named ${(graphServes.get(e.server) || []).join(", ") || "a name it serves"} and met no server span`) : null,
     el("p", {}, "client latency: ", latencyText(e.client_latency)),
     el("p", {}, "server latency: ", latencyText(e.server_latency)),
     el("p", { class: "hint" }, "seen through ", EDGE_KIND[e.connection_type] ?? e.connection_type));
@@ -316,7 +342,10 @@ function showGraphNode(id, g) {
     el("a", { href: "#graph", onclick: ev => { ev.preventDefault(); showGraphEdge(e); } },
       `${e.client} → ${e.server}`), `: ${e.requests} requests, ${e.failed} failed`)));
   document.getElementById("graph-detail").replaceChildren(
-    el("h2", {}, id), el("p", { class: "hint" }, node.virtual ? "virtual node: never seen serving" : "service"),
+    el("h2", {}, id), el("p", { class: "hint" }, node.virtual
+      ? ((node.served_by || []).length ? `virtual node: served by ${node.served_by.join(" and ")}, so which one a failed call would have reached is unknown`
+        : "virtual node: never seen serving")
+      : (node.serves || []).length ? `service, serving ${node.serves.join(", ")}` : "service"),
     el("p", {}, `calls out: ${sum(out, "requests")} requests, ${sum(out, "failed")} failed`), list(out),
     el("p", {}, `called: ${sum(into, "requests")} requests, ${sum(into, "failed")} failed`), list(into));
   const box = document.getElementById("graph-detail");
@@ -326,6 +355,28 @@ function showGraphNode(id, g) {
 }
 
 // ---- prefix tree ------------------------------------------------------------------------------------
+// An index element as its parts: ` · payload 3f2a… · stack examples/…/cinema.rs:201`, the full digests and
+// frame on hover (and in the node's details, to copy).
+function elementText(n) {
+  const out = [];
+  if (n.payload_digest) out.push(el("span", { class: "part" }, " · payload ",
+    el("span", { class: "hash", title: `payload digest ${n.payload_digest}` }, n.payload_digest.slice(0, 4) + "…")));
+  if (n.top_frame) out.push(el("span", { class: "part" }, " · stack ",
+    el("span", { class: "frame", title: `${n.top_frame}${n.stack_digest ? "\nstack digest " + n.stack_digest : ""}` }, shortFrame(n.top_frame))));
+  else if (n.stack_digest) out.push(el("span", { class: "part" }, " · stack ",
+    el("span", { class: "hash", title: `stack digest ${n.stack_digest} (no readable frames recorded)` }, n.stack_digest.slice(0, 4) + "…")));
+  return out;
+}
+// `{async_block#0} (examples/corpus/src/cinema.rs:201:102)` → `examples/…/cinema.rs:201`; a frame without a line
+// number, its file; without a location, its start
+function shortFrame(frame) {
+  const m = /\(([^()]*?)(?::([0-9]+)(?::[0-9]+)?)?\)\s*$/.exec(frame);
+  if (!m || !m[1]) return frame.length > 40 ? frame.slice(0, 39) + "…" : frame;
+  const parts = m[1].split("/").filter(Boolean);
+  const file = parts.length > 2 ? `${parts[0]}/…/${parts[parts.length - 1]}` : parts.join("/");
+  return m[2] ? `${file}:${m[2]}` : file;
+}
+
 function nodeRow(n, onSelect) {
   const li = el("li", { role: "treeitem", "data-index": n.index, tabindex: "-1", "aria-level": n.depth });
   if (n.children > 0) li.setAttribute("aria-expanded", "false");
@@ -335,7 +386,8 @@ function nodeRow(n, onSelect) {
   const row = el("div", { class: "row" }, toggle,
     n.depth >= DEEP ? el("span", { class: "depth" }, `${n.depth}`) : null,
     el("span", { class: "sig" }, n.signature || "(unknown)"),
-    parts ? el("span", { class: "count" }, ` #${parts.count}`) : null, " ",
+    parts ? el("span", { class: "count", title: `the ${parts.count}${ordinal(parts.count)} call with this invocation signature under the same prefix` }, ` #${parts.count}`) : null,
+    ...elementText(n), " ",
     el("span", { class: "el", title: `element ${n.element}: the digest of the RPC's signature, payload and call ` +
       `stack, and its count · index ${n.index}` }, parts ? parts.digest.slice(0, 6) + "…" : (n.element || "")),
     parts && parts.preliminary ? badge("preliminary (stream)") : null,
@@ -468,6 +520,9 @@ async function selectNode(n, row) {
   if (d.client_latency && d.client_latency.count) parts.push(el("p", {}, `client latency mean ${(d.client_latency.mean_s * 1000).toFixed(2)} ms, max ${(d.client_latency.max_s * 1000).toFixed(2)} ms`));
   if (ep) parts.push(el("p", { class: "hint" }, `element ${d.element}: the ${ep.count}${ordinal(ep.count)} call with ` +
     `invocation signature ${ep.digest} (the digest of the RPC, its payload and its call stack) under the same prefix`));
+  if (d.payload_digest || d.stack_digest) parts.push(el("p", { id: "detail-digests", class: "mono" },
+    ...(d.payload_digest ? ["payload digest ", el("code", {}, d.payload_digest)] : []), d.payload_digest && d.stack_digest ? el("br") : null,
+    ...(d.stack_digest ? ["stack digest ", el("code", {}, d.stack_digest)] : [])));
   if (Object.keys(d.faults || {}).length) parts.push(el("p", { id: "detail-faults" }, "injected faults: " +
     Object.entries(d.faults).map(([f, c]) => `${describeFault(f)} ×${c}`).join(", ")));
   parts.push(el("h2", {}, "Stack"));
@@ -547,18 +602,56 @@ document.getElementById("index-search").addEventListener("submit", ev => {
 });
 
 // ---- traces -----------------------------------------------------------------------------------------
+// The trace list, filtered by the collector (`/traces?service=&operation=&status=&index=&min_duration_ms=&
+// max_duration_ms=&limit=`): the filter bar's values are the URL's query, so that a filtered list can be shared.
+const TRACE_FILTERS = ["service", "operation", "status", "index", "min_duration_ms", "max_duration_ms", "limit"];
+function fillTraceFilters() {
+  const form = document.getElementById("trace-filters"), q = new URLSearchParams(traceQuery);
+  for (const k of TRACE_FILTERS) if (form.elements[k]) form.elements[k].value = q.get(k) || "";
+}
+document.getElementById("trace-filters").addEventListener("submit", ev => {
+  ev.preventDefault();
+  const q = new URLSearchParams();
+  for (const [k, v] of new FormData(ev.target)) if (String(v).trim()) q.set(k, String(v).trim());
+  traceQuery = q.toString();
+  delete loaded.traces;
+  showTab("traces", tabHash("traces"));
+});
+document.getElementById("trace-filters").addEventListener("reset", ev => {
+  ev.preventDefault();
+  traceQuery = "";
+  delete loaded.traces;
+  showTab("traces", "#traces");
+});
+
 async function loadTraces() {
-  const t = await getJSON("/traces?limit=500");
-  const table = el("table", { class: "grid" }, el("tr", {}, el("th", {}, "started"), el("th", {}, "trace"),
-    el("th", {}, "RPCs"), el("th", {}, "faults")));
-  const traces = [...t.traces].sort((a, b) => b.start_unix_nano - a.start_unix_nano);
-  for (const tr of traces) {
-    table.append(el("tr", { class: tr.faults ? "failed" : "" },
+  fillTraceFilters();
+  const q = new URLSearchParams(traceQuery);
+  if (!q.has("limit")) q.set("limit", "500");
+  const t = await getJSON("/traces?" + q.toString());
+  const services = document.getElementById("trace-services");
+  getJSON("/graph").then(g => services.replaceChildren(...g.nodes.filter(n => !n.virtual).map(n => el("option", { value: n.id }))))
+    .catch(reportError);
+  const table = el("table", { class: "grid", id: "traces-table" }, el("tr", {}, el("th", {}, "trace"), el("th", {}, "started"),
+    el("th", {}, "duration"), el("th", {}, "root operation"), el("th", {}, "service"), el("th", {}, "status"),
+    el("th", {}, "faults"), el("th", {}, "RPCs")));
+  for (const tr of t.traces) {
+    table.append(el("tr", { class: tr.status === "error" ? "failed" : "", "data-trace": tr.trace_id },
+      el("td", { class: "mono" }, el("a", { href: "#traces/" + tr.trace_id + (traceQuery ? "?" + traceQuery : "") }, tr.trace_id.slice(0, 12) + "…"),
+        await jaegerTraceLink(tr.trace_id)),
       el("td", {}, startedText(tr.start_unix_nano)),
-      el("td", { class: "mono" }, el("a", { href: "#traces/" + tr.trace_id }, tr.trace_id.slice(0, 16) + "…"), await jaegerTraceLink(tr.trace_id)),
-      el("td", {}, tr.rpcs), el("td", {}, tr.faults)));
+      el("td", { class: "num", "data-ns": tr.duration_nano }, ms(tr.duration_nano / 1e9)),
+      el("td", {}, tr.root_operation || "?"),
+      el("td", { title: (tr.services || []).join(", ") }, tr.root_service || "?"),
+      el("td", {}, badge(tr.status, tr.status === "error" ? "err" : ""), tr.errors ? ` ${tr.errors} failed` : ""),
+      el("td", {}, tr.faults ? badge(String(tr.faults), "fault") : "0"),
+      el("td", {}, tr.rpcs)));
   }
-  document.getElementById("trace-list").replaceChildren(el("p", {}, `${t.retained} traces retained`), table);
+  const shown = t.traces.length;
+  document.getElementById("trace-list").replaceChildren(
+    el("p", { id: "traces-count" }, `${t.matched} of ${t.retained} retained traces match` +
+      (shown < t.matched ? `; the newest ${shown} are listed` : "")),
+    shown ? table : el("p", { class: "hint" }, "no trace matches these filters"));
 }
 
 // The outcome a span recorded: its gRPC status code or HTTP status, when it has one.
@@ -587,7 +680,7 @@ function traceNode(n) {
 }
 
 async function openTrace(id) {
-  showTab("traces", "#traces/" + id);
+  showTab("traces", "#traces/" + id + (traceQuery ? "?" + traceQuery : ""));
   const t = await getJSON("/traces/" + encodeURIComponent(id));
   const root = el("ul", { id: "trace-tree-root" });
   document.getElementById("trace-tree").replaceChildren(el("p", { class: "mono" }, `trace ${t.trace_id} · ${t.rpcs} RPCs`, await jaegerTraceLink(t.trace_id)),
@@ -729,39 +822,82 @@ function outcomeText(e) {
   const v = verdict(e);
   return e.outcome && e.outcome.message ? `${v}: ${e.outcome.message}` : v;
 }
+// The reports the collector serves (`--search-report FILE or DIRECTORY`), newest first: the picker chooses
+// one, and optionally a second shown beside it. The choice is the URL's query (`#search?report=ID&compare=ID`).
+let reportList = null, shownReports = null;
+const reportName = r => `${r.program} · ${r.time} UTC · ${plural(r.executions, "execution")}, ${r.failures} failing` + (r.latest ? " (latest)" : "");
 async function loadSearch() {
   const box = document.getElementById("search");
-  let r;
-  try { r = await getJSON("/search", { quiet: [404] }); } catch (e) {
-    box.replaceChildren(el("p", { class: "hint" }, e.status === 404 ? "no search report" : "the search report is unavailable"));
+  let list;
+  try { list = await getJSON("/search/reports", { quiet: [404] }); } catch (e) {
+    reportList = null;
+    box.replaceChildren(el("p", { class: "hint" }, e.status === 404 ? "no search report" : "the search reports are unavailable"));
     return;
   }
-  const reports = Array.isArray(r) ? r : [r];
-  const out = [];
-  for (const rep of reports) {
-    const execs = [...(rep.executions || [])].sort((a, b) => failed(b) - failed(a));
-    out.push(el("h2", {}, `${rep.test || rep.name || "functional test"}: ${execs.length} executions, ${execs.filter(failed).length} failing`));
-    const t = el("table", { class: "grid", id: "executions" }, el("tr", {}, el("th", {}, "#"), el("th", {}, "outcome"),
-      el("th", {}, "planned faults"), el("th", {}, "carried out")));
-    const detail = el("div", { id: "execution-detail", class: "detail" }, el("p", { class: "hint" }, "click an execution for its call tree"));
-    for (const e of execs) {
-      const unreached = e.unreached || [];
-      t.append(el("tr", { class: failed(e) ? "failed" : "", onclick: () => showExecution(e, detail) },
-        el("td", {}, e.number), el("td", {}, outcomeText(e)),
-        el("td", {}, e.plan.length ? e.plan.map(plannedText).join("; ") : "none (the fault-free run)"),
-        el("td", {}, unreached.length ? `${unreached.length} of ${e.plan.length} never reached: ` + unreached.map(plannedText).join("; ")
-          : e.plan.length ? "every planned fault injected" : "")));
-    }
-    out.push(el("div", { class: "split" }, t, detail));
+  reportList = list;
+  const problems = document.getElementById("report-problems");
+  problems.hidden = list.problems.length === 0;
+  problems.replaceChildren(`${plural(list.problems.length, "report file")} could not be read: `,
+    ...list.problems.flatMap((p, i) => [i ? "; " : "", el("code", {}, p.file), `: ${p.error}`]));
+  if (list.omitted) problems.append(` · ${list.omitted} more reports not listed`), problems.hidden = false;
+  const q = new URLSearchParams(searchQuery);
+  const ids = new Set(list.reports.map(r => r.id));
+  const a = ids.has(q.get("report")) ? q.get("report") : (list.reports[0] || {}).id;
+  const b = ids.has(q.get("compare")) && q.get("compare") !== a ? q.get("compare") : "";
+  const option = (r, selected) => { const o = el("option", { value: r.id }, reportName(r)); o.selected = selected; return o; };
+  document.getElementById("report-a").replaceChildren(...list.reports.map(r => option(r, r.id === a)));
+  const none = el("option", { value: "" }, "none"); none.selected = !b;
+  document.getElementById("report-b").replaceChildren(none, ...list.reports.filter(r => r.id !== a).map(r => option(r, r.id === b)));
+  if (!a) { box.replaceChildren(el("p", { class: "hint" }, `no report in ${list.source} yet`)); shownReports = null; return; }
+  const key = JSON.stringify([a, b, list.reports.filter(r => r.id === a || r.id === b)]);
+  if (key === shownReports) return; // the same reports, unchanged: keep the page (and the open execution) as it is
+  shownReports = key;
+  const entry = id => list.reports.find(r => r.id === id);
+  const panes = [[entry(a), ""], ...(b ? [[entry(b), "-b"]] : [])];
+  const reports = await Promise.all(panes.map(([r]) => getJSON("/search?report=" + encodeURIComponent(r.id))));
+  box.replaceChildren(el("div", { class: b ? "reports side-by-side" : "reports" },
+    ...panes.map(([r, suffix], i) => reportPane(r, reports[i], suffix, list, !b))));
+}
+function pickReports() {
+  const f = new FormData(document.getElementById("report-bar"));
+  const q = new URLSearchParams();
+  if (f.get("report")) q.set("report", f.get("report"));
+  if (f.get("compare")) q.set("compare", f.get("compare"));
+  searchQuery = q.toString();
+  delete loaded.search;
+  showTab("search", tabHash("search"));
+}
+document.getElementById("report-a").addEventListener("change", pickReports);
+document.getElementById("report-b").addEventListener("change", pickReports);
+
+// One report: its heading (program, time, test), its executions, failing first, and an execution's call tree.
+function reportPane(entry, rep, suffix, list, wide) {
+  const execs = [...(rep.executions || [])].sort((a, b) => failed(b) - failed(a));
+  const file = list.directory ? `${list.source}/${entry.id}` : list.source;
+  const t = el("table", { class: "grid executions", id: "executions" + suffix }, el("tr", {}, el("th", {}, "#"), el("th", {}, "outcome"),
+    el("th", {}, "planned faults"), el("th", {}, "carried out")));
+  const detail = el("div", { id: "execution-detail" + suffix, class: "detail execution-detail" },
+    el("p", { class: "hint" }, "click an execution for its call tree"));
+  for (const e of execs) {
+    const unreached = e.unreached || [];
+    t.append(el("tr", { class: failed(e) ? "failed" : "", onclick: () => showExecution(e, detail, file) },
+      el("td", {}, e.number), el("td", {}, outcomeText(e)),
+      el("td", {}, e.plan.length ? e.plan.map(plannedText).join("; ") : "none (the fault-free run)"),
+      el("td", {}, unreached.length ? `${unreached.length} of ${e.plan.length} never reached: ` + unreached.map(plannedText).join("; ")
+        : e.plan.length ? "every planned fault injected" : "")));
   }
-  box.replaceChildren(...out);
+  return el("section", { class: "report-pane", "data-report": entry.id },
+    el("h2", {}, `${entry.program} · ${entry.time} UTC`),
+    el("p", { class: "report-summary" }, `${rep.test || "functional test"}: ${plural(execs.length, "execution")}, ${execs.filter(failed).length} failing`,
+      el("span", { class: "hint", title: file }, ` · ${entry.id}`)),
+    wide ? el("div", { class: "split" }, t, detail) : el("div", {}, t, detail));
 }
 
 function plannedText(p) { return `${p.signature || p.index} → ${describeFault(p.fault)}`; }
 
 // An execution as its call tree: each RPC under the RPC whose serving issued it, the injected faults marked,
 // the planned faults that no RPC reached listed apart.
-function showExecution(e, box) {
+function showExecution(e, box, file = "REPORT.json") {
   const rpcs = e.rpcs || [];
   const kids = new Map();
   rpcs.forEach((r, i) => { const p = r.parent ?? -1; if (!kids.has(p)) kids.set(p, []); kids.get(p).push(i); });
@@ -783,7 +919,7 @@ function showExecution(e, box) {
   const parts = [el("h2", {}, `execution ${e.number}: ${outcomeText(e)}`)];
   if ((e.traces || []).length) parts.push(el("p", { class: "exec-traces" }, "its traces: ",
     ...e.traces.flatMap((id, i) => i ? [", ", traceLink(id)] : [traceLink(id)])));
-  if (e.plan_wire) parts.push(el("p", {}, "replay its plan: ", el("code", {}, `--replay REPORT.json ${e.number}`),
+  if (e.plan_wire) parts.push(el("p", {}, "replay its plan: ", el("code", {}, `--replay ${file} ${e.number}`),
     el("span", { class: "hint" }, ` (plan ${e.plan_wire})`)));
   if ((e.unreached || []).length) parts.push(el("p", { class: "unreached" }, "planned but never reached (the outcome does not test them): " +
     e.unreached.map(plannedText).join("; ")));
@@ -825,10 +961,14 @@ async function pollStats() {
     box.textContent = `${s.tree_nodes} tree nodes · ${s.traces_retained} traces · ${s.graph_edges} edges`;
     box.classList.remove("stale");
     const now = JSON.stringify([s.tree_nodes, s.traces_retained, s.graph_edges, s.graph_waiting_spans]);
+    const active = document.querySelector("#tabs button.active")?.dataset.tab;
     if (lastStats !== null && now !== lastStats) {
-      const active = document.querySelector("#tabs button.active")?.dataset.tab;
       for (const name of Object.keys(loaded)) if (name !== active && name !== "diff") delete loaded[name];
       if (active && reloaders[active]) loaded[active] = reloaders[active]().catch(reportError);
+    } else if (active === "search" && loaded.search) {
+      // a new run's report appears in the picker without spans arriving (the list is read again; an unchanged
+      // selection is not drawn again)
+      loaded.search = loaded.search.then(loadSearch).catch(reportError);
     }
     lastStats = now;
   } catch (e) {

@@ -6,11 +6,13 @@ use crate::collector::Collector;
 use crate::state::CollectorState;
 pub mod prometheus;
 pub mod render;
+pub mod search;
+pub mod traces;
 pub mod tree;
 pub mod ui;
 
 use crate::api::tree::{self as views, Selection};
-use crate::views::{NodeTraces, Stats, TraceList, TraceSummary};
+use crate::views::{NodeTraces, Stats};
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -37,6 +39,7 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/v1/tree/children", get(children))
         .route("/api/v1/tree/node/traces", get(node_traces))
         .route("/api/v1/search", get(search))
+        .route("/api/v1/search/reports", get(search_reports))
         .route("/api/v1/traces", get(traces))
         .route("/api/v1/traces/{trace_id}", get(trace))
         .route("/api/v1/diff", get(diff))
@@ -196,7 +199,7 @@ pub fn stats(
         counters: counters.clone(),
         tree_nodes: a.tree.len(),
         traces_retained: a.traces.len(),
-        graph_edges: a.graph.edges().len(),
+        graph_edges: a.graph.merged_edge_count(),
         graph_waiting_spans: a.graph.waiting(),
         forward_queue_spans: queued.spans,
         forward_queue_bytes: queued.bytes,
@@ -305,31 +308,11 @@ async fn children(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>) -
     Json(list).into_response()
 }
 
-#[derive(Deserialize)]
-struct LimitQuery {
-    limit: Option<usize>,
-}
-
-async fn traces(State(c): State<Arc<Collector>>, Query(q): Query<LimitQuery>) -> Response {
-    let a = c.state();
-    let all = a.traces.ordered();
-    let limit = q.limit.unwrap_or(100).min(10_000);
-    let list: Vec<_> = all
-        .iter()
-        .rev()
-        .take(limit)
-        .map(|t| TraceSummary {
-            trace_id: hex::encode(t.trace_id),
-            start_unix_nano: t.start_ns,
-            rpcs: t.occurrences.len(),
-            faults: t.occurrences.iter().filter(|o| o.fault.is_some()).count(),
-        })
-        .collect();
-    Json(TraceList {
-        retained: all.len(),
-        traces: list,
-    })
-    .into_response()
+async fn traces(State(c): State<Arc<Collector>>, Query(q): Query<traces::TraceQuery>) -> Response {
+    match traces::list(&c.state(), &q) {
+        Ok(list) => Json(list).into_response(),
+        Err(e) => bad_request(e).into_response(),
+    }
 }
 
 async fn trace(State(c): State<Arc<Collector>>, Path(trace_id): Path<String>) -> Response {
@@ -488,15 +471,50 @@ async fn node_traces(State(c): State<Arc<Collector>>, Query(q): Query<TreeQuery>
     .into_response()
 }
 
-async fn search(State(c): State<Arc<Collector>>) -> Response {
+#[derive(Deserialize)]
+struct SearchQuery {
+    report: Option<String>,
+}
+
+fn search_error(e: search::SearchError) -> Response {
+    match e {
+        search::SearchError::Malformed { .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({ "error": e.to_string() })),
+        )
+            .into_response(),
+        e => not_found(e.to_string()),
+    }
+}
+
+/// One search report: `?report=ID` from the list, or the newest (the file itself when one was given).
+async fn search(State(c): State<Arc<Collector>>, Query(q): Query<SearchQuery>) -> Response {
     let Some(path) = c.config().search_report.clone() else {
-        return not_found("no search report configured (serve --search-report FILE)");
+        return search_error(search::SearchError::NotConfigured);
     };
-    match tokio::fs::read(&path).await {
-        Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
-            Ok(v) => Json(v).into_response(),
-            Err(e) => not_found(format!("{}: not JSON: {e}", path.display())),
-        },
-        Err(e) => not_found(format!("{}: {e}", path.display())),
+    match tokio::task::spawn_blocking(move || search::read(&path, q.report.as_deref())).await {
+        Ok(Ok(v)) => Json(v).into_response(),
+        Ok(Err(e)) => search_error(e),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+/// The search reports, newest first, with the files that could not be read.
+async fn search_reports(State(c): State<Arc<Collector>>) -> Response {
+    let Some(path) = c.config().search_report.clone() else {
+        return search_error(search::SearchError::NotConfigured);
+    };
+    match tokio::task::spawn_blocking(move || search::list(&path)).await {
+        Ok(Ok(list)) => Json(list).into_response(),
+        Ok(Err(e)) => search_error(e),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": e.to_string() })),
+        )
+            .into_response(),
     }
 }

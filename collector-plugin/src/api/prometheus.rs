@@ -24,7 +24,10 @@ fn hist(out: &mut String, name: &str, labels: &str, h: &Histogram) {
 /// Default of [`render`]'s `max_histogram_edges` (`--metrics-max-histogram-edges`).
 pub const DEFAULT_MAX_HISTOGRAM_EDGES: usize = 500;
 
-/// Renders the graph metrics, tree gauges and counters. Every edge gets its request and failure counters;
+/// Renders the graph metrics, tree gauges and counters. The edges are the merged ones
+/// ([`crate::graph::ServiceGraph::merged_edges`], as `/api/v1/graph` shows them): a call that failed before
+/// reaching a service counts on the edge to that service (`connection_type=""`), not to a virtual node named
+/// by its `rpc.service`, once that service was seen serving it. Every edge gets its request and failure counters;
 /// the latency histograms (34 series per edge) go only to the `max_histogram_edges` edges with the most
 /// requests, so that a scrape stays bounded, and the gauge `dei_metrics_histogram_edges_omitted` says how
 /// many edges were left out.
@@ -35,7 +38,9 @@ pub fn render(
     max_histogram_edges: usize,
 ) -> String {
     let mut out = String::new();
-    let edges = a.graph.edges();
+    let merged = a.graph.merged_edges();
+    let edges: Vec<(&crate::graph::EdgeKey, &crate::graph::EdgeStats)> =
+        merged.iter().map(|m| (&m.key, &m.stats)).collect();
     let with_histograms: std::collections::HashSet<usize> = {
         let mut by_requests: Vec<usize> = (0..edges.len()).collect();
         by_requests.sort_by(|&x, &y| edges[y].1.requests.cmp(&edges[x].1.requests).then(x.cmp(&y)));
@@ -122,7 +127,11 @@ pub fn render(
             "traces retained for per-trace analyses",
             a.traces.len() as u64,
         ),
-        ("dei_graph_edges", "service graph edges", edges.len() as u64),
+        (
+            "dei_graph_edges",
+            "service graph edges (virtual nodes merged)",
+            edges.len() as u64,
+        ),
         (
             "dei_graph_waiting_spans",
             "spans waiting for their peer",

@@ -9,9 +9,37 @@ use crate::views::{Diff, DiffSide, NodeView, SubtreeView, TraceNode, TraceView};
 use dei_propagator::Index;
 use std::collections::BTreeSet;
 
+/// The innermost readable frame: the first with a source location (`(path:line…)`) that is not in the
+/// standard library or a dependency from cargo's registry, or else the first frame.
+pub fn top_frame(frames: &[String]) -> Option<String> {
+    let readable = |f: &&String| {
+        let location = f.rsplit_once('(').map_or("", |(_, l)| l);
+        let has_line = location
+            .split(':')
+            .nth(1)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        has_line
+            && ![
+                "/rustc/",
+                "/.cargo/registry/",
+                "/.cargo/git/",
+                "library/std/",
+                "library/core/",
+            ]
+            .iter()
+            .any(|p| location.contains(p))
+    };
+    frames.iter().find(readable).or(frames.first()).cloned()
+}
+
 /// The view of a node.
 pub fn node_view(n: &Node, stacks: &StackFrames) -> NodeView {
     let s = &n.stats;
+    let stack = s.stack.clone().or_else(|| {
+        s.stack_digest
+            .and_then(|d| stacks.get(&d))
+            .map(|frames| frames.to_vec())
+    });
     NodeView {
         index: n.index.encode(),
         element: n.index.last().map(|e| e.to_string()),
@@ -33,11 +61,10 @@ pub fn node_view(n: &Node, stacks: &StackFrames) -> NodeView {
         last_seen_unix_nano: s.last_seen_ns,
         preliminary: s.preliminary,
         children: n.children.len(),
-        stack: s.stack.clone().or_else(|| {
-            s.stack_digest
-                .and_then(|d| stacks.get(&d))
-                .map(|frames| frames.to_vec())
-        }),
+        top_frame: stack.as_deref().and_then(top_frame),
+        stack,
+        payload_digest: s.payload_digest,
+        stack_digest: s.stack_digest,
     }
 }
 
@@ -163,5 +190,32 @@ pub fn diff(a: &CollectorState, sa: &Selection, sb: &Selection, limit: usize) ->
             .take(limit)
             .map(|i| crate::analysis::named(a, i))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_frame;
+
+    #[test]
+    fn the_top_frame_is_the_innermost_with_a_source_location_in_the_program() {
+        let frames = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let f = frames(&[
+            "tokio::runtime::task::poll (/root/.cargo/registry/src/index/tokio-1.0/src/runtime/task.rs:12:5)",
+            "core::future::poll (/rustc/abc/library/core/src/future.rs:1:1)",
+            "{async_block#0} (examples/corpus/src/cinema.rs:201:102)",
+            "main (examples/demo.rs:20:1)",
+        ]);
+        assert_eq!(
+            top_frame(&f).as_deref(),
+            Some("{async_block#0} (examples/corpus/src/cinema.rs:201:102)")
+        );
+        let f = frames(&["0x7f00aa", "<unknown>"]);
+        assert_eq!(
+            top_frame(&f).as_deref(),
+            Some("0x7f00aa"),
+            "no frame has a location: the innermost"
+        );
+        assert_eq!(top_frame(&[]), None);
     }
 }

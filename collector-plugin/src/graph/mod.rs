@@ -10,6 +10,18 @@
 //! with `db.system`) makes no server span, so its edge to the database is recorded at once, as the
 //! Collector's connector does, instead of holding the half until the TTL.
 //!
+//! **Merging virtual nodes.** A call that fails before it reaches its server (a connection error, a fault
+//! injected at the client) leaves a client span whose peer is named by `rpc.service` (`cinema.Bookings`),
+//! which would be a virtual node beside the real service (`bookings`). The graph remembers, from the server
+//! spans of every trace, which services serve each `rpc.service` (at most [`GraphConfig::max_edges`] names,
+//! the least recently seen forgotten first, counted in `graph_rpc_services_evicted`).
+//! [`ServiceGraph::merged_edges`] folds an edge to such a virtual node into the edge to the one service that
+//! serves its `rpc.service` (connection type `""`): the graph's JSON, its DOT and Mermaid renders and the
+//! Prometheus metrics all read the merged edges. An `rpc.service` served by two or more services stays a
+//! virtual node (a failed call cannot say which of them it would have reached), and so does one never seen
+//! served. The edges are stored under the names the spans gave, so a merge learned later applies to the calls
+//! recorded before it.
+//!
 //! Edges derived from the DEI prefix relation (the caller's index is a prefix of the callee's) are computed
 //! from the prefix tree by `api::render::index_edges`.
 
@@ -140,6 +152,42 @@ impl PairingStore {
     }
 }
 
+/// Which services serve an `rpc.service`, from server spans.
+#[derive(Debug, Clone, Default)]
+struct Serving {
+    /// Serving services, with their server spans (at most [`MAX_SERVERS_PER_RPC_SERVICE`]).
+    services: std::collections::BTreeMap<Arc<str>, u64>,
+    /// More services than kept served it.
+    more: bool,
+    last_seen: u64,
+}
+
+/// Most serving services remembered per `rpc.service` (two already make it ambiguous).
+const MAX_SERVERS_PER_RPC_SERVICE: usize = 8;
+
+/// Where a name of the graph goes once virtual nodes are merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// A service (instrumented), or a virtual node merged into the service it names.
+    Service(Arc<str>),
+    /// A virtual node that stays: never seen served, or served by several services (listed).
+    Virtual(Vec<Arc<str>>),
+}
+
+/// An edge after merging (what [`ServiceGraph::merged_edges`] returns).
+#[derive(Debug, Clone)]
+pub struct MergedEdge {
+    /// Its identity, with merged names.
+    pub key: EdgeKey,
+    /// Its numbers, the merged edges' included.
+    pub stats: EdgeStats,
+    /// Requests folded in from edges to virtual nodes named by an `rpc.service` this edge's server serves
+    /// (calls that met no server span: they failed before reaching it).
+    pub merged_requests: u64,
+    /// The failed ones among them.
+    pub merged_failed: u64,
+}
+
 /// The service graph.
 #[derive(Debug)]
 pub struct ServiceGraph {
@@ -148,6 +196,10 @@ pub struct ServiceGraph {
     edges: HashMap<EdgeKey, EdgeStats>,
     virtual_nodes: HashMap<Arc<str>, ConnectionType>,
     services: HashMap<Arc<str>, u64>,
+    /// `rpc.service` → the services whose server spans carry it.
+    serving: HashMap<Arc<str>, Serving>,
+    /// The virtual nodes named by a client span's `rpc.service` (they merge into the service that serves it).
+    rpc_service_nodes: std::collections::HashSet<Arc<str>>,
     seq: u64,
 }
 
@@ -160,6 +212,8 @@ impl ServiceGraph {
             edges: HashMap::new(),
             virtual_nodes: HashMap::new(),
             services: HashMap::new(),
+            serving: HashMap::new(),
+            rpc_service_nodes: std::collections::HashSet::new(),
             seq: 0,
         }
     }
@@ -191,6 +245,9 @@ impl ServiceGraph {
                 }
             }
             k if k.is_callee() => {
+                if let Some((name, PeerSource::RpcService)) = &span.peer {
+                    self.learn_serving(name, &span.service, 1, counters);
+                }
                 let half = ServerHalf {
                     service: span.service.clone(),
                     seconds: span.duration_seconds(),
@@ -308,6 +365,9 @@ impl ServiceGraph {
                     };
                     let server: Arc<str> = Arc::from(peer.as_str());
                     self.virtual_nodes.insert(server.clone(), connection_type);
+                    if source == PeerSource::RpcService && !self.rpc_service_nodes.contains(&server) {
+                        self.rpc_service_nodes.insert(server.clone());
+                    }
                     let key = EdgeKey {
                         client: c.service,
                         server,
@@ -387,6 +447,158 @@ impl ServiceGraph {
     /// Halves waiting for their peer.
     pub fn waiting(&self) -> usize {
         self.store.len()
+    }
+
+    /// Records that `service` served `rpc_service` in `spans` more server spans (a server span's
+    /// `rpc.service`, or another graph's knowledge: a query node merging its shards' graphs).
+    pub fn learn_serving(&mut self, rpc_service: &str, service: &Arc<str>, spans: u64, counters: &Counters) {
+        self.seq += 1;
+        let seq = self.seq;
+        // the common case, a known name and server: no allocation
+        if let Some(entry) = self.serving.get_mut(rpc_service)
+            && let Some(n) = entry.services.get_mut(service)
+        {
+            *n += spans;
+            entry.last_seen = seq;
+            return;
+        }
+        if !self.serving.contains_key(rpc_service)
+            && self.serving.len() >= self.config.max_edges.max(1)
+            && let Some(oldest) = self
+                .serving
+                .iter()
+                .min_by_key(|(_, s)| s.last_seen)
+                .map(|(k, _)| k.clone())
+        {
+            self.serving.remove(&oldest);
+            Counters::add(&counters.graph_rpc_services_evicted, 1);
+        }
+        let entry = match self.serving.get_mut(rpc_service) {
+            Some(entry) => entry,
+            None => self.serving.entry(Arc::from(rpc_service)).or_default(),
+        };
+        entry.last_seen = seq;
+        if entry.services.len() < MAX_SERVERS_PER_RPC_SERVICE {
+            entry.services.insert(service.clone(), spans);
+        } else {
+            entry.more = true;
+        }
+    }
+
+    /// Every `rpc.service` learned, with the services that served it and their server spans (a snapshot of
+    /// what [`learn_serving`](Self::learn_serving) recorded).
+    pub fn serving(&self) -> impl Iterator<Item = (&Arc<str>, &std::collections::BTreeMap<Arc<str>, u64>)> + '_ {
+        self.serving.iter().map(|(k, s)| (k, &s.services))
+    }
+
+    /// The virtual nodes named by a client span's `rpc.service` (the ones that merge).
+    pub fn rpc_service_nodes(&self) -> &std::collections::HashSet<Arc<str>> {
+        &self.rpc_service_nodes
+    }
+
+    /// Marks a virtual node as named by an `rpc.service` (another graph's, for a query node merging its
+    /// shards' graphs).
+    pub fn add_rpc_service_node(&mut self, name: Arc<str>) {
+        self.rpc_service_nodes.insert(name);
+    }
+
+    /// The services seen serving `rpc_service` (their server spans carried it), sorted.
+    pub fn served_by(&self, rpc_service: &str) -> Vec<Arc<str>> {
+        self.serving
+            .get(rpc_service)
+            .map(|s| s.services.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The `rpc.service` names a service serves (every one its server spans carried), sorted.
+    pub fn serves(&self, service: &str) -> Vec<Arc<str>> {
+        let mut v: Vec<Arc<str>> = self
+            .serving
+            .iter()
+            .filter(|(_, s)| s.services.contains_key(service))
+            .map(|(k, _)| k.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Where a node name goes once virtual nodes are merged: a virtual node named by an `rpc.service` that
+    /// exactly one service serves becomes that service; any other virtual node stays (with the services
+    /// that serve its name when there are several); every other name is a service.
+    pub fn resolve(&self, name: &Arc<str>) -> Resolved {
+        if !self.virtual_nodes.contains_key(name) {
+            return Resolved::Service(name.clone());
+        }
+        if !self.rpc_service_nodes.contains(name) {
+            return Resolved::Virtual(Vec::new());
+        }
+        match self.serving.get(name) {
+            Some(s) if s.services.len() == 1 && !s.more => {
+                Resolved::Service(s.services.keys().next().cloned().unwrap_or_else(|| name.clone()))
+            }
+            Some(s) => Resolved::Virtual(s.services.keys().cloned().collect()),
+            None => Resolved::Virtual(Vec::new()),
+        }
+    }
+
+    /// The name a node has once virtual nodes are merged.
+    pub fn merged_name(&self, name: &Arc<str>) -> Arc<str> {
+        match self.resolve(name) {
+            Resolved::Service(s) => s,
+            Resolved::Virtual(_) => name.clone(),
+        }
+    }
+
+    /// How many edges [`merged_edges`](Self::merged_edges) returns, without building them.
+    pub fn merged_edge_count(&self) -> usize {
+        let keys: std::collections::HashSet<(&Arc<str>, Arc<str>, ConnectionType)> = self
+            .edges
+            .keys()
+            .map(|k| match (k.connection_type, self.resolve(&k.server)) {
+                (ConnectionType::VirtualNode, Resolved::Service(s)) if s != k.server => {
+                    (&k.client, s, ConnectionType::Direct)
+                }
+                _ => (&k.client, k.server.clone(), k.connection_type),
+            })
+            .collect();
+        keys.len()
+    }
+
+    /// The edges with virtual nodes merged (see the module docs), sorted by key: an edge to a virtual node
+    /// that [`resolve`](Self::resolve)s to a service is added to the direct edge between the same caller and
+    /// that service (made if there is none), its requests counted in [`MergedEdge::merged_requests`].
+    pub fn merged_edges(&self) -> Vec<MergedEdge> {
+        let mut out: std::collections::BTreeMap<EdgeKey, MergedEdge> = std::collections::BTreeMap::new();
+        for (k, e) in &self.edges {
+            let merged = match (k.connection_type, self.resolve(&k.server)) {
+                (ConnectionType::VirtualNode, Resolved::Service(s)) if s != k.server => Some(s),
+                _ => None,
+            };
+            let key = match &merged {
+                Some(server) => EdgeKey {
+                    client: k.client.clone(),
+                    server: server.clone(),
+                    connection_type: ConnectionType::Direct,
+                },
+                None => k.clone(),
+            };
+            let m = out.entry(key.clone()).or_insert_with(|| MergedEdge {
+                key,
+                stats: EdgeStats::default(),
+                merged_requests: 0,
+                merged_failed: 0,
+            });
+            m.stats.requests += e.requests;
+            m.stats.failed += e.failed;
+            m.stats.client_seconds.merge(&e.client_seconds);
+            m.stats.server_seconds.merge(&e.server_seconds);
+            m.stats.last_update = m.stats.last_update.max(e.last_update);
+            if merged.is_some() {
+                m.merged_requests += e.requests;
+                m.merged_failed += e.failed;
+            }
+        }
+        out.into_values().collect()
     }
 }
 
@@ -511,5 +723,152 @@ mod tests {
         }
         assert_eq!(g.edges().len(), 3);
         assert_eq!(c.snapshot().graph_edges_evicted, 7);
+    }
+
+    /// A client span of `from` calling the `rpc.service` `callee`, and (unless it failed before reaching
+    /// it) the server span of `server` serving it.
+    fn call(g: &mut ServiceGraph, c: &Counters, trace: u8, from: &str, callee: &str, server: Option<&str>) {
+        let now = Instant::now();
+        let mut client = span(trace, 2, Some(1), from, Kind::Client, 5, server.is_none());
+        client.peer = Some((callee.into(), PeerSource::RpcService));
+        g.observe(&client, now, c);
+        if let Some(server) = server {
+            let mut s = span(trace, 3, Some(2), server, Kind::Server, 3, false);
+            s.peer = Some((callee.into(), PeerSource::RpcService));
+            g.observe(&s, now, c);
+        }
+        g.flush(c);
+    }
+
+    fn merged(g: &ServiceGraph) -> Vec<(String, String, &'static str, u64, u64, u64)> {
+        g.merged_edges()
+            .iter()
+            .map(|m| {
+                let k = &m.key;
+                (
+                    k.client.to_string(),
+                    k.server.to_string(),
+                    k.connection_type.label(),
+                    m.stats.requests,
+                    m.stats.failed,
+                    m.merged_requests,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_that_failed_before_reaching_its_server_merges_into_the_service_that_serves_it() {
+        let c = Counters::default();
+        let mut g = ServiceGraph::new(GraphConfig::default());
+        // the failed call comes first: stored as an edge to the virtual node `cinema.Bookings`
+        call(&mut g, &c, 1, "users", "cinema.Bookings", None);
+        assert_eq!(
+            merged(&g),
+            [("users".into(), "cinema.Bookings".into(), "virtual_node", 1, 1, 0)]
+        );
+        assert_eq!(g.resolve(&Arc::from("cinema.Bookings")), Resolved::Virtual(Vec::new()));
+        // another trace shows `bookings` serving cinema.Bookings: the earlier failure joins users → bookings
+        call(&mut g, &c, 2, "users", "cinema.Bookings", Some("bookings"));
+        call(&mut g, &c, 3, "users", "cinema.Bookings", None);
+        assert_eq!(merged(&g), [("users".into(), "bookings".into(), "", 3, 2, 2)]);
+        assert_eq!(g.merged_edge_count(), 1);
+        let m = &g.merged_edges()[0];
+        assert_eq!(m.merged_failed, 2);
+        assert_eq!(m.stats.client_seconds.count, 3, "every client span's latency");
+        assert_eq!(m.stats.server_seconds.count, 1, "the one server span's");
+        assert_eq!(
+            g.resolve(&Arc::from("cinema.Bookings")),
+            Resolved::Service(Arc::from("bookings"))
+        );
+        assert_eq!(g.serves("bookings"), [Arc::from("cinema.Bookings")]);
+        // stored as the spans named them: two edges, one to the virtual node
+        assert_eq!(g.edges().len(), 2);
+        // an edge to a virtual node only: a caller whose every call failed still joins the service
+        call(&mut g, &c, 4, "showtimes", "cinema.Bookings", None);
+        assert!(merged(&g).contains(&("showtimes".into(), "bookings".into(), "", 1, 1, 1)));
+    }
+
+    #[test]
+    fn a_name_served_by_two_services_or_by_none_stays_virtual() {
+        let c = Counters::default();
+        let mut g = ServiceGraph::new(GraphConfig::default());
+        call(&mut g, &c, 1, "web", "shop.Cart", Some("cart-v1"));
+        call(&mut g, &c, 2, "web", "shop.Cart", Some("cart-v2"));
+        call(&mut g, &c, 3, "web", "shop.Cart", None);
+        call(&mut g, &c, 4, "web", "shop.Ghost", None);
+        assert_eq!(
+            g.resolve(&Arc::from("shop.Cart")),
+            Resolved::Virtual(vec![Arc::from("cart-v1"), Arc::from("cart-v2")]),
+            "which of the two a failed call would have reached is unknown"
+        );
+        assert_eq!(g.resolve(&Arc::from("shop.Ghost")), Resolved::Virtual(Vec::new()));
+        let got = merged(&g);
+        assert!(
+            got.contains(&("web".into(), "shop.Cart".into(), "virtual_node", 1, 1, 0)),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("web".into(), "shop.Ghost".into(), "virtual_node", 1, 1, 0)),
+            "{got:?}"
+        );
+        assert!(got.contains(&("web".into(), "cart-v1".into(), "", 1, 0, 0)), "{got:?}");
+        // a name given by peer.service is the callee's service name already: never merged by rpc.service
+        let mut s = span(5, 2, Some(1), "web", Kind::Client, 1, true);
+        s.peer = Some(("shop.Cart".into(), PeerSource::PeerService));
+        let mut g2 = ServiceGraph::new(GraphConfig::default());
+        call(&mut g2, &c, 1, "web", "shop.Cart", Some("cart-v1"));
+        g2.observe(&s, Instant::now(), &c);
+        g2.flush(&c);
+        assert_eq!(g2.resolve(&Arc::from("shop.Cart")), Resolved::Virtual(Vec::new()));
+    }
+
+    #[test]
+    fn remembered_rpc_services_are_bounded_and_evictions_counted() {
+        let c = Counters::default();
+        let mut g = ServiceGraph::new(GraphConfig {
+            max_edges: 2,
+            ..Default::default()
+        });
+        for (t, name) in [(1, "a.A"), (2, "b.B"), (3, "c.C")] {
+            call(&mut g, &c, t, "web", name, Some("svc"));
+        }
+        assert_eq!(c.snapshot().graph_rpc_services_evicted, 1);
+        assert_eq!(
+            g.serves("svc"),
+            [Arc::from("b.B"), Arc::from("c.C")],
+            "the least recently served is forgotten"
+        );
+    }
+
+    #[test]
+    fn what_one_graph_learned_can_be_given_to_another() {
+        let c = Counters::default();
+        let mut shard = ServiceGraph::new(GraphConfig::default());
+        call(&mut shard, &c, 1, "users", "cinema.Bookings", Some("bookings"));
+        call(&mut shard, &c, 2, "users", "cinema.Bookings", None);
+        // another graph that saw only the failed call, under a name it did not know to be an rpc.service
+        let mut other = ServiceGraph::new(GraphConfig::default());
+        let mut s = span(3, 2, Some(1), "users", Kind::Client, 1, true);
+        s.peer = Some(("cinema.Bookings".into(), PeerSource::PeerService));
+        other.observe(&s, Instant::now(), &c);
+        other.flush(&c);
+        assert_eq!(
+            other.resolve(&Arc::from("cinema.Bookings")),
+            Resolved::Virtual(Vec::new())
+        );
+        for (rpc_service, services) in shard.serving() {
+            for (service, spans) in services {
+                other.learn_serving(rpc_service, service, *spans, &c);
+            }
+        }
+        for name in shard.rpc_service_nodes() {
+            other.add_rpc_service_node(name.clone());
+        }
+        assert_eq!(
+            other.resolve(&Arc::from("cinema.Bookings")),
+            Resolved::Service(Arc::from("bookings"))
+        );
+        assert_eq!(merged(&other), [("users".into(), "bookings".into(), "", 1, 1, 1)]);
     }
 }

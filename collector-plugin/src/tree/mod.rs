@@ -57,6 +57,8 @@ pub struct NodeStats {
     pub first_seen_ns: u64,
     /// Latest span start, Unix ns.
     pub last_seen_ns: u64,
+    /// The payload digest (`dei.payload.digest`) of the first span that carried one.
+    pub payload_digest: Option<dei_propagator::PayloadDigest>,
     /// The readable call stack of the first span that carried one.
     pub stack: Option<Vec<String>>,
     /// The stack digest of the first span that carried one (its frames may come on another span:
@@ -101,6 +103,9 @@ impl NodeStats {
         }
         if self.stack_digest.is_none() {
             self.stack_digest = o.stack_digest;
+        }
+        if self.payload_digest.is_none() {
+            self.payload_digest = o.payload_digest;
         }
     }
 

@@ -9,9 +9,11 @@
 
 use crate::span_record::{SpanId, SpanRecord, TraceId};
 pub use crate::views::{MessageOf, Occurrence, StreamMessage};
+use crate::views::{TraceStatus, TraceSummary};
 use dei_propagator::Index;
 use dei_propagator::semconv::StreamRewriter;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One trace's record.
@@ -145,6 +147,53 @@ impl TraceRecord {
         }
         if self.lookup.is_some() {
             self.lookup = Some(Box::new(Lookup::of(&self.occurrences)));
+        }
+    }
+}
+
+/// Most services listed in a [`TraceSummary`].
+pub const MAX_SUMMARY_SERVICES: usize = 32;
+
+impl TraceRecord {
+    /// The trace as the list shows it: times, root RPC, services, status and faults.
+    pub fn summary(&self) -> TraceSummary {
+        let mut end = 0u64;
+        let mut start = self.start_ns;
+        let mut services: std::collections::BTreeSet<&Arc<str>> = std::collections::BTreeSet::new();
+        for o in &self.occurrences {
+            for (s, e) in [o.client_time, o.server_time].into_iter().flatten() {
+                if s != 0 && (start == 0 || s < start) {
+                    start = s;
+                }
+                end = end.max(e);
+            }
+            for s in [&o.client_service, &o.server_service].into_iter().flatten() {
+                if services.len() < MAX_SUMMARY_SERVICES || services.contains(s) {
+                    services.insert(s);
+                }
+            }
+        }
+        let root = self
+            .occurrences
+            .iter()
+            .filter(|o| o.index.parent().is_none_or(|p| !self.contains_index(&p)))
+            .min_by_key(|o| (o.start_ns(), o.index.depth()));
+        let errors = self.occurrences.iter().filter(|o| o.error || o.fault.is_some()).count();
+        TraceSummary {
+            faults: self.occurrences.iter().filter(|o| o.fault.is_some()).count(),
+            rpcs: self.occurrences.len(),
+            start_unix_nano: self.start_ns,
+            trace_id: hex::encode(self.trace_id),
+            duration_nano: end.saturating_sub(start),
+            root_operation: root.and_then(|o| o.signature.clone()),
+            root_service: root.and_then(|o| o.client_service.clone().or_else(|| o.server_service.clone())),
+            services: services.into_iter().cloned().collect(),
+            errors,
+            status: if errors > 0 {
+                TraceStatus::Error
+            } else {
+                TraceStatus::Ok
+            },
         }
     }
 }

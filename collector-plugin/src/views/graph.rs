@@ -9,9 +9,17 @@ use std::sync::Arc;
 pub struct GraphNode {
     /// Service or virtual node name.
     pub id: Arc<str>,
-    /// True for uninstrumented peers and `user`.
+    /// True for uninstrumented peers and `user`: a callee never seen serving (or served by several services).
     #[serde(rename = "virtual")]
     pub is_virtual: bool,
+    /// On a service: the `rpc.service` names its server spans carried. A client span that named one of them
+    /// and met no server span (the call failed before reaching it) is counted on the edge to this service.
+    #[serde(default)]
+    pub serves: Vec<Arc<str>>,
+    /// On a virtual node named by an `rpc.service` that several services serve: those services (it stays
+    /// virtual, since a failed call cannot say which of them it would have reached); empty otherwise.
+    #[serde(default)]
+    pub served_by: Vec<Arc<str>>,
 }
 
 /// What an edge joins: the servicegraph connector's `connection_type`, or `index` for an edge seen only
@@ -58,6 +66,13 @@ pub struct GraphEdge {
     pub requests: u64,
     /// Failed requests from span pairs.
     pub failed: u64,
+    /// Of `requests`: client spans that met no server span and named the server by an `rpc.service` it
+    /// serves (calls that failed before reaching it), merged from what would be an edge to a virtual node.
+    #[serde(default)]
+    pub merged_requests: u64,
+    /// Of `failed`: the failed ones among `merged_requests`.
+    #[serde(default)]
+    pub merged_failed: u64,
     /// RPC occurrences under indexes whose caller/callee services are these (prefix relation).
     pub index_requests: u64,
     /// Client latency.

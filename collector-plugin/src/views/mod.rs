@@ -13,6 +13,9 @@ mod stats;
 mod trace;
 mod tree;
 
+/// The search reports (`GET /api/v1/search/reports`).
+mod search;
+
 pub use analysis::{
     AmbiguousIndex, ChainedCall, Collapse, Confidence, Episode, EpisodeState, Projection, RepeatScope, RepeatedCall,
     Report, UnstableName,
@@ -21,7 +24,9 @@ pub use graph::{EdgeType, GraphEdge, GraphNode, GraphView};
 pub use peers::{PeerStatus, PeersView};
 pub use stats::{CountersSnapshot, Stats};
 pub use trace::{
-    MessageOf, NodeTraces, Occurrence, SpanStatus, StatusCode, StreamMessage, TraceList, TraceNode, TraceSummary,
-    TraceView,
+    MessageOf, NodeTraces, Occurrence, SpanStatus, StatusCode, StreamMessage, TraceList, TraceNode, TraceStatus,
+    TraceSummary, TraceView,
 };
 pub use tree::{Diff, DiffSide, Latency, NamedIndex, NodeView, SubtreeView};
+
+pub use search::{ReportEntry, ReportList, ReportProblem};

@@ -12,7 +12,7 @@ pub struct Stats {
     pub forward_queue_bytes: usize,
     /// Spans in the forwarding queue.
     pub forward_queue_spans: usize,
-    /// Service-graph edges.
+    /// Service-graph edges, as `/api/v1/graph` shows them (virtual nodes merged).
     pub graph_edges: usize,
     /// Spans waiting for their other half in the service graph's pairing store.
     pub graph_waiting_spans: usize,

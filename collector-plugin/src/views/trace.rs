@@ -137,7 +137,8 @@ pub struct TraceView {
     pub pending_preliminary: usize,
 }
 
-/// One retained trace in the list (`GET /api/v1/traces`). Fields in the order the API has always sent them.
+/// One retained trace in the list (`GET /api/v1/traces`). Fields in the order the API has always sent them,
+/// then the ones added since.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceSummary {
     /// Occurrences with an injected fault.
@@ -148,15 +149,51 @@ pub struct TraceSummary {
     pub start_unix_nano: u64,
     /// Trace id, hex.
     pub trace_id: String,
+    /// From the earliest span start to the latest span end, ns (0 when no span recorded its times).
+    #[serde(default)]
+    pub duration_nano: u64,
+    /// The signature of the root RPC (the earliest of those whose parent index is not in the trace).
+    #[serde(default)]
+    pub root_operation: Option<Arc<str>>,
+    /// The service that made the root RPC (its client span's, or else its server span's).
+    #[serde(default)]
+    pub root_service: Option<Arc<str>>,
+    /// Every service on the trace's RPCs (callers and callees, virtual peers included), sorted; at most 32.
+    #[serde(default)]
+    pub services: Vec<Arc<str>>,
+    /// Occurrences with status ERROR on either span (injected faults included).
+    #[serde(default)]
+    pub errors: usize,
+    /// `error` when an occurrence had an error, `ok` otherwise.
+    #[serde(default)]
+    pub status: TraceStatus,
 }
 
-/// The retained traces, newest first (`GET /api/v1/traces`).
+/// A trace's status in the list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceStatus {
+    /// No occurrence had an error.
+    #[default]
+    Ok,
+    /// At least one occurrence had an error (or an injected fault).
+    Error,
+}
+
+/// The retained traces, newest first (`GET /api/v1/traces`), after the query's filters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceList {
     /// Traces retained in all.
     pub retained: usize,
-    /// The newest, up to the limit.
+    /// The newest matching traces, up to the limit.
     pub traces: Vec<TraceSummary>,
+    /// Retained traces that match the filters (all of them without filters); more than `traces.len()` when
+    /// the limit cut the list.
+    #[serde(default)]
+    pub matched: usize,
+    /// The limit applied.
+    #[serde(default)]
+    pub limit: usize,
 }
 
 /// The retained traces that contain an index (`GET /api/v1/tree/node/traces`).

@@ -1,5 +1,6 @@
 //! Prefix-tree nodes, subtrees and diffs as the API sends them (`/api/v1/tree…`, `/api/v1/diff`).
 
+use dei_propagator::{PayloadDigest, StackDigest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -65,6 +66,19 @@ pub struct NodeView {
     /// Readable stack, innermost first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<Vec<String>>,
+    /// The payload digest (`dei.payload.digest`, hex) of the first span at this node: the payload part of
+    /// the element's invocation signature (under an instantiation without the payload, RPCs with other
+    /// payloads share the node).
+    #[serde(default)]
+    pub payload_digest: Option<PayloadDigest>,
+    /// The stack digest (`dei.stack.digest`, hex) of the first span at this node.
+    #[serde(default)]
+    pub stack_digest: Option<StackDigest>,
+    /// The innermost readable frame of the stack: the first with a source location outside the standard
+    /// library and cargo's registry (`{async_block#0} (examples/corpus/src/cinema.rs:201:102)`), or else the
+    /// first frame; `null` without a recorded stack.
+    #[serde(default)]
+    pub top_frame: Option<String>,
 }
 
 /// A node with its children, recursively.

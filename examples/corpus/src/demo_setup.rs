@@ -1,6 +1,7 @@
 //! The demo's setup, shared by `examples/demo.rs` and `tests/web_view.rs`: an embedded dei-collector on
 //! loopback, the cinema services with the DEI layers exporting their spans to it over real OTLP/HTTP, and the
-//! functional test searched exhaustively by dei-sfit, whose report the collector serves to the web view.
+//! functional test searched exhaustively by dei-sfit, whose report the collector serves to the web view (with
+//! the other reports in its directory, when one is given: every run's report side by side).
 //!
 //! Used as `dei_corpus::demo_setup`.
 
@@ -32,6 +33,10 @@ pub struct DemoOptions {
     pub forward: Option<Downstream>,
     /// Where the search report (JSON) goes; the collector serves it at `/api/v1/search`.
     pub report_path: PathBuf,
+    /// The directory of reports the collector serves (`serve --search-report DIR`, e.g. `target/sfit`, where
+    /// each run writes `<program>/<UTC time>.json`), so that the web view lists this run's report beside the
+    /// earlier ones; `None` serves `report_path` alone.
+    pub report_dir: Option<PathBuf>,
     /// Print one line per execution while searching.
     pub progress: bool,
 }
@@ -51,8 +56,9 @@ pub struct Demo {
 pub struct Summary {
     /// Services in the service graph (nodes that sent spans), sorted.
     pub services: Vec<String>,
-    /// Virtual nodes of the service graph (callees seen only from the client side, e.g. a connection
-    /// fault injected before the call reached the server), sorted.
+    /// Virtual nodes of the service graph, sorted: callees never seen serving (not instrumented, or named by
+    /// an `rpc.service` several services serve). A call that failed before reaching its server (a connection
+    /// fault) is merged into the service that serves its `rpc.service`, so the cinema leaves none.
     pub virtual_nodes: Vec<String>,
     /// Edges of the service graph.
     pub edges: usize,
@@ -80,7 +86,12 @@ pub async fn run(options: DemoOptions) -> Result<Demo, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     let mut config = ServerConfig::ephemeral();
-    config.ingest.search_report = Some(options.report_path.clone());
+    config.ingest.search_report = Some(
+        options
+            .report_dir
+            .clone()
+            .unwrap_or_else(|| options.report_path.clone()),
+    );
     config.forward = options.forward.clone().map(ForwardConfig::new);
     let collector = server::start(config).await.map_err(|e| e.to_string())?;
 
