@@ -45,8 +45,10 @@ struct Rpc {
     micros: u64,
 }
 
-/// A shop's traces: gateway → users, gateway → orders → stock ×2 and orders → pricing; every seventh
-/// trace's pricing call fails, and latencies vary so that the histograms fill several buckets.
+/// A shop's traces: gateway → users, gateway → orders → stock ×2, orders → pricing and gateway → audit;
+/// every seventh trace's pricing call fails, every eleventh trace's audit call fails before it reaches
+/// audit (a client span alone, which becomes an edge to the virtual node `shop.Audit`, merged into `audit`),
+/// and latencies vary so that the histograms fill several buckets.
 fn workload() -> Vec<Rpc> {
     let mut rpcs: Vec<Rpc> = Vec::new();
     for trace in 0..TRACES {
@@ -102,8 +104,21 @@ fn workload() -> Vec<Rpc> {
             format!("order-{trace}"),
             trace % 7 == 3,
         );
+        add(
+            Some(gateway),
+            "gateway",
+            "audit",
+            "shop.Audit/Record",
+            format!("order-{trace}"),
+            trace % 11 == 5,
+        );
     }
     rpcs
+}
+
+/// The audit calls that never reached audit.
+fn unreached(rpc: &Rpc) -> bool {
+    rpc.server == "audit" && rpc.failed
 }
 
 fn trace_id(trace: u64) -> TraceId {
@@ -167,13 +182,15 @@ fn spans(rpcs: &[Rpc]) -> BTreeMap<&'static str, Vec<SpanData>> {
         out.entry(rpc.client)
             .or_default()
             .push(span(client_id(i), caller, SpanKind::Client, 0, rpc.micros + 40));
-        out.entry(rpc.server).or_default().push(span(
-            server_id(i),
-            client_id(i),
-            SpanKind::Server,
-            20,
-            rpc.micros + 20,
-        ));
+        if !unreached(rpc) {
+            out.entry(rpc.server).or_default().push(span(
+                server_id(i),
+                client_id(i),
+                SpanKind::Server,
+                20,
+                rpc.micros + 20,
+            ));
+        }
     }
     out
 }
@@ -520,6 +537,14 @@ fn routed_by_trace_id_the_shards_add_up_to_one_instance() {
         "{single_edges:?}"
     );
     assert_eq!(sum_edges, single_edges, "edge requests and failures");
+    let never_reached = (0..TRACES).filter(|t| t % 11 == 5).count() as u64;
+    let audit = &single.get_json("/api/v1/graph")["edges"];
+    assert!(
+        audit.as_array().is_some_and(|edges| edges
+            .iter()
+            .any(|e| e["server"] == "audit" && e["merged_failed"].as_u64() == Some(never_reached))),
+        "the {never_reached} audit calls that failed before reaching audit are merged into its edge: {audit}"
+    );
 
     // Prometheus: the servicegraph series, summed over the instances by (client, server), bucket by bucket,
     // equal one instance's; no series carries a per-process label (Prometheus adds `instance` at scrape)

@@ -30,6 +30,11 @@ pub struct Snapshot {
     pub services: Vec<(Arc<str>, u64)>,
     /// Virtual nodes and how they are connected.
     pub virtual_nodes: Vec<(Arc<str>, ConnectionType)>,
+    /// Which services served each `rpc.service` (server spans), with span counts: what merges a virtual node
+    /// into the service that serves it.
+    pub serving: Vec<(Arc<str>, Vec<(Arc<str>, u64)>)>,
+    /// The virtual nodes named by a client span's `rpc.service` (the ones that merge).
+    pub rpc_service_nodes: Vec<Arc<str>>,
     /// Spans waiting in the shard's pairing store for their other half.
     pub graph_waiting_spans: usize,
     /// The retained traces.
@@ -120,6 +125,12 @@ impl CollectorState {
                 .iter()
                 .map(|(s, t)| (s.clone(), *t))
                 .collect(),
+            serving: self
+                .graph
+                .serving()
+                .map(|(name, services)| (name.clone(), services.iter().map(|(s, n)| (s.clone(), *n)).collect()))
+                .collect(),
+            rpc_service_nodes: self.graph.rpc_service_nodes().iter().cloned().collect(),
             graph_waiting_spans: self.graph.waiting(),
             traces,
             stacks: self.stacks.entries().map(|(d, f)| (*d, f.to_vec())).collect(),
@@ -151,6 +162,15 @@ impl CollectorState {
         for (node, connection_type) in snapshot.virtual_nodes {
             self.graph.absorb_virtual_node(node, connection_type);
         }
+        let counters = self.counters().clone();
+        for (name, services) in snapshot.serving {
+            for (service, spans) in services {
+                self.graph.learn_serving(&name, &service, spans, &counters);
+            }
+        }
+        for name in snapshot.rpc_service_nodes {
+            self.graph.add_rpc_service_node(name);
+        }
         let max = self.traces.config.max_occurrences;
         for t in snapshot.traces {
             let record = self.traces.entry(t.trace_id, now);
@@ -164,7 +184,6 @@ impl CollectorState {
                 }
             }
         }
-        let counters = self.counters().clone();
         for (digest, frames) in snapshot.stacks {
             self.stacks.insert(digest, &frames, &counters);
         }
