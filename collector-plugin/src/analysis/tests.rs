@@ -1,4 +1,5 @@
-//! Unit tests of the analyzer (tree, traces, preliminary rewriting) and the analyses.
+//! Unit tests of the analyzer (tree, traces, preliminary rewriting, views); the analyses' own tests are on
+//! golden data, one module each ([`golden`]).
 
 use super::fixtures::*;
 use super::*;
@@ -8,6 +9,13 @@ use crate::state::{CollectorState, StateConfig};
 use dei_propagator::Index;
 use std::sync::Arc;
 use std::time::Instant;
+
+mod ambiguous;
+mod chained_call;
+mod circuit_breaker;
+mod golden;
+mod projection;
+mod repeated_call;
 
 fn analyzer() -> CollectorState {
     CollectorState::new(StateConfig::default(), Arc::new(Counters::default()))
@@ -260,248 +268,6 @@ fn unresolved_preliminary_spans_are_kept_at_finish() {
 }
 
 #[test]
-fn circuit_breaker_open_then_reclosed() {
-    let mut a = analyzer();
-    // healthy, faulted twice, then users vanishes for two traces, then comes back
-    shop(&mut a, 1, 1_000_000_000, false);
-    shop(&mut a, 2, 2_000_000_000, true);
-    shop(&mut a, 3, 3_000_000_000, true);
-    for (t, at) in [(4u8, 4_000_000_000u64), (5, 5_000_000_000)] {
-        let mut b = TraceBuilder::new(t, at);
-        let root = b.root("frontend");
-        b.rpc(
-            (&Index::root(), root),
-            "frontend",
-            "catalog",
-            "catalog.Catalog/List",
-            "c",
-            1,
-            6,
-            20,
-            None,
-        );
-        a.ingest(b.spans, Instant::now());
-    }
-    let (users, _) = shop(&mut a, 6, 6_000_000_000, false);
-    let eps = circuit_breaker::detect(&a, &circuit_breaker::Params::default());
-    assert_eq!(eps.len(), 1, "{eps:?}");
-    let e = &eps[0];
-    assert_eq!(e.node.index, users.encode());
-    assert_eq!(
-        (e.fault_traces, e.absent_traces, e.state),
-        (2, 2, crate::views::EpisodeState::Reclosed)
-    );
-    assert_eq!(e.reclosed_trace.as_deref(), Some(hex::encode([6u8; 16]).as_str()));
-    assert_eq!(e.faults.iter().collect::<Vec<_>>(), vec!["g14"]);
-    let (_, n) = a.tree.get(&users).unwrap();
-    assert_eq!(n.stats.faults.get("g14"), Some(&2));
-    assert_eq!(n.stats.errors, 2);
-}
-
-#[test]
-fn no_circuit_breaker_when_the_index_stays() {
-    let mut a = analyzer();
-    shop(&mut a, 1, 1_000_000_000, false);
-    shop(&mut a, 2, 2_000_000_000, true);
-    shop(&mut a, 3, 3_000_000_000, false);
-    assert!(circuit_breaker::detect(&a, &circuit_breaker::Params::default()).is_empty());
-}
-
-#[test]
-fn repeated_calls_under_one_parent_and_across_layers() {
-    let mut a = analyzer();
-    let mut b = TraceBuilder::new(1, 1_000);
-    let root = b.root("frontend");
-    let r = Index::root();
-    b.rpc(
-        (&r, root),
-        "frontend",
-        "users",
-        "users.Users/GetCurrentUser",
-        "tok",
-        1,
-        1,
-        2,
-        None,
-    );
-    b.rpc(
-        (&r, root),
-        "frontend",
-        "users",
-        "users.Users/GetCurrentUser",
-        "tok",
-        2,
-        3,
-        4,
-        None,
-    );
-    let cart = b.rpc((&r, root), "frontend", "cart", "cart.Cart/Get", "tok", 1, 5, 9, None);
-    b.rpc(
-        (&cart.index, cart.server_span),
-        "cart",
-        "users",
-        "users.Users/GetCurrentUser",
-        "tok",
-        1,
-        6,
-        7,
-        None,
-    );
-    a.ingest(b.spans, Instant::now());
-    let f = repeated_call::detect(&a);
-    let same = f
-        .iter()
-        .find(|f| f.scope == crate::views::RepeatScope::SameParent)
-        .expect("same parent");
-    assert_eq!(
-        (&*same.signature, same.max_calls_in_one_trace),
-        ("users.Users/GetCurrentUser", 2)
-    );
-    let across = f
-        .iter()
-        .find(|f| f.scope == crate::views::RepeatScope::AcrossLayers)
-        .expect("across layers");
-    assert_eq!(across.max_calls_in_one_trace, 3);
-    assert!(across.callers.contains("cart") && across.callers.contains("frontend"));
-    assert_eq!(f.len(), 2, "Cart/Get is called once: {f:?}");
-}
-
-#[test]
-fn chained_calls_with_data_dependency() {
-    let mut a = analyzer();
-    // getUser(session) then getProfile(user): the second input follows the first, sequentially
-    for (t, session, user) in [(1u8, "s1", "alice"), (2, "s2", "bob"), (3, "s1", "alice")] {
-        let mut b = TraceBuilder::new(t, t as u64 * 1_000_000_000);
-        let root = b.root("frontend");
-        let r = Index::root();
-        b.rpc(
-            (&r, root),
-            "frontend",
-            "users",
-            "users.Users/GetUser",
-            session,
-            1,
-            1,
-            3,
-            None,
-        );
-        b.rpc(
-            (&r, root),
-            "frontend",
-            "users",
-            "users.Users/GetProfile",
-            user,
-            1,
-            4,
-            6,
-            None,
-        );
-        a.ingest(b.spans, Instant::now());
-    }
-    let f = chained_call::detect(&a, &chained_call::Params::default());
-    assert_eq!(f.len(), 1, "{f:?}");
-    assert_eq!(
-        (&*f[0].first, &*f[0].second, &*f[0].service),
-        ("users.Users/GetUser", "users.Users/GetProfile", "users")
-    );
-    assert_eq!(
-        (f[0].traces, f[0].confidence),
-        (3, crate::views::Confidence::DataDependent)
-    );
-}
-
-#[test]
-fn concurrent_calls_are_not_chained() {
-    let mut a = analyzer();
-    let mut b = TraceBuilder::new(1, 1_000);
-    let root = b.root("frontend");
-    let r = Index::root();
-    b.rpc(
-        (&r, root),
-        "frontend",
-        "users",
-        "users.Users/GetUser",
-        "s",
-        1,
-        1,
-        5,
-        None,
-    );
-    b.rpc(
-        (&r, root),
-        "frontend",
-        "users",
-        "users.Users/GetProfile",
-        "p",
-        1,
-        2,
-        6,
-        None,
-    );
-    a.ingest(b.spans, Instant::now());
-    assert!(chained_call::detect(&a, &chained_call::Params::default()).is_empty());
-}
-
-#[test]
-fn ambiguous_flags_and_collisions() {
-    let mut a = analyzer();
-    let mut b = TraceBuilder::new(1, 1_000);
-    let root = b.root("frontend");
-    let r = Index::root();
-    let x = b.rpc(
-        (&r, root),
-        "frontend",
-        "users",
-        "users.Users/Get",
-        "same",
-        1,
-        1,
-        5,
-        None,
-    );
-    let y = b.rpc(
-        (&r, root),
-        "frontend",
-        "users",
-        "users.Users/Get",
-        "same",
-        1,
-        1,
-        5,
-        None,
-    );
-    assert_eq!(x.index, y.index);
-    for s in b.spans.iter_mut().filter(|s| s.dei.index.is_some()) {
-        s.dei.ambiguous = true;
-    }
-    a.ingest(b.spans, Instant::now());
-    let f = ambiguous::detect(&a);
-    assert_eq!(f.len(), 1);
-    assert_eq!((f[0].flagged_by_instrumentation, f[0].collisions_in_trace), (4, 1));
-}
-
-#[test]
-fn projection_collapses_payload_distinguished_calls_under_filibuster() {
-    let mut a = analyzer();
-    shop(&mut a, 1, 1_000_000_000, false);
-    let p = projection::project_tree(&a, &Instantiation::filibuster(), 10);
-    // the two Price calls differ only by payload: full DEI tells them apart, Filibuster (no payload)
-    // gives them counts 1 and 2 (distinct names, no collapse) ...
-    assert_eq!(p.rpcs, 4);
-    assert_eq!(
-        p.reproduced_recorded, 4,
-        "replay under dei reproduces the recorded indexes"
-    );
-    assert_eq!(p.collapsed_names, 0);
-    // ... while signature-only collapses them into one name
-    let s = projection::project_tree(&a, &Instantiation::signature_only(), 10);
-    assert_eq!(s.collapsed_names, 1);
-    assert_eq!(s.collapses[0].max_in_one_trace, 2);
-    assert_eq!(s.distinct_full, 4);
-    assert_eq!(s.distinct_projected, 3);
-}
-
-#[test]
 fn report_runs_every_analysis() {
     let mut a = analyzer();
     shop(&mut a, 1, 1_000_000_000, false);
@@ -541,46 +307,6 @@ fn memory_is_bounded_with_counters() {
     assert_eq!(c.tree_nodes_evicted as usize, 51 - a.tree.len());
     // the newest trace's node survives
     assert!(a.trace(&[49; 16]).is_some());
-}
-
-#[test]
-fn projection_finds_names_that_change_meaning_across_traces() {
-    // two concurrent Price calls from one call site, issued in a different order in each trace
-    let mut a = analyzer();
-    for (t, order) in [(1u8, ["a", "b"]), (2, ["b", "a"])] {
-        let mut b = TraceBuilder::new(t, t as u64 * 1_000_000_000);
-        let root = b.root("catalog");
-        for (k, item) in order.iter().enumerate() {
-            b.rpc(
-                (&Index::root(), root),
-                "catalog",
-                "pricing",
-                "pricing.Pricing/Price",
-                item,
-                1,
-                1 + k as u64,
-                5,
-                None,
-            );
-        }
-        a.ingest(b.spans, Instant::now());
-    }
-    let full = projection::project_tree(&a, &Instantiation::dei(), 10);
-    assert_eq!(
-        (full.distinct_full, full.unstable_names),
-        (2, 0),
-        "the full DEI names are stable"
-    );
-    let f = projection::project_tree(&a, &Instantiation::filibuster(), 10);
-    assert_eq!(
-        f.collapsed_names, 0,
-        "within one trace the counts still tell them apart"
-    );
-    assert_eq!(
-        f.unstable_names, 2,
-        "…but Price|1 and Price|2 each meant a and b: {f:?}"
-    );
-    assert!(f.unstable.iter().all(|u| u.distinct_full == 2));
 }
 
 /// The trace view of a stream as `dei-instrumentation` records it (OTLP/JSON through the receivers' parser):
