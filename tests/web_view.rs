@@ -1895,3 +1895,72 @@ async fn web_view_stays_bounded_with_thousands_of_nodes_in_chromium() {
     drop(driver);
     collector.shutdown().await;
 }
+
+/// On a query node over shards (`dei-collector query`), the header counts the shards that answered, and a
+/// shard that does not answer makes the view partial, said above every tab, until it answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_nodes_view_says_when_it_is_partial_in_chromium() {
+    let Some((chromium, chromedriver)) = browser_tools("web_view (query node)") else {
+        return;
+    };
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view_query-{}", std::process::id()));
+    let shard_a = server::start(ServerConfig::ephemeral()).await.expect("a shard");
+    let shard_b = server::start(ServerConfig::ephemeral()).await.expect("a shard");
+    let (a_url, b_url) = (
+        format!("http://{}", shard_a.api_addr),
+        format!("http://{}", shard_b.api_addr),
+    );
+    let mut config = server::QueryConfig::new(vec![a_url, b_url.clone()], "127.0.0.1:0".parse().expect("an address"));
+    config.interval = Duration::from_millis(200);
+    let query = server::start_query(config).await.expect("a query node");
+
+    let driver = start_driver(&chromedriver);
+    let client = connect(&driver, &chromium, &tmp.join("chromium-profile")).await;
+    client
+        .goto(&format!("http://{}/ui/", query.api_addr))
+        .await
+        .expect("load /ui/");
+    let header = "return [document.getElementById('stats').textContent, \
+                  document.getElementById('partial').hidden, document.getElementById('partial').textContent];";
+    wait_for(&client, "both shards answering", header, |v| {
+        v[0].as_str().is_some_and(|t| t.contains("2 of 2 shards")) && v[1] == true
+    })
+    .await;
+
+    shard_b.shutdown().await;
+    let shown = wait_for(&client, "the partial view", header, |v| {
+        v[0].as_str().is_some_and(|t| t.contains("1 of 2 shards")) && v[1] == false
+    })
+    .await;
+    let note = shown[2].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("Partial view:") && note.contains(&b_url),
+        "the note names the shard that did not answer: {note:?}"
+    );
+    // every tab still opens: a missing shard is no error page
+    for tab in ["tree", "traces", "analyses", "graph"] {
+        click(&client, &format!("#tabs button[data-tab='{tab}']")).await;
+        assert_responsive(&client, tab).await;
+    }
+    let banner = client
+        .execute("return document.getElementById('error').hidden;", vec![])
+        .await
+        .expect("the error banner");
+    assert_eq!(banner, Value::Bool(true), "no API error while a shard is down");
+    let png = client.screenshot().await.expect("a screenshot");
+    save("docs/figures/web-view-partial.png", &png);
+    let unsent = client
+        .execute(
+            "return window.__deiUnsentReads ? window.__deiUnsentReads() : null;",
+            vec![],
+        )
+        .await
+        .expect("the field-read recorder's findings");
+    assert_eq!(
+        unsent,
+        json!([]),
+        "app.js reads fields that the API does not send: {unsent:#}"
+    );
+    query.shutdown().await;
+    shard_a.shutdown().await;
+}

@@ -948,6 +948,20 @@ const loaders = { graph: loadGraph, tree: loadTree, traces: loadTraces, analyses
 // The stats are polled; when they change, the open tab reloads in place (keeping its selection) and the
 // others reload when next opened. A failed poll says so in the header, not in the error banner.
 const POLL_MS = 2000;
+// On a query node (`dei-collector query`) the stats name its shards: the header says how many answered, and a
+// shard that did not makes the whole view partial, said above every tab until it answers again.
+function showShards(shards) {
+  const note = document.getElementById("partial");
+  if (!shards) { note.hidden = true; return; }
+  const missing = shards.peers.filter(p => !p.answered);
+  document.getElementById("stats").textContent +=
+    ` · ${shards.peers.length - missing.length} of ${shards.peers.length} shards`;
+  note.hidden = !shards.partial;
+  note.textContent = shards.partial
+    ? `Partial view: ${missing.map(p => `${p.url} did not answer (${p.error})`).join("; ")}. ` +
+      "Its share of the traces, the tree and the graph is missing until it answers again."
+    : "";
+}
 const reloaders = { graph: loadGraph, tree: reloadTree, traces: loadTraces, analyses: loadAnalyses, search: loadSearch };
 let lastStats = null, polling = false;
 async function pollStats() {
@@ -960,7 +974,8 @@ async function pollStats() {
     const s = await r.json();
     box.textContent = `${s.tree_nodes} tree nodes · ${s.traces_retained} traces · ${s.graph_edges} edges`;
     box.classList.remove("stale");
-    const now = JSON.stringify([s.tree_nodes, s.traces_retained, s.graph_edges, s.graph_waiting_spans]);
+    showShards(s.peers);
+    const now = JSON.stringify([s.tree_nodes, s.traces_retained, s.graph_edges, s.graph_waiting_spans, s.peers ? s.peers.partial : null]);
     const active = document.querySelector("#tabs button.active")?.dataset.tab;
     if (lastStats !== null && now !== lastStats) {
       for (const name of Object.keys(loaded)) if (name !== active && name !== "diff") delete loaded[name];

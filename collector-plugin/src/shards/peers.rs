@@ -116,13 +116,25 @@ impl TraceLookup {
             self.urls[i].trim_end_matches('/'),
             ::hex::encode(id)
         );
-        let response = self.client.get(&url).send().await.map_err(|e| e.to_string())?;
+        let response = self.client.get(&url).send().await.map_err(|e| chain(&e))?;
         match response.status() {
-            s if s.is_success() => response.bytes().await.map(Some).map_err(|e| e.to_string()),
+            s if s.is_success() => response.bytes().await.map(Some).map_err(|e| chain(&e)),
             reqwest::StatusCode::NOT_FOUND => Ok(None),
             s => Err(format!("HTTP {s}")),
         }
     }
+}
+
+/// An error with its causes (`error sending request …: connection refused`).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 fn unix_nanos() -> u64 {
@@ -223,12 +235,12 @@ impl PeerSet {
 
     async fn pull(&self, url: &str) -> Result<Snapshot, String> {
         let endpoint = format!("{}/api/v1/snapshot", url.trim_end_matches('/'));
-        let mut response = self.client.get(&endpoint).send().await.map_err(|e| e.to_string())?;
+        let mut response = self.client.get(&endpoint).send().await.map_err(|e| chain(&e))?;
         if !response.status().is_success() {
             return Err(format!("{endpoint}: HTTP {}", response.status()));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        while let Some(chunk) = response.chunk().await.map_err(|e| chain(&e))? {
             if body.len() + chunk.len() > self.config.max_snapshot_bytes {
                 return Err(format!(
                     "{endpoint}: the snapshot is larger than {} bytes",
