@@ -32,7 +32,7 @@ pub struct Snapshot {
     pub virtual_nodes: Vec<(Arc<str>, ConnectionType)>,
     /// Which services served each `rpc.service` (server spans), with span counts: what merges a virtual node
     /// into the service that serves it.
-    pub serving: Vec<(Arc<str>, Vec<(Arc<str>, u64)>)>,
+    pub serving: Vec<Serving>,
     /// The virtual nodes named by a client span's `rpc.service` (the ones that merge).
     pub rpc_service_nodes: Vec<Arc<str>>,
     /// Spans waiting in the shard's pairing store for their other half.
@@ -41,6 +41,15 @@ pub struct Snapshot {
     pub traces: Vec<TraceSnapshot>,
     /// Readable call stacks by digest.
     pub stacks: Vec<(StackDigest, Vec<String>)>,
+}
+
+/// The services seen serving one `rpc.service`, with their server spans.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Serving {
+    /// The `rpc.service`.
+    pub rpc_service: Arc<str>,
+    /// The services whose server spans carried it, with span counts.
+    pub services: Vec<(Arc<str>, u64)>,
 }
 
 /// One prefix-tree node.
@@ -128,7 +137,10 @@ impl CollectorState {
             serving: self
                 .graph
                 .serving()
-                .map(|(name, services)| (name.clone(), services.iter().map(|(s, n)| (s.clone(), *n)).collect()))
+                .map(|(name, services)| Serving {
+                    rpc_service: name.clone(),
+                    services: services.iter().map(|(s, n)| (s.clone(), *n)).collect(),
+                })
                 .collect(),
             rpc_service_nodes: self.graph.rpc_service_nodes().iter().cloned().collect(),
             graph_waiting_spans: self.graph.waiting(),
@@ -163,9 +175,10 @@ impl CollectorState {
             self.graph.absorb_virtual_node(node, connection_type);
         }
         let counters = self.counters().clone();
-        for (name, services) in snapshot.serving {
-            for (service, spans) in services {
-                self.graph.learn_serving(&name, &service, spans, &counters);
+        for serving in snapshot.serving {
+            for (service, spans) in serving.services {
+                self.graph
+                    .learn_serving(&serving.rpc_service, &service, spans, &counters);
             }
         }
         for name in snapshot.rpc_service_nodes {
