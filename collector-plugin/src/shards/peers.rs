@@ -13,6 +13,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// Shards pulled at once: each snapshot is merged as it arrives and dropped, so that a query node holds this
+/// many snapshots at a time, not one per shard.
+const PULLS_AT_ONCE: usize = 8;
+
+/// Runs CPU-heavy work (parsing a snapshot, merging it) without stalling the runtime's other tasks: on a
+/// multi-thread runtime the worker hands its other tasks over first.
+fn cpu_bound<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Largest snapshot read from one shard, by default.
 pub const DEFAULT_MAX_SNAPSHOT_BYTES: usize = 1 << 30;
 
@@ -172,28 +185,31 @@ impl PeerSet {
     /// Pulls every shard at once, merges what answered into a fresh state, and puts it in `collector`
     /// (with the shards' counters summed). Returns what answered.
     pub async fn refresh(&mut self, collector: &Collector) -> PeersView {
+        use futures::StreamExt as _;
         let started = Instant::now();
-        let pulls = self.config.peers.iter().map(|url| self.pull(url));
-        let answers = futures::future::join_all(pulls).await;
-        let now = Instant::now();
-        let pull_seconds = (now - started).as_secs_f64();
         let mut state = CollectorState::new(self.config.state.clone(), collector.counters().clone());
         let mut counters = CountersSnapshot::default();
         let mut waiting = 0;
-        let mut peers = Vec::with_capacity(answers.len());
         let mut owners = std::collections::HashMap::new();
-        for (i, ((url, answer), last)) in self
-            .config
-            .peers
-            .iter()
-            .zip(answers)
-            .zip(&mut self.last_answer)
-            .enumerate()
-        {
-            let error = match answer {
+        let mut errors: Vec<Option<String>> = vec![None; self.config.peers.len()];
+        let mut merging = Duration::ZERO;
+        // a few shards at once, each snapshot merged as it arrives and dropped: memory holds
+        // PULLS_AT_ONCE snapshots, not one per shard
+        let (client, max) = (self.client.clone(), self.config.max_snapshot_bytes);
+        let urls: Vec<(usize, String)> = self.config.peers.iter().cloned().enumerate().collect();
+        let mut pulls = futures::stream::iter(urls)
+            .map(move |(i, url)| {
+                let client = client.clone();
+                async move { (i, pull(client, url, max).await) }
+            })
+            .buffer_unordered(PULLS_AT_ONCE);
+        let mut answered: Vec<Option<(u64, usize, usize, u64)>> = vec![None; self.config.peers.len()];
+        while let Some((i, answer)) = pulls.next().await {
+            match answer {
                 Ok(snapshot) => {
+                    let at = Instant::now();
                     owners.extend(snapshot.traces.iter().map(|t| (t.trace_id, i)));
-                    *last = Some((
+                    answered[i] = Some((
                         unix_nanos(),
                         snapshot.traces.len(),
                         snapshot.nodes.len(),
@@ -201,14 +217,28 @@ impl PeerSet {
                     ));
                     counters.add(&snapshot.counters);
                     waiting += snapshot.graph_waiting_spans;
-                    state.absorb(snapshot, now);
-                    None
+                    cpu_bound(|| state.absorb(snapshot, at));
+                    merging += at.elapsed();
                 }
                 Err(e) => {
-                    tracing::warn!(peer = %url, error = %e, "a shard did not answer: the merged view is partial");
-                    Some(e)
+                    tracing::warn!(peer = %self.config.peers[i], error = %e, "a shard did not answer: the merged view is partial");
+                    errors[i] = Some(e);
                 }
-            };
+            }
+        }
+        drop(pulls);
+        let mut peers = Vec::with_capacity(errors.len());
+        for (((url, error), last), now) in self
+            .config
+            .peers
+            .iter()
+            .zip(errors)
+            .zip(&mut self.last_answer)
+            .zip(answered)
+        {
+            if now.is_some() {
+                *last = now;
+            }
             let (at, traces, tree_nodes, spans_received) =
                 last.map_or((None, 0, 0, 0), |(at, t, n, s)| (Some(at), t, n, s));
             peers.push(PeerStatus {
@@ -224,41 +254,39 @@ impl PeerSet {
         let view = PeersView {
             partial: peers.iter().any(|p| !p.answered),
             merged_unix_nano: unix_nanos(),
-            pull_seconds,
-            merge_seconds: now.elapsed().as_secs_f64(),
+            pull_seconds: started.elapsed().saturating_sub(merging).as_secs_f64(),
+            merge_seconds: merging.as_secs_f64(),
             peers,
         };
         *self.lookup.owners.lock().unwrap_or_else(|p| p.into_inner()) = owners;
         collector.replace_merged(state, &counters, waiting, view.clone());
         view
     }
+}
 
-    async fn pull(&self, url: &str) -> Result<Snapshot, String> {
-        let endpoint = format!("{}/api/v1/snapshot", url.trim_end_matches('/'));
-        let mut response = self.client.get(&endpoint).send().await.map_err(|e| chain(&e))?;
-        if !response.status().is_success() {
-            return Err(format!("{endpoint}: HTTP {}", response.status()));
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| chain(&e))? {
-            if body.len() + chunk.len() > self.config.max_snapshot_bytes {
-                return Err(format!(
-                    "{endpoint}: the snapshot is larger than {} bytes",
-                    self.config.max_snapshot_bytes
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        let snapshot: Snapshot =
-            serde_json::from_slice(&body).map_err(|e| format!("{endpoint}: not a snapshot: {e}"))?;
-        if snapshot.version != SNAPSHOT_VERSION {
-            return Err(format!(
-                "{endpoint}: snapshot format {} (this dei-collector reads {SNAPSHOT_VERSION})",
-                snapshot.version
-            ));
-        }
-        Ok(snapshot)
+/// Fetches and parses one shard's snapshot, at most `max_bytes` long.
+async fn pull(client: reqwest::Client, url: String, max_bytes: usize) -> Result<Snapshot, String> {
+    let endpoint = format!("{}/api/v1/snapshot", url.trim_end_matches('/'));
+    let mut response = client.get(&endpoint).send().await.map_err(|e| chain(&e))?;
+    if !response.status().is_success() {
+        return Err(format!("{endpoint}: HTTP {}", response.status()));
     }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| chain(&e))? {
+        if body.len() + chunk.len() > max_bytes {
+            return Err(format!("{endpoint}: the snapshot is larger than {} bytes", max_bytes));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let snapshot: Snapshot =
+        cpu_bound(|| serde_json::from_slice(&body)).map_err(|e| format!("{endpoint}: not a snapshot: {e}"))?;
+    if snapshot.version != SNAPSHOT_VERSION {
+        return Err(format!(
+            "{endpoint}: snapshot format {} (this dei-collector reads {SNAPSHOT_VERSION})",
+            snapshot.version
+        ));
+    }
+    Ok(snapshot)
 }
 
 /// A running query node.
