@@ -9,6 +9,7 @@
 
 pub mod compare;
 pub mod loadgen;
+pub mod shards;
 pub mod sink;
 
 mod codec;

@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dei_collector::server::Downstream;
-use dei_collector_bench::{compare, loadgen, sink};
+use dei_collector_bench::{compare, loadgen, shards, sink};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +34,31 @@ enum Command {
     Sink(SinkArgs),
     /// Benchmark dei-collector against rotel under the same load.
     Bench(BenchArgs),
+    /// The cost of one view over many shards: a query node's pull and merge time and its query latency,
+    /// against the number of shards and of tree nodes per shard.
+    Shards(ShardsArgs),
+}
+
+#[derive(clap::Args)]
+struct ShardsArgs {
+    /// The dei-collector binary (default: `dei-collector` in this binary's directory).
+    #[arg(long)]
+    collector: Option<PathBuf>,
+    /// Tree nodes per shard, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+    nodes: Vec<usize>,
+    /// Numbers of shards, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    shards: Vec<usize>,
+    /// Timed requests per endpoint.
+    #[arg(long, default_value_t = 21)]
+    queries: usize,
+    /// Query nodes started per (nodes, shards) pair; figures are medians over them.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Print the rows as JSON on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -120,6 +145,7 @@ fn main() -> ExitCode {
         Command::Loadgen(a) => run_loadgen(a),
         Command::Sink(a) => run_sink(a),
         Command::Bench(a) => run_bench(a),
+        Command::Shards(a) => run_shards(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -223,20 +249,7 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         Some([one, five, fifteen]) => eprintln!("load average at the start: {one:.2} {five:.2} {fifteen:.2}"),
         None => eprintln!("dei-collector-bench bench: warning: the load average is unreadable (/proc/loadavg)"),
     }
-    let collector_bin = match a.collector {
-        Some(path) => path,
-        None => {
-            let me = std::env::current_exe().map_err(|e| format!("cannot find this binary's path: {e}"))?;
-            me.with_file_name(format!("dei-collector{}", std::env::consts::EXE_SUFFIX))
-        }
-    };
-    if !collector_bin.is_file() {
-        return Err(format!(
-            "the dei-collector binary {} does not exist: build it (`cargo build --release -p dei-collector`) or \
-             give its path with --collector",
-            collector_bin.display()
-        ));
-    }
+    let collector_bin = collector_binary(a.collector)?;
     let rt = runtime().map_err(|e| e.to_string())?;
     let config = compare::CompareConfig {
         collector_bin,
@@ -299,4 +312,78 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
     }
     Ok(())
+}
+
+/// `--collector`, or `dei-collector` next to this binary; an error when it does not exist.
+fn collector_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    let path = match given {
+        Some(path) => path,
+        None => {
+            let me = std::env::current_exe().map_err(|e| format!("cannot find this binary's path: {e}"))?;
+            me.with_file_name(format!("dei-collector{}", std::env::consts::EXE_SUFFIX))
+        }
+    };
+    if !path.is_file() {
+        return Err(format!(
+            "the dei-collector binary {} does not exist: build it (`cargo build --release -p dei-collector`) or \
+             give its path with --collector",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+fn run_shards(a: ShardsArgs) -> Result<(), String> {
+    match shards_load_note() {
+        Some(note) => eprintln!("{note}"),
+        None => eprintln!("dei-collector-bench shards: warning: the load average is unreadable (/proc/loadavg)"),
+    }
+    let config = shards::ShardsConfig {
+        collector: collector_binary(a.collector)?,
+        nodes: a.nodes,
+        shards: a.shards,
+        queries: a.queries.max(1),
+        rounds: a.rounds.max(1),
+    };
+    let rt = runtime().map_err(|e| e.to_string())?;
+    let rows = rt.block_on(shards::run(&config, &mut std::io::stderr()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?);
+    }
+    eprintln!(
+        "| nodes per shard | shards | snapshot MiB | pull s | merge s | pull+merge range s | ms per shard per 1k nodes \
+         | query node peak RSS MiB | median query ms (stats, graph, tree, node, traces) |"
+    );
+    eprintln!("|---:|---:|---:|---:|---:|---|---:|---:|---|");
+    for r in &rows {
+        let q: Vec<String> = r.query_ms.iter().map(|(_, ms)| format!("{ms:.2}")).collect();
+        eprintln!(
+            "| {} | {} | {:.1} | {:.3} | {:.3} | {:.3}–{:.3} | {:.2} | {:.0} | {} |",
+            r.nodes,
+            r.shards,
+            r.snapshot_bytes as f64 / 1048576.0,
+            r.pull_seconds,
+            r.merge_seconds,
+            r.pull_and_merge_range.0,
+            r.pull_and_merge_range.1,
+            r.ms_per_shard_per_1k_nodes,
+            r.query_node_peak_rss_mib,
+            q.join(", ")
+        );
+    }
+    if let Some(note) = shards_load_note() {
+        eprintln!("at the end: {note}");
+    }
+    Ok(())
+}
+
+fn shards_load_note() -> Option<String> {
+    compare::load_average().map(|[one, five, fifteen]| {
+        let warn = if one > compare::IDLE_LOAD {
+            " (busy: figures from a busy machine starve every process)"
+        } else {
+            ""
+        };
+        format!("load average: {one:.2} {five:.2} {fifteen:.2}{warn}")
+    })
 }
