@@ -63,8 +63,8 @@ impl Summary {
 enum Doc {
     /// An OTLP/JSON export request (decoded into the lite view when it is ingested, borrowing from it).
     Otlp(serde_json::Value),
-    /// A Jaeger JSON download: one request per trace.
-    Jaeger(Vec<ExportTraceServiceRequest>),
+    /// A Jaeger JSON download: one request per trace, or why a trace could not be converted.
+    Jaeger(Vec<Result<ExportTraceServiceRequest, Rejection>>),
     /// Neither: why.
     Bad(String),
 }
@@ -125,7 +125,8 @@ fn ingest_classified(a: &mut CollectorState, doc: Doc, s: &mut Summary, at: &dyn
             }
             for req in requests {
                 // Jaeger's spans converted to the generated types, read through their protobuf encoding
-                match otlp::with_lite(&req, |lite| ingest_doc(a, lite, s)) {
+                let ingested = req.and_then(|req| otlp::with_lite(&req, |lite| ingest_doc(a, lite, s)));
+                match ingested {
                     Ok(Ok(())) => s.jaeger_documents += 1,
                     // counted as bad by `ingest_doc`
                     Ok(Err(e)) => s.problem(format!("{}: Jaeger trace: {e}", at())),

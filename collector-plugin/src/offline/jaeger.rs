@@ -12,6 +12,7 @@
 //!   `int64`, `float64`; `binary` stays a string);
 //! - logs become events, named by their `event` field.
 
+use crate::otlp::Rejection;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -127,14 +128,16 @@ pub struct Process {
 }
 
 /// Hex to `n` bytes, left-padded with zeros (Jaeger writes 64-bit trace ids and drops leading zeros).
-/// Invalid hex or too many digits give an empty id, which the id validation then rejects.
-fn id_bytes(hex_id: &str, n: usize) -> Vec<u8> {
+/// Invalid hex or too many digits are refused, naming the `field` (the id validation refuses an empty or
+/// all-zero one later, as for OTLP).
+fn id_bytes(hex_id: &str, n: usize, field: &str) -> Result<Vec<u8>, Rejection> {
     let digits = hex_id.trim();
+    let bad = || Rejection::BadIds(format!("Jaeger {field} {hex_id:?} is not at most {} hex digits", 2 * n));
     if digits.len() > 2 * n {
-        return Vec::new();
+        return Err(bad());
     }
     let padded = format!("{digits:0>width$}", width = 2 * n);
-    hex::decode(padded).unwrap_or_default()
+    hex::decode(padded).map_err(|_| bad())
 }
 
 fn any(value: any_value::Value) -> Option<AnyValue> {
@@ -173,10 +176,10 @@ fn text(tag: &Tag) -> String {
     }
 }
 
-fn convert_span(s: &JaegerSpan, trace_id: &[u8]) -> (Span, InstrumentationScope) {
+fn convert_span(s: &JaegerSpan, trace_id: &[u8]) -> Result<(Span, InstrumentationScope), Rejection> {
     let mut out = Span {
         trace_id: trace_id.to_vec(),
-        span_id: id_bytes(&s.span_id, 8),
+        span_id: id_bytes(&s.span_id, 8, "spanID")?,
         name: s.operation_name.clone(),
         start_time_unix_nano: s.start_time.saturating_mul(1000),
         end_time_unix_nano: s.start_time.saturating_add(s.duration).saturating_mul(1000),
@@ -191,7 +194,7 @@ fn convert_span(s: &JaegerSpan, trace_id: &[u8]) -> (Span, InstrumentationScope)
         .or(s.parent_span_id.as_deref())
         .filter(|p| !p.trim_start_matches('0').is_empty());
     if let Some(p) = parent {
-        out.parent_span_id = id_bytes(p, 8);
+        out.parent_span_id = id_bytes(p, 8, "parent spanID")?;
     }
     let mut scope = InstrumentationScope::default();
     let mut status = Status::default();
@@ -248,11 +251,12 @@ fn convert_span(s: &JaegerSpan, trace_id: &[u8]) -> (Span, InstrumentationScope)
         }
         out.events.push(event);
     }
-    (out, scope)
+    Ok((out, scope))
 }
 
 /// The trace as an OTLP export request: one resource per process, one scope per instrumentation scope.
-pub fn to_otlp(trace: &Trace) -> ExportTraceServiceRequest {
+/// Refused when an id is not hex.
+pub fn to_otlp(trace: &Trace) -> Result<ExportTraceServiceRequest, Rejection> {
     // process id → scope → spans, in a stable order
     let mut by_process: BTreeMap<&str, BTreeMap<(String, String), Vec<Span>>> = BTreeMap::new();
     for s in &trace.spans {
@@ -261,7 +265,7 @@ pub fn to_otlp(trace: &Trace) -> ExportTraceServiceRequest {
         } else {
             &s.trace_id
         };
-        let (span, scope) = convert_span(s, &id_bytes(trace_hex, 16));
+        let (span, scope) = convert_span(s, &id_bytes(trace_hex, 16, "traceID")?)?;
         by_process
             .entry(s.process_id.as_str())
             .or_default()
@@ -302,7 +306,7 @@ pub fn to_otlp(trace: &Trace) -> ExportTraceServiceRequest {
             }
         })
         .collect();
-    ExportTraceServiceRequest { resource_spans }
+    Ok(ExportTraceServiceRequest { resource_spans })
 }
 
 /// True when `value` has Jaeger's shape: a `data` array whose entries have `spans` (or is empty).
@@ -320,10 +324,12 @@ mod tests {
 
     #[test]
     fn ids_are_padded_and_bad_ones_empty() {
-        assert_eq!(id_bytes("ab", 8), vec![0, 0, 0, 0, 0, 0, 0, 0xab]);
-        assert_eq!(id_bytes("0102030405060708", 16).len(), 16);
-        assert!(id_bytes("zz", 8).is_empty());
-        assert!(id_bytes(&"1".repeat(17), 8).is_empty());
+        assert_eq!(id_bytes("ab", 8, "spanID"), Ok(vec![0, 0, 0, 0, 0, 0, 0, 0xab]));
+        assert_eq!(id_bytes("0102030405060708", 16, "traceID").map(|v| v.len()), Ok(16));
+        for bad in ["zz".to_string(), "1".repeat(17)] {
+            let e = id_bytes(&bad, 8, "spanID").expect_err("refused");
+            assert!(e.to_string().contains("Jaeger spanID"), "{e}");
+        }
     }
 
     #[test]
@@ -342,7 +348,7 @@ mod tests {
             "processes":{"p1":{"serviceName":"svc","tags":[{"key":"host","type":"string","value":"h"}]}}}]}"#,
         )
         .expect("jaeger json");
-        let req = to_otlp(&doc.data[0]);
+        let req = to_otlp(&doc.data[0]).expect("hex ids");
         let rs = &req.resource_spans[0];
         let res = rs.resource.as_ref().expect("resource");
         assert_eq!(res.attributes[0].key, "service.name");
