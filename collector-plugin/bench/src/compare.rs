@@ -52,12 +52,12 @@ pub struct TargetResult {
     pub cpu_cores: f64,
 }
 
-fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// User plus system CPU seconds of a process (`/proc/PID/stat`), 0 when unreadable.
-fn cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // the fields after the command name, which is in parentheses and may hold spaces
     let fields: Vec<&str> = stat
@@ -79,7 +79,7 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-async fn wait_listening(addr: SocketAddr) -> bool {
+pub(crate) async fn wait_listening(addr: SocketAddr) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
@@ -90,7 +90,7 @@ async fn wait_listening(addr: SocketAddr) -> bool {
     false
 }
 
-struct Guard(Child);
+pub(crate) struct Guard(pub(crate) Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {

@@ -9,6 +9,7 @@
 
 pub mod compare;
 pub mod loadgen;
+pub mod sharded;
 pub mod shards;
 pub mod sink;
 

@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dei_collector::server::Downstream;
-use dei_collector_bench::{compare, loadgen, shards, sink};
+use dei_collector_bench::{compare, loadgen, sharded, shards, sink};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +37,33 @@ enum Command {
     /// The cost of one view over many shards: a query node's pull and merge time and its query latency,
     /// against the number of shards and of tree nodes per shard.
     Shards(ShardsArgs),
+    /// Throughput with 1, 2, 3 dei-collectors behind an OpenTelemetry Collector's loadbalancing exporter.
+    Sharded(ShardedArgs),
+}
+
+#[derive(clap::Args)]
+struct ShardedArgs {
+    /// The dei-collector binary (default: `dei-collector` in this binary's directory).
+    #[arg(long)]
+    collector: Option<PathBuf>,
+    /// The OpenTelemetry Collector binary, with the loadbalancing exporter (deploy/otelcol's build).
+    #[arg(long)]
+    otelcol: PathBuf,
+    /// Numbers of shards, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    shards: Vec<usize>,
+    /// Seconds of load per run.
+    #[arg(long, default_value_t = 10)]
+    duration_secs: u64,
+    /// Concurrent senders.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Traces per request (12 spans each).
+    #[arg(long, default_value_t = 40)]
+    traces_per_request: usize,
+    /// Rounds; each measures every number of shards once, in rotated order.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
 }
 
 #[derive(clap::Args)]
@@ -146,6 +173,7 @@ fn main() -> ExitCode {
         Command::Sink(a) => run_sink(a),
         Command::Bench(a) => run_bench(a),
         Command::Shards(a) => run_shards(a),
+        Command::Sharded(a) => run_sharded(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -386,4 +414,51 @@ fn shards_load_note() -> Option<String> {
         };
         format!("load average: {one:.2} {five:.2} {fifteen:.2}{warn}")
     })
+}
+
+fn run_sharded(a: ShardedArgs) -> Result<(), String> {
+    match shards_load_note() {
+        Some(note) => eprintln!("{note}"),
+        None => eprintln!("dei-collector-bench sharded: warning: the load average is unreadable (/proc/loadavg)"),
+    }
+    let config = sharded::ShardedConfig {
+        collector: collector_binary(a.collector)?,
+        otelcol: a.otelcol,
+        shards: a.shards,
+        duration: Duration::from_secs(a.duration_secs),
+        concurrency: a.concurrency,
+        traces_per_request: a.traces_per_request,
+        rounds: a.rounds,
+    };
+    let rt = runtime().map_err(|e| e.to_string())?;
+    let runs = rt.block_on(sharded::run(&config, &mut std::io::stderr()))?;
+    eprintln!(
+        "| shards | delivered spans/s (median, min–max) | dei-collector cores | Collector cores | spans/s per dei-collector core |"
+    );
+    eprintln!("|---:|---|---:|---:|---:|");
+    let mut counts: Vec<usize> = runs.iter().map(|r| r.shards).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    for n in counts {
+        let of: Vec<&sharded::ShardedRun> = runs.iter().filter(|r| r.shards == n).collect();
+        let med = |f: &dyn Fn(&sharded::ShardedRun) -> f64| {
+            let mut v: Vec<f64> = of.iter().map(|r| f(r)).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let delivered: Vec<f64> = of.iter().map(|r| r.delivered_per_second).collect();
+        eprintln!(
+            "| {n} | {:.0} ({:.0}–{:.0}) | {:.2} | {:.2} | {:.0} |",
+            med(&|r| r.delivered_per_second),
+            delivered.iter().copied().fold(f64::INFINITY, f64::min),
+            delivered.iter().copied().fold(0.0, f64::max),
+            med(&|r| r.shard_cores),
+            med(&|r| r.otelcol_cores),
+            med(&|r| r.delivered_per_shard_core),
+        );
+    }
+    if let Some(note) = shards_load_note() {
+        eprintln!("at the end: {note}");
+    }
+    Ok(())
 }
