@@ -266,6 +266,7 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
     assert_eq!(strings(&nodes), all, "the page's nodes are the collector's");
     assert!(strings(&nodes).is_superset(&expected));
     check_merged_graph(&client, &demo).await;
+    check_layout_without_overlaps(&client).await;
     let edges = client
         .execute(
             "return [...document.querySelectorAll('#graph-edges tr')].slice(1)\
@@ -1963,4 +1964,37 @@ async fn a_query_nodes_view_says_when_it_is_partial_in_chromium() {
     );
     query.shutdown().await;
     shard_a.shutdown().await;
+}
+
+/// The layered layout leaves no two nodes (with their labels) overlapping, and no edge's label over a node:
+/// Cytoscape's own bounding boxes, in model coordinates.
+async fn check_layout_without_overlaps(client: &Client) {
+    let found = client
+        .execute(
+            "const cy = window.deiGraph;
+             const box = b => [b.x1, b.y1, b.x2, b.y2];
+             const nodes = cy.nodes().map(n => [n.id(), box(n.boundingBox({ includeLabels: true, includeOverlays: false }))]);
+             const labels = cy.edges().filter(e => e.style('label'))
+               .map(e => [e.source().id() + '->' + e.target().id(),
+                          box(e.boundingBox({ includeNodes: false, includeEdges: false, includeLabels: true,
+                                              includeMainLabels: true, includeSourceLabels: false,
+                                              includeTargetLabels: false, includeOverlays: false }))]);
+             const hit = (a, b) => a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3];
+             const bad = [];
+             for (let i = 0; i < nodes.length; i++)
+               for (let j = i + 1; j < nodes.length; j++)
+                 if (hit(nodes[i][1], nodes[j][1])) bad.push(nodes[i][0] + ' overlaps ' + nodes[j][0]);
+             for (const [n, a] of nodes)
+               for (const [e, b] of labels)
+                 if (b[2] > b[0] && hit(a, b)) bad.push('the label of ' + e + ' over ' + n);
+             return { nodes: nodes.length, labels: labels.filter(l => l[1][2] > l[1][0]).length, bad };",
+            vec![],
+        )
+        .await
+        .expect("the layout's bounding boxes");
+    assert!(
+        found["nodes"].as_u64().unwrap_or(0) > 2 && found["labels"].as_u64().unwrap_or(0) > 2,
+        "nodes and labelled edges to check: {found}"
+    );
+    assert_eq!(found["bad"], json!([]), "the graph's layout overlaps: {found}");
 }
