@@ -25,9 +25,9 @@ use crate::test::PlannedFault;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// The prefix of the report's JUnit `<property>` names (`dei.strategy`, `dei.truncated`, …): the project's
-/// namespace, as the span attributes' keys have it.
-const PROPERTY_PREFIX: &str = "dei.";
+/// The prefix of the report's JUnit `<property>` names (`dei.strategy`, `dei.truncated`, …): the namespace
+/// of the span contract's keys (`dei.index` without its name).
+const PROPERTY_PREFIX: &str = dei_propagator::semconv::INDEX.split_at(4).0;
 
 /// How a JUnit report tells a reader to replay one execution.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
