@@ -30,7 +30,7 @@ use dei_collector::server::{self, Running, ServerConfig};
 use dei_collector::server::{Downstream, ForwardConfig};
 use dei_sfit::{InMemorySpans, Progress, Search, SearchOptions};
 use demo_setup::ServiceRouter;
-use opentelemetry::trace::{SpanId, SpanKind, TracerProvider as _};
+use opentelemetry::trace::{SpanId, SpanKind};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use peers::{Jaeger, JaegerSpan, Peer, Sample, deploy_file, eventually, free_addr, free_port, http_get, sum};
 use serde_json::Value;
@@ -38,8 +38,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::layer::SubscriberExt as _;
 
 /// How long a peer may take to show what it was sent (not a performance bound).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -52,21 +50,13 @@ fn telemetry(
     search: &InMemorySpanExporter,
     routers: &[ServiceRouter],
 ) -> SdkTracerProvider {
-    dei_propagator::install_global_propagator();
     let mut builder = SdkTracerProvider::builder()
         .with_simple_exporter(all.clone())
         .with_simple_exporter(search.clone());
     for r in routers {
         builder = builder.with_batch_exporter(r.clone());
     }
-    let provider = builder.build();
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer("dei-real-peers"))
-        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
-        .expect("the only tracing subscriber of this test process");
-    opentelemetry::global::set_tracer_provider(provider.clone());
-    provider
+    demo_setup::install_telemetry(builder, "dei-real-peers")
 }
 
 /// Searches cinema-10's functional test exhaustively (as the demo does); every span ends up in the routers'

@@ -9,36 +9,25 @@
 //! fails.
 
 use dei_corpus::cinema::{self, Variant};
-use dei_corpus::demo_setup::ServiceRouter;
+use dei_corpus::demo_setup::{ServiceRouter, install_telemetry};
 #[path = "../collector-plugin/tests/peers/mod.rs"]
 mod peers;
 
 use dei_collector::server::{self, QueryConfig, Running, ServerConfig};
 use dei_sfit::source::collector::SettleConfig;
 use dei_sfit::{CollectorSpans, Progress, Report, Search, SearchOptions};
-use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use peers::{Peer, deploy_file, free_addr, free_port};
 use std::time::Duration;
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::layer::SubscriberExt as _;
 
 /// The process's telemetry: the DEI propagator, and one tracer provider that sends every span, batched,
 /// through one [`ServiceRouter`] per endpoint (each span with its service's `service.name`).
 fn telemetry(routers: &[ServiceRouter]) -> SdkTracerProvider {
-    dei_propagator::install_global_propagator();
     let mut builder = SdkTracerProvider::builder();
     for r in routers {
         builder = builder.with_batch_exporter(r.clone());
     }
-    let provider = builder.build();
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer("dei-sharded-search"))
-        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
-        .expect("the only tracing subscriber of this test process");
-    opentelemetry::global::set_tracer_provider(provider.clone());
-    provider
+    install_telemetry(builder, "dei-sharded-search")
 }
 
 /// What a report says, without what differs from run to run (trace ids, times).

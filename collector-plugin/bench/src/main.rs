@@ -362,10 +362,7 @@ fn collector_binary(given: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 fn run_shards(a: ShardsArgs) -> Result<(), String> {
-    match shards_load_note() {
-        Some(note) => eprintln!("{note}"),
-        None => eprintln!("dei-collector-bench shards: warning: the load average is unreadable (/proc/loadavg)"),
-    }
+    print_load("shards");
     let config = shards::ShardsConfig {
         collector: collector_binary(a.collector)?,
         nodes: a.nodes,
@@ -405,6 +402,14 @@ fn run_shards(a: ShardsArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Prints the load average at the start of `command`, or that it is unreadable.
+fn print_load(command: &str) {
+    match shards_load_note() {
+        Some(note) => eprintln!("{note}"),
+        None => eprintln!("dei-collector-bench {command}: warning: the load average is unreadable (/proc/loadavg)"),
+    }
+}
+
 fn shards_load_note() -> Option<String> {
     compare::load_average().map(|[one, five, fifteen]| {
         let warn = if one > compare::IDLE_LOAD {
@@ -417,10 +422,7 @@ fn shards_load_note() -> Option<String> {
 }
 
 fn run_sharded(a: ShardedArgs) -> Result<(), String> {
-    match shards_load_note() {
-        Some(note) => eprintln!("{note}"),
-        None => eprintln!("dei-collector-bench sharded: warning: the load average is unreadable (/proc/loadavg)"),
-    }
+    print_load("sharded");
     let config = sharded::ShardedConfig {
         collector: collector_binary(a.collector)?,
         otelcol: a.otelcol,

@@ -174,20 +174,30 @@ impl Demo {
 /// to an in-memory exporter (read by the search, synchronously as spans end) and, batched, over OTLP/HTTP to
 /// `endpoint` with the `service.name` of the service that made it.
 fn telemetry(endpoint: String) -> (InMemorySpanExporter, ServiceRouter, SdkTracerProvider) {
-    dei_propagator::install_global_propagator();
     let memory = InMemorySpanExporter::default();
     let router = ServiceRouter::new(endpoint);
-    let provider = SdkTracerProvider::builder()
+    let builder = SdkTracerProvider::builder()
         .with_simple_exporter(memory.clone())
-        .with_batch_exporter(router.clone())
-        .build();
-    let tracer = provider.tracer("dei-demo");
+        .with_batch_exporter(router.clone());
+    let provider = install_telemetry(builder, "dei-demo");
+    (memory, router, provider)
+}
+
+/// Makes `builder`'s provider the process's telemetry: installs the DEI propagator, a `tracing` subscriber
+/// that turns spans at INFO and above into OpenTelemetry spans of the tracer `name`, and the global tracer
+/// provider. The process's first subscriber stays (`tracing` allows one).
+pub fn install_telemetry(
+    builder: opentelemetry_sdk::trace::TracerProviderBuilder,
+    name: &'static str,
+) -> SdkTracerProvider {
+    dei_propagator::install_global_propagator();
+    let provider = builder.build();
     let layer = tracing_opentelemetry::layer()
-        .with_tracer(tracer)
+        .with_tracer(provider.tracer(name))
         .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
     let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer));
     opentelemetry::global::set_tracer_provider(provider.clone());
-    (memory, router, provider)
+    provider
 }
 
 /// A span exporter that gives each span the `service.name` of the service that made it, so that services
