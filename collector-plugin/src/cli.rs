@@ -205,42 +205,6 @@ struct AnalyzeArgs {
     keep_going: bool,
 }
 
-#[derive(clap::Args)]
-struct BenchArgs {
-    /// rotel-agent binary (omit to measure dei-collector only).
-    #[arg(long)]
-    rotel: Option<PathBuf>,
-    /// Seconds of load per target.
-    #[arg(long, default_value_t = 15)]
-    duration_secs: u64,
-    /// Concurrent senders.
-    #[arg(long, default_value_t = 8)]
-    concurrency: usize,
-    /// Traces per request (12 spans each).
-    #[arg(long, default_value_t = 40)]
-    traces_per_request: usize,
-    /// Also measure dei-collector with analysis off.
-    #[arg(long)]
-    forward_only_too: bool,
-    /// rotel's exporter compression: `none` (same work as dei-collector, which forwards uncompressed) or
-    /// `gzip` (rotel's default).
-    #[arg(long, default_value = "none")]
-    rotel_compression: String,
-    /// Rounds; each measures every target once, in rotated order. Figures are medians over rounds.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
-    /// Print every run and the medians as JSON on stdout.
-    #[arg(long)]
-    json: bool,
-    /// Skip the ceiling target (the load generator straight into the sink).
-    #[arg(long)]
-    no_ceiling: bool,
-    /// Refuse to start (exit 2) when the 1-minute load average is above 0.5: figures from a busy machine
-    /// starve every target. Without it, such a run warns and records the load average in its output.
-    #[arg(long)]
-    require_idle: bool,
-}
-
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
