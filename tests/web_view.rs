@@ -1962,6 +1962,7 @@ async fn a_query_nodes_view_says_when_it_is_partial_in_chromium() {
         json!([]),
         "app.js reads fields that the API does not send: {unsent:#}"
     );
+    client.close().await.expect("close the session");
     query.shutdown().await;
     shard_a.shutdown().await;
 }
