@@ -52,6 +52,10 @@ struct QueryArgs {
     /// Milliseconds a shard may take to answer a pull; past it, the view is partial.
     #[arg(long, default_value_t = 5000)]
     timeout_ms: u64,
+    /// Largest snapshot read from one shard (about 1.2 KB per prefix-tree node and per retained RPC); a
+    /// larger one is that shard's error and the view is partial.
+    #[arg(long, default_value_t = server::DEFAULT_MAX_SNAPSHOT_BYTES)]
+    max_snapshot_bytes: usize,
 }
 
 #[derive(clap::Args)]
@@ -393,6 +397,7 @@ fn query(a: QueryArgs) -> Result<(), String> {
     let mut config = server::QueryConfig::new(a.peers, a.api_listen);
     config.interval = Duration::from_millis(a.interval_ms.max(1));
     config.timeout = Duration::from_millis(a.timeout_ms.max(1));
+    config.max_snapshot_bytes = a.max_snapshot_bytes;
     let rt = runtime().map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let node = server::start_query(config).await.map_err(|e| e.to_string())?;

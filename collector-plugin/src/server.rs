@@ -8,7 +8,7 @@ pub use crate::forward::{
 };
 pub use crate::graph::GraphConfig;
 pub use crate::limits::ConnectionLimits;
-pub use crate::shards::peers::{QueryConfig, QueryNode, start as start_query};
+pub use crate::shards::peers::{DEFAULT_MAX_SNAPSHOT_BYTES, QueryConfig, QueryNode, start as start_query};
 pub use crate::state::StateConfig;
 pub use crate::tree::traces::TraceStoreConfig;
 

@@ -314,6 +314,8 @@ async fn measure(
             "3600000".into(),
             "--timeout-ms".into(),
             "600000".into(),
+            "--max-snapshot-bytes".into(),
+            (8usize << 30).to_string(),
         ],
     )?;
     let query_api = field(&line, "api")?;
