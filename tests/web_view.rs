@@ -6,7 +6,8 @@
 //! them the test is skipped with a message, unless `DEI_REQUIRE_INTEROP=1` (CI), where it fails. Saves
 //! web-view.png (the prefix tree with a node's details), web-view-graph.png, web-view-traces.png (the trace
 //! list, filtered), web-view-trace.png (a trace's waterfall), web-view-analyses.png, web-view-search.png (an
-//! execution's call tree) and web-view-search-compare.png (two reports side by side).
+//! execution's call tree), web-view-search-compare.png (two reports side by side) and web-view-partial.png (a
+//! query node over two shards, one of them down).
 //!
 //! The collector serves a directory of search reports, as the demo serves `target/sfit`: the demo's report,
 //! an earlier run's (the same program, fewer executions) and a file that is not a report, which the page
