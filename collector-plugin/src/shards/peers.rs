@@ -301,7 +301,29 @@ pub struct QueryNode {
 }
 
 /// Pulls the shards once (so that the first query sees them), then serves the API over the merged view and
-/// pulls again every interval.
+/// pulls again every interval (`dei-collector query`).
+///
+/// # Example
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// use dei_collector::server::{self, QueryConfig, ServerConfig};
+///
+/// // two shards (in production: dei-collectors behind the Collector's loadbalancing exporter)
+/// let a = server::start(ServerConfig::ephemeral()).await.expect("a shard");
+/// let b = server::start(ServerConfig::ephemeral()).await.expect("a shard");
+/// let peers = vec![format!("http://{}", a.api_addr), format!("http://{}", b.api_addr)];
+/// let query = server::start_query(QueryConfig::new(peers, "127.0.0.1:0".parse().unwrap()))
+///     .await
+///     .expect("a query node");
+/// // the same API over the union, and which shards answered
+/// let stats = query.collector.stats();
+/// assert_eq!(stats.peers.map(|p| (p.partial, p.peers.len())), Some((false, 2)));
+/// query.shutdown().await;
+/// # a.shutdown().await;
+/// # b.shutdown().await;
+/// # }
+/// ```
 pub async fn start(config: QueryConfig) -> Result<QueryNode, StartError> {
     let counters = Arc::new(Counters::default());
     let collector = Arc::new(Collector::new(
