@@ -703,6 +703,13 @@ fn a_shard_that_is_down_makes_the_view_partial_until_it_returns() {
         "{view}"
     );
     assert!(missing["error"].as_str().is_some_and(|e| !e.is_empty()), "{view}");
+    // still ready: two of three shards answer (a query node receives nothing, so no receiver is claimed)
+    let (code, ready) = peers::http_get(&query.api.to_string(), "/readyz");
+    let ready: Value = serde_json::from_str(&ready).expect("JSON");
+    assert_eq!(code, 200, "{ready}");
+    assert_eq!(ready["receivers"], "none", "{ready}");
+    assert_eq!(ready["shards"]["answered"], 2, "{ready}");
+    assert_eq!(ready["shards"]["partial"], true, "{ready}");
     for path in [
         "/api/v1/tree",
         "/api/v1/graph",

@@ -151,6 +151,22 @@ async fn healthz() -> Response {
 /// Readiness: the receivers serve and, when forwarding, a TCP connection to the downstream opens; 200 when
 /// ready, 503 (with what is not) otherwise.
 async fn readyz(State(c): State<Arc<Collector>>) -> Response {
+    if let Some((_, view)) = c.peers() {
+        // a query node receives nothing: it is ready when a shard answered its last pull
+        let answered = view.peers.iter().filter(|p| p.answered).count();
+        let ready = answered > 0;
+        let body = json!({
+            "ready": ready,
+            "receivers": "none",
+            "shards": { "answered": answered, "of": view.peers.len(), "partial": view.partial },
+        });
+        let code = if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        return (code, Json(body)).into_response();
+    }
     let receivers = c.receivers_serving();
     let downstream = match c.forwarder() {
         None => None,
@@ -181,7 +197,16 @@ async fn readyz(State(c): State<Arc<Collector>>) -> Response {
 async fn metrics(State(c): State<Arc<Collector>>) -> Response {
     let queued = c.queue_depth();
     let counters = c.counters().snapshot();
-    let body = prometheus::render(&c.state(), &counters, queued, c.config().metrics_max_histogram_edges);
+    let state = c.state();
+    // a query node's spans waiting for their peer are its shards'
+    let waiting = c.peers().map_or(state.graph.waiting(), |(waiting, _)| waiting);
+    let body = prometheus::render(
+        &state,
+        &counters,
+        queued,
+        c.config().metrics_max_histogram_edges,
+        waiting,
+    );
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,

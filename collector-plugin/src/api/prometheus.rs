@@ -36,6 +36,7 @@ pub fn render(
     counters: &CountersSnapshot,
     queue: QueueDepth,
     max_histogram_edges: usize,
+    waiting: usize,
 ) -> String {
     let mut out = String::new();
     let merged = a.graph.merged_edges();
@@ -135,7 +136,7 @@ pub fn render(
         (
             "dei_graph_waiting_spans",
             "spans waiting for their peer",
-            a.graph.waiting() as u64,
+            waiting as u64,
         ),
         (
             "dei_forward_queue_spans",

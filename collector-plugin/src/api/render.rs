@@ -263,8 +263,13 @@ mod tests {
             mermaid.contains(r#"-->|"2 req, 1 failed (1 before reaching it)"|"#),
             "{mermaid}"
         );
-        let metrics =
-            crate::api::prometheus::render(&a, &a.counters().snapshot(), crate::forward::QueueDepth::default(), 10);
+        let metrics = crate::api::prometheus::render(
+            &a,
+            &a.counters().snapshot(),
+            crate::forward::QueueDepth::default(),
+            10,
+            a.graph.waiting(),
+        );
         for line in [
             r#"traces_service_graph_request_total{client="users",server="bookings",connection_type=""} 2"#,
             r#"traces_service_graph_request_failed_total{client="users",server="bookings",connection_type=""} 1"#,
