@@ -280,7 +280,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn shutdown_signal() {
+/// Waits for SIGINT (Ctrl-C) or SIGTERM; the commands stop on either (also `dei-collector-bench`'s `sink`).
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

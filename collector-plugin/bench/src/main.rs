@@ -184,25 +184,6 @@ fn main() -> ExitCode {
     }
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-}
-
 fn run_loadgen(a: LoadgenArgs) -> Result<(), String> {
     let target = match a.protocol {
         Protocol::Grpc => Downstream::Grpc(a.endpoint),
@@ -249,7 +230,7 @@ fn run_sink(a: SinkArgs) -> Result<(), String> {
             "dei-collector-bench sink listening grpc={} http={}",
             s.grpc_addr, s.http_addr
         );
-        shutdown_signal().await;
+        dei_collector::cli::shutdown_signal().await;
         println!(
             "{{\"spans\":{},\"requests\":{}}}",
             s.counts.spans.load(std::sync::atomic::Ordering::Relaxed),
