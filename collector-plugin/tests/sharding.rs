@@ -11,6 +11,10 @@
 //!
 //! Spans are counted at every hop: sent, accepted and sent on by the Collector's receiver and exporter,
 //! received by each shard.
+//!
+//! Losing a shard under load: with the static resolver the exporter keeps the dead shard's share for it;
+//! with the dns resolver (`docs/deploy/otelcol-loadbalancing-dns.yaml`) over a name that lists the shards
+//! whose `/readyz` answers, it routes around it.
 
 mod common;
 
@@ -743,7 +747,8 @@ fn a_shard_that_is_down_makes_the_view_partial_until_it_returns() {
 }
 
 /// Losing a shard under load, behind the real loadbalancing exporter with its static resolver: the exporter
-/// does not route around it (the static resolver keeps it in the ring); its otlp sub-exporter queues and
+/// does not route around it (the static resolver keeps it in the ring; the dns resolver does route around,
+/// in the next test); its otlp sub-exporter queues and
 /// retries that shard's share, which arrives when the shard is back. What the killed process had analyzed
 /// before it died is lost to the analysis (not to the downstream it forwarded to). Every span is counted at
 /// every hop.
@@ -841,4 +846,415 @@ fn a_shard_killed_under_load_gets_its_share_when_it_returns() {
         }),
         "the merged view is whole again, without what the killed process held"
     );
+}
+
+const DNS_CONFIG: &str = "otelcol-loadbalancing-dns.yaml";
+/// The name that `otelcol-loadbalancing-dns.yaml`'s dns resolver resolves to the shards that are up.
+const SHARDS_NAME: &str = "dei-shards.test";
+
+/// How this machine gives a child its own `/etc/hosts`: `unshare`'s options for a mount namespace (`-m` as
+/// root, `-Urm` with a user namespace otherwise), or `None` after a report. That private file is how the
+/// Collector sees a name that lists only the shards that are up.
+fn private_hosts_file() -> Option<&'static [&'static str]> {
+    let works = |options: &[&str]| {
+        Command::new("unshare")
+            .args(options)
+            .args(["sh", "-c", "mount --bind /dev/null /etc/hosts"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let found = [&["-m"][..], &["-Urm"][..]].into_iter().find(|o| works(o));
+    if found.is_none() {
+        common::chain::unavailable(
+            "`unshare -m` or `unshare -Urm` (a private /etc/hosts for the Collector's dns resolver)",
+        );
+    }
+    found
+}
+
+/// Plays the part of a Kubernetes headless Service with a readiness probe: every 100 ms it asks each
+/// shard's `/readyz` and writes the ones that answer 200 into a hosts file under [`SHARDS_NAME`], shard `i`
+/// as 127.0.0.`i+1`. The Collector sees that file as its `/etc/hosts`.
+struct Endpoints {
+    file: tempfile::NamedTempFile,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Endpoints {
+    fn start(apis: [SocketAddr; 3]) -> Endpoints {
+        use std::sync::atomic::Ordering;
+        let file = tempfile::NamedTempFile::new().expect("a hosts file");
+        let path = file.path().to_path_buf();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hosts = |up: &[bool]| -> String {
+            let mut out = String::from("127.0.0.1 localhost\n");
+            for (i, _) in up.iter().enumerate().filter(|(_, up)| **up) {
+                out.push_str(&format!("127.0.0.{} {SHARDS_NAME}\n", i + 1));
+            }
+            out
+        };
+        let write = move |up: &[bool]| {
+            // in place: the Collector's bind mount holds this inode
+            std::fs::write(&path, hosts(up)).expect("write the hosts file");
+        };
+        write(&[true; 3]);
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut last = vec![true; 3];
+                while !stop.load(Ordering::Relaxed) {
+                    let up: Vec<bool> = apis.iter().map(|a| ready(*a)).collect();
+                    if up != last {
+                        write(&up);
+                        last = up;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        };
+        Endpoints {
+            file,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Endpoints {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Whether `GET /readyz` answers 200 within 500 ms.
+fn ready(api: SocketAddr) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&api, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if write!(s, "GET /readyz HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+/// Traces sent one after the other, each service's spans of a trace in a request of their own (a batch that
+/// one shard refuses holds no other shard's spans), until stopped.
+struct Load {
+    traces: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    spans: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Load {
+    fn start(endpoint: String) -> Load {
+        use std::sync::atomic::Ordering;
+        let traces = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let spans_sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (traces, spans_sent, stop) = (traces.clone(), spans_sent.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                rt.block_on(async {
+                    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+                        .with_tonic()
+                        .with_endpoint(endpoint)
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    let mut trace = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        for (service, batch) in spans(&workload_of(trace..trace + 1)) {
+                            exporter.set_resource(
+                                &Resource::builder_empty()
+                                    .with_attributes([KeyValue::new("service.name", service)])
+                                    .build(),
+                            );
+                            let n = batch.len() as u64;
+                            exporter
+                                .export(batch)
+                                .await
+                                .map_err(|e| format!("trace {trace}, {service}'s spans: {e}"))?;
+                            spans_sent.fetch_add(n, Ordering::SeqCst);
+                        }
+                        trace += 1;
+                        traces.store(trace, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                    }
+                    Ok(())
+                })
+            })
+        };
+        Load {
+            traces,
+            spans: spans_sent,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Traces sent whole so far.
+    fn traces(&self) -> u64 {
+        self.traces.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until `n` more traces were sent whole.
+    fn wait_for(&self, n: u64) -> u64 {
+        let target = self.traces() + n;
+        assert!(
+            eventually(Duration::from_secs(60), || self.traces() >= target),
+            "the load sent {n} more traces"
+        );
+        self.traces()
+    }
+
+    /// Stops the load: (traces, spans) sent.
+    fn finish(mut self) -> (u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("the load thread").expect("every export succeeded");
+        }
+        (self.traces(), self.spans.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+/// The Collector running `otelcol-loadbalancing-dns.yaml` with `hosts` as its `/etc/hosts` (a private mount
+/// namespace; Go's own resolver, which reads the file again when it changes): the process, its OTLP/gRPC
+/// port and its metrics address.
+fn otelcol_dns(
+    bin: &std::path::Path,
+    unshare_options: &[&str],
+    hosts: &std::path::Path,
+    shards_port: u16,
+) -> (Peer, u16, String) {
+    let (grpc, http, metrics) = (peers::free_port(), peers::free_port(), peers::free_port());
+    let vars = vec![
+        ("OTELCOL_OTLP_GRPC", format!("127.0.0.1:{grpc}")),
+        ("OTELCOL_OTLP_HTTP", format!("127.0.0.1:{http}")),
+        ("OTELCOL_METRICS_HOST", "127.0.0.1".to_string()),
+        ("OTELCOL_METRICS_PORT", metrics.to_string()),
+        ("DEI_SHARDS_HOSTNAME", SHARDS_NAME.to_string()),
+        ("DEI_SHARDS_PORT", shards_port.to_string()),
+        ("GODEBUG", "netdns=go".to_string()),
+    ];
+    let mut unshare = Command::new("unshare");
+    unshare
+        .args(unshare_options)
+        .args(["sh", "-c", r#"mount --bind "$0" /etc/hosts && exec "$@""#])
+        .arg(hosts)
+        .arg(bin);
+    let peer = Peer::start_command(
+        "otelcol",
+        unshare,
+        &[deploy_file(DNS_CONFIG)],
+        &vars,
+        &[&format!("127.0.0.1:{grpc}"), &format!("127.0.0.1:{http}")],
+    );
+    (peer, grpc, format!("127.0.0.1:{metrics}"))
+}
+
+/// A port free on 127.0.0.1, .2 and .3 (the shards share it, as pods behind a headless Service do).
+fn port_on_three_addresses() -> u16 {
+    (0..100)
+        .map(|_| peers::free_port())
+        .find(|p| (2..=3).all(|i| std::net::TcpListener::bind((format!("127.0.0.{i}"), *p)).is_ok()))
+        .expect("a port free on 127.0.0.1-3")
+}
+
+/// Losing a shard under load, behind the real loadbalancing exporter with its dns resolver
+/// (`otelcol-loadbalancing-dns.yaml`) over a name that lists the shards whose `/readyz` answers: the name
+/// drops the dead shard, the exporter's ring follows, the batches that failed on the dead shard are routed
+/// again to the others, and the traces sent while it is down go whole to the other two. The merged view is
+/// partial until the shard returns; then the name lists it again and it gets its share of new traces.
+///
+/// Spans are counted at every hop (the load, the Collector's receiver and exporter, each shard in and out,
+/// the downstream the shards forward to). What is lost is what the killed process held and had not yet
+/// forwarded, and only from traces sent before the ring dropped it.
+#[test]
+fn a_shard_killed_under_load_is_routed_around_when_the_name_drops_it() {
+    let Some(bin) = otelcol_bin() else {
+        return;
+    };
+    let Some(unshare_options) = private_hosts_file() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let downstream = rt.block_on(common::Downstream::start());
+    let port = port_on_three_addresses();
+    let apis: [SocketAddr; 3] = std::array::from_fn(|_| peers::free_addr().parse().expect("an address"));
+    let args = |i: usize| {
+        vec![
+            "--grpc-listen".to_string(),
+            format!("127.0.0.{}:{port}", i + 1),
+            "--api-listen".to_string(),
+            apis[i].to_string(),
+            "--forward-grpc".to_string(),
+            downstream.endpoint(),
+        ]
+    };
+    let start = |i: usize| {
+        let args = args(i);
+        CollectorProcess::start(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let mut shards: Vec<CollectorProcess> = (0..3).map(start).collect();
+    let endpoints = Endpoints::start(apis);
+    let (_otelcol, otelcol_grpc, otelcol_metrics) = otelcol_dns(&bin, unshare_options, endpoints.file.path(), port);
+    let backends = || {
+        peers::sum(
+            &peers::scrape(&otelcol_metrics),
+            "otelcol_loadbalancer_num_backends",
+            &[],
+        )
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || backends() == 3.0),
+        "the Collector resolved three shards"
+    );
+    let query = QueryNode::start(&shards.iter().collect::<Vec<_>>());
+
+    let load = Load::start(format!("http://127.0.0.1:{otelcol_grpc}"));
+    load.wait_for(40);
+    assert!(
+        eventually(Duration::from_secs(20), || shards.iter().all(|s| received(s) > 0)),
+        "each shard got a share before the kill"
+    );
+    let killed_at = load.traces();
+    drop(shards.pop());
+
+    // the name drops shard 2, the Collector's ring follows; from then on, traces go whole to the others
+    assert!(
+        eventually(Duration::from_secs(30), || backends() == 2.0),
+        "the Collector's ring dropped the dead shard"
+    );
+    let down_from = load.traces();
+    assert!(
+        eventually(
+            Duration::from_secs(20),
+            || query.get("/api/v1/stats")["peers"]["partial"] == true
+        ),
+        "the merged view says it is partial"
+    );
+    let down_to = load.wait_for(60);
+
+    shards.push(start(2));
+    assert!(
+        eventually(Duration::from_secs(30), || backends() == 3.0),
+        "the Collector's ring took the shard back"
+    );
+    let up_from = load.wait_for(1);
+    load.wait_for(60);
+    let (traces_sent, spans_sent) = load.finish();
+
+    // every hop drains: the Collector's queue, the shards' forwarders
+    let own = || peers::scrape(&otelcol_metrics);
+    let settled = eventually(Duration::from_secs(60), || {
+        let own = own();
+        peers::sum(&own, "otelcol_receiver_accepted_spans", &[]) as u64 == spans_sent
+            && peers::sum(&own, "otelcol_exporter_queue_size", &[]) == 0.0
+            && shards.iter().all(|s| {
+                let m = metrics(s);
+                peers::sum(&m, "dei_forward_queue_spans", &[]) == 0.0
+                    && peers::sum(&m, "dei_collector_forward_spans_sent", &[])
+                        == peers::sum(&m, "dei_collector_spans_received", &[])
+            })
+    });
+    let own = own();
+    let accepted = peers::sum(&own, "otelcol_receiver_accepted_spans", &[]) as u64;
+    let exporter = |name: &str| peers::sum(&own, name, &[("exporter", "load_balancing")]) as u64;
+    let (lb_sent, lb_failed) = (
+        exporter("otelcol_exporter_sent_spans"),
+        exporter("otelcol_exporter_send_failed_spans"),
+    );
+    let shard_in: Vec<u64> = shards.iter().map(received).collect();
+    let shard_out: Vec<u64> = shards
+        .iter()
+        .map(|s| peers::sum(&metrics(s), "dei_collector_forward_spans_sent", &[]) as u64)
+        .collect();
+    let (at_downstream, distinct) = {
+        let r = downstream.received.lock().expect("the downstream's spans");
+        (r.span_ids().len() as u64, r.distinct())
+    };
+    let by_killed = at_downstream.saturating_sub(shard_out.iter().sum());
+    let account = format!(
+        "the load sent {spans_sent} spans in {traces_sent} traces (shard 2 killed after trace {killed_at}, the \
+         ring without it from trace {down_from} to {down_to}, with it again from {up_from}); the Collector \
+         accepted {accepted}, its exporter sent {lb_sent} and gave up on {lb_failed}; shards 0, 1 and the \
+         restarted 2 received {shard_in:?} and forwarded {shard_out:?}; the killed shard forwarded \
+         {by_killed} before it died; the downstream got {at_downstream} spans, {} distinct",
+        distinct.len()
+    );
+    eprintln!("{account}");
+    assert!(settled, "every hop drained: {account}");
+    assert_eq!(accepted, spans_sent, "the Collector accepted every span: {account}");
+    assert_eq!(lb_failed, 0, "the Collector gave up on no span: {account}");
+
+    // what is missing downstream: spans that the killed process held, of traces sent before the ring
+    // dropped it
+    let sent: BTreeSet<(Vec<u8>, Vec<u8>)> = (0..traces_sent)
+        .flat_map(|t| spans(&workload_of(t..t + 1)).into_values().flatten())
+        .map(|s| {
+            (
+                s.span_context.trace_id().to_bytes().to_vec(),
+                s.span_context.span_id().to_bytes().to_vec(),
+            )
+        })
+        .collect();
+    assert_eq!(sent.len() as u64, spans_sent);
+    let number = |id: &[u8]| u64::from_be_bytes(id[8..].try_into().expect("8 bytes")) - 1;
+    let missing: Vec<u64> = sent.difference(&distinct).map(|(t, _)| number(t)).collect();
+    assert!(
+        missing.iter().all(|t| *t < down_from),
+        "only spans of traces sent before the ring dropped the dead shard are missing ({missing:?}): {account}"
+    );
+    assert!(
+        distinct.is_subset(&sent),
+        "the downstream got only spans that were sent"
+    );
+
+    // routed around: each trace sent while the ring lacked shard 2 is whole on shard 0 or 1, and none is on
+    // the restarted shard 2; after the return, the restarted shard gets its share
+    let on: Vec<BTreeSet<String>> = shards.iter().map(traces).collect();
+    let hex = |t: u64| ::hex::encode(trace_id(t).to_bytes());
+    for t in down_from..down_to {
+        let holders = on.iter().filter(|s| s.contains(&hex(t))).count();
+        assert!(
+            holders == 1 && !on[2].contains(&hex(t)),
+            "trace {t}, sent while shard 2 was down, is on one of the other two: {account}"
+        );
+    }
+    let back = (up_from..traces_sent).filter(|t| on[2].contains(&hex(*t))).count();
+    assert!(
+        back > 0,
+        "the restarted shard got a share of the traces sent after it returned: {account}"
+    );
+    for t in up_from..traces_sent {
+        assert_eq!(
+            on.iter().filter(|s| s.contains(&hex(t))).count(),
+            1,
+            "trace {t} is on one shard: {account}"
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let s = query.get("/api/v1/stats");
+            s["peers"]["partial"] == false && spans_received(&s) == shard_in.iter().sum::<u64>()
+        }),
+        "the merged view is whole again: {account}"
+    );
+    drop(rt);
 }

@@ -125,7 +125,7 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// Every variable that the files in `docs/deploy/` read: cleared in the peers' environment, so that only
 /// what a test sets applies.
-pub const VARIABLES: [&str; 19] = [
+pub const VARIABLES: [&str; 21] = [
     "OTELCOL_OTLP_GRPC",
     "OTELCOL_OTLP_HTTP",
     "DEI_COLLECTOR_OTLP",
@@ -145,6 +145,8 @@ pub const VARIABLES: [&str; 19] = [
     "DEI_SHARD_2",
     "DEI_SHARD_3",
     "DEI_ROUTING_KEY",
+    "DEI_SHARDS_HOSTNAME",
+    "DEI_SHARDS_PORT",
 ];
 
 /// A peer process, killed on drop.
@@ -157,7 +159,18 @@ impl Peer {
     /// Starts `bin --config C…` with `vars` (and no other deployment variable), waits until every address
     /// in `wait_for` accepts connections.
     pub fn start(name: &str, bin: &Path, configs: &[String], vars: &[(&str, String)], wait_for: &[&str]) -> Peer {
-        let mut cmd = Command::new(bin);
+        Peer::start_command(name, Command::new(bin), configs, vars, wait_for)
+    }
+
+    /// Like [`Peer::start`], with `cmd` (the binary, or a wrapper that runs it) in place of the binary.
+    pub fn start_command(
+        name: &str,
+        mut cmd: Command,
+        configs: &[String],
+        vars: &[(&str, String)],
+        wait_for: &[&str],
+    ) -> Peer {
+        let bin = cmd.get_program().to_os_string();
         for v in VARIABLES {
             cmd.env_remove(v);
         }
@@ -169,7 +182,7 @@ impl Peer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("start {name} ({}): {e}", bin.display()));
+            .unwrap_or_else(|e| panic!("start {name} ({}): {e}", bin.to_string_lossy()));
         let mut peer = Peer {
             child,
             name: name.to_string(),
