@@ -193,16 +193,14 @@ impl Collector {
         crate::api::render::graph_view(&self.state())
     }
 
-    /// On a query node ([`crate::shards`]): replaces the state with one merged from the shards, the counters
-    /// with their sums, and records which shards answered.
-    pub(crate) fn replace_merged(
+    /// On a query node ([`crate::shards`]), after it merged the shards into its state: the counters become
+    /// their sums, and it records which shards answered.
+    pub(crate) fn set_merged(
         &self,
-        state: CollectorState,
         counters: &crate::counters::CountersSnapshot,
         waiting: usize,
         peers: crate::views::PeersView,
     ) {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
         self.counters.store(counters);
         *self.merged.lock().unwrap_or_else(|p| p.into_inner()) = Some((waiting, peers));
     }

@@ -55,6 +55,15 @@ pub struct CollectorState {
     statuses: Interner<SpanStatus>,
     stack_digests: Interner<StackDigest>,
     counters: Arc<Counters>,
+    /// Random, new with every state: tells a query node that its cursor into this state's history
+    /// ([`crate::shards::snapshot::Cursor`]) belongs to an earlier process.
+    epoch: u64,
+}
+
+/// A random nonzero number, from the standard library's randomly keyed hasher.
+fn random_epoch() -> u64 {
+    use std::hash::BuildHasher as _;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now()) | 1
 }
 
 /// Most distinct statuses, and stack digests, shared through an interner at once.
@@ -85,7 +94,13 @@ impl CollectorState {
             statuses: Interner::new(INTERNED),
             stack_digests: Interner::new(INTERNED),
             counters,
+            epoch: random_epoch(),
         }
+    }
+
+    /// This state's epoch (random, never 0).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The counters this analyzer reports to.

@@ -83,6 +83,9 @@ struct ShardsArgs {
     /// Query nodes started per (nodes, shards) pair; figures are medians over them.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// Traces sent again after the first pull, 100 tree nodes each, to time a pull of what changed.
+    #[arg(long, default_value_t = 10)]
+    changed_traces: usize,
     /// Print the rows as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -350,6 +353,7 @@ fn run_shards(a: ShardsArgs) -> Result<(), String> {
         shards: a.shards,
         queries: a.queries.max(1),
         rounds: a.rounds.max(1),
+        changed_traces: a.changed_traces,
     };
     let rt = runtime().map_err(|e| e.to_string())?;
     let rows = rt.block_on(shards::run(&config, &mut std::io::stderr()))?;
@@ -358,13 +362,14 @@ fn run_shards(a: ShardsArgs) -> Result<(), String> {
     }
     eprintln!(
         "| nodes per shard | shards | snapshot MiB | pull s | merge s | pull+merge range s | ms per shard per 1k nodes \
-         | query node peak RSS MiB | median query ms (stats, graph, tree, node, traces) |"
+         | query node peak RSS MiB | median query ms (stats, graph, tree, node, traces) | pull, nothing changed s \
+         | nodes changed per shard | pull of changes s | its merge s |"
     );
-    eprintln!("|---:|---:|---:|---:|---:|---|---:|---:|---|");
+    eprintln!("|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|");
     for r in &rows {
         let q: Vec<String> = r.query_ms.iter().map(|(_, ms)| format!("{ms:.2}")).collect();
         eprintln!(
-            "| {} | {} | {:.1} | {:.3} | {:.3} | {:.3}–{:.3} | {:.2} | {:.0} | {} |",
+            "| {} | {} | {:.1} | {:.3} | {:.3} | {:.3}–{:.3} | {:.2} | {:.0} | {} | {:.3} | {} | {:.3} | {:.3} |",
             r.nodes,
             r.shards,
             r.snapshot_bytes as f64 / 1048576.0,
@@ -374,7 +379,11 @@ fn run_shards(a: ShardsArgs) -> Result<(), String> {
             r.pull_and_merge_range.1,
             r.ms_per_shard_per_1k_nodes,
             r.query_node_peak_rss_mib,
-            q.join(", ")
+            q.join(", "),
+            r.idle_refresh_seconds,
+            r.changed_nodes_per_shard,
+            r.changes_pull_seconds,
+            r.changes_merge_seconds
         );
     }
     if let Some(note) = shards_load_note() {

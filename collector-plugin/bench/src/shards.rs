@@ -36,6 +36,9 @@ pub struct ShardsConfig {
     pub queries: usize,
     /// Query nodes started per `(nodes, shards)` pair; figures are medians over them.
     pub rounds: usize,
+    /// Traces sent again to the shard after the first pull (each touches 100 tree nodes and its trace
+    /// record), to time a pull of what changed.
+    pub changed_traces: usize,
 }
 
 /// One measurement.
@@ -59,6 +62,15 @@ pub struct ShardsRow {
     pub query_node_peak_rss_mib: f64,
     /// Median latency per endpoint, milliseconds.
     pub query_ms: Vec<(String, f64)>,
+    /// A pull when nothing changed (every shard asked for its changes, the graph merged again), seconds
+    /// (median).
+    pub idle_refresh_seconds: f64,
+    /// Tree nodes changed on each shard before the timed pull of changes.
+    pub changed_nodes_per_shard: usize,
+    /// That pull: fetching and parsing every shard's changes, and merging them, seconds (median).
+    pub changes_pull_seconds: f64,
+    /// Its merge, seconds (median).
+    pub changes_merge_seconds: f64,
 }
 
 /// A child process, killed on drop.
@@ -253,7 +265,7 @@ pub async fn run(config: &ShardsConfig, log: &mut dyn std::io::Write) -> Result<
         for &k in &config.shards {
             let mut rounds = Vec::new();
             for _ in 0..config.rounds.max(1) {
-                rounds.push(measure(config, &http, &api, k).await?);
+                rounds.push(measure(config, &http, &otlp, &api, k).await?);
             }
             let pull = median(rounds.iter().map(|r| r.0).collect());
             let merge = median(rounds.iter().map(|r| r.1).collect());
@@ -278,14 +290,23 @@ pub async fn run(config: &ShardsConfig, log: &mut dyn std::io::Write) -> Result<
                 ms_per_shard_per_1k_nodes: (pull + merge) * 1000.0 / k as f64 / ((held - 1) as f64 / 1000.0),
                 query_node_peak_rss_mib: median(rounds.iter().map(|r| r.2).collect()),
                 query_ms,
+                idle_refresh_seconds: median(rounds.iter().map(|r| r.4).collect()),
+                changed_nodes_per_shard: config.changed_traces * RPCS_PER_TRACE,
+                changes_pull_seconds: median(rounds.iter().map(|r| r.5).collect()),
+                changes_merge_seconds: median(rounds.iter().map(|r| r.6).collect()),
             };
             let _ = writeln!(
                 log,
-                "{n} nodes × {k} shards: pull {pull:.3} s, merge {merge:.3} s (pull and merge {:.3}–{:.3} s over {} rounds), peak RSS {:.0} MiB",
+                "{n} nodes × {k} shards: pull {pull:.3} s, merge {merge:.3} s (pull and merge {:.3}–{:.3} s over {} rounds), peak RSS {:.0} MiB; \
+                 then a pull with nothing changed {:.3} s, and with {} nodes changed per shard: pull {:.3} s, merge {:.3} s",
                 range.0,
                 range.1,
                 rounds.len(),
-                row.query_node_peak_rss_mib
+                row.query_node_peak_rss_mib,
+                row.idle_refresh_seconds,
+                row.changed_nodes_per_shard,
+                row.changes_pull_seconds,
+                row.changes_merge_seconds,
             );
             rows.push(row);
         }
@@ -293,14 +314,19 @@ pub async fn run(config: &ShardsConfig, log: &mut dyn std::io::Write) -> Result<
     Ok(rows)
 }
 
-/// One query node over `k` copies of the shard at `api`: its pull and merge seconds, its peak RSS in MiB, and
-/// the median latency of each endpoint in milliseconds.
+/// What [`measure`] gives: the first pull's and merge's seconds, peak RSS in MiB, the median latency of each
+/// endpoint in milliseconds; a pull with nothing changed, in seconds; a pull of changes and its merge, in
+/// seconds.
+type Measured = (f64, f64, f64, Vec<(String, f64)>, f64, f64, f64);
+
+/// One query node over `k` copies of the shard at `api` (OTLP/HTTP at `otlp`), pulling every second.
 async fn measure(
     config: &ShardsConfig,
     http: &reqwest::Client,
+    otlp: &str,
     api: &str,
     k: usize,
-) -> Result<(f64, f64, f64, Vec<(String, f64)>), String> {
+) -> Result<Measured, String> {
     let peers = vec![format!("http://{api}"); k].join(",");
     let (query, line) = start(
         &config.collector,
@@ -311,7 +337,7 @@ async fn measure(
             "--api-listen".into(),
             "127.0.0.1:0".into(),
             "--interval-ms".into(),
-            "3600000".into(),
+            "1000".into(),
             "--timeout-ms".into(),
             "600000".into(),
             "--max-snapshot-bytes".into(),
@@ -356,5 +382,54 @@ async fn measure(
         query_ms.push((path, median(times)));
     }
     let rss = peak_rss_mib(query.0.id());
-    Ok((pull, merge, rss, query_ms))
+    let peers_view = || async {
+        let v: serde_json::Value =
+            serde_json::from_slice(&get(http, &format!("http://{query_api}/api/v1/peers")).await?)
+                .map_err(|e| e.to_string())?;
+        Ok::<_, String>(v)
+    };
+    // the refreshes after the first one, with nothing changed
+    let mut idle = Vec::new();
+    let mut last = peers_view().await?["merged_unix_nano"].as_u64().unwrap_or(0);
+    while idle.len() < 3 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let v = peers_view().await?;
+        let at = v["merged_unix_nano"].as_u64().unwrap_or(0);
+        if at != last {
+            last = at;
+            idle.push(v["pull_seconds"].as_f64().unwrap_or(0.0) + v["merge_seconds"].as_f64().unwrap_or(0.0));
+        }
+    }
+    // the same traces sent again: their nodes and records change; time the first refresh that started after
+    let mut changed = (0.0, 0.0);
+    if config.changed_traces > 0 {
+        let body = request(0, config.changed_traces);
+        let response = http
+            .post(format!("http://{otlp}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("changing the shard: {}", response.status()));
+        }
+        let sent = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let v = peers_view().await?;
+            let (at, p, m) = (
+                v["merged_unix_nano"].as_u64().unwrap_or(0),
+                v["pull_seconds"].as_f64().unwrap_or(0.0),
+                v["merge_seconds"].as_f64().unwrap_or(0.0),
+            );
+            if at.saturating_sub(((p + m) * 1e9) as u64) > sent {
+                changed = (p, m);
+                break;
+            }
+        }
+    }
+    Ok((pull, merge, rss, query_ms, median(idle), changed.0, changed.1))
 }

@@ -237,9 +237,30 @@ async fn get_stats(State(c): State<Arc<Collector>>) -> Response {
 }
 
 /// A shard's state for a query node to merge (`dei-collector query`).
-async fn snapshot(State(c): State<Arc<Collector>>) -> Response {
+/// `GET /api/v1/snapshot`'s parameters: a cursor of an earlier snapshot, all four or none.
+#[derive(Deserialize)]
+struct SnapshotQuery {
+    epoch: Option<u64>,
+    tree: Option<u64>,
+    traces: Option<u64>,
+    stacks: Option<usize>,
+}
+
+async fn snapshot(State(c): State<Arc<Collector>>, Query(q): Query<SnapshotQuery>) -> Response {
+    let since = match (q.epoch, q.tree, q.traces, q.stacks) {
+        (None, None, None, None) => None,
+        (Some(epoch), Some(tree), Some(traces), Some(stacks)) => Some(crate::shards::snapshot::Cursor {
+            epoch,
+            tree,
+            traces,
+            stacks,
+        }),
+        _ => {
+            return bad_request("a cursor is epoch, tree, traces and stacks together".to_string()).into_response();
+        }
+    };
     let counters = c.counters().snapshot();
-    Json(c.state().snapshot(counters)).into_response()
+    Json(c.state().snapshot_since(counters, since)).into_response()
 }
 
 /// A query node's shards; 404 on a shard or a single dei-collector.

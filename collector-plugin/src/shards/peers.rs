@@ -1,12 +1,22 @@
 //! The query node: pulls every shard's [`Snapshot`], merges them, and serves the union with the usual API.
+//!
+//! It keeps a copy of each shard (a [`Mirror`]) and, after the first pull, asks each for what changed since
+//! the last one (`GET /api/v1/snapshot` with the last [`Cursor`]). Only the prefix-tree nodes and traces that
+//! changed on some shard are merged again, from every shard's copy of them; the graph, small, is merged
+//! whole. A shard that does not answer is dropped from the view until it answers again, with a whole
+//! snapshot.
 
-use super::snapshot::{SNAPSHOT_VERSION, Snapshot};
+use super::snapshot::{Cursor, SNAPSHOT_VERSION, Snapshot, TraceSnapshot};
 use crate::collector::{Collector, IngestConfig};
 use crate::counters::{Counters, CountersSnapshot};
+use crate::graph::ServiceGraph;
 use crate::limits::{ConnectionLimits, LimitedListener};
 use crate::server::StartError;
 use crate::state::{CollectorState, StateConfig};
+use crate::tree::NodeStats;
 pub use crate::views::{PeerStatus, PeersView};
+use dei_propagator::{Index, StackDigest};
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -78,6 +88,111 @@ pub struct PeerSet {
     client: reqwest::Client,
     last_answer: Vec<Option<(u64, usize, usize, u64)>>,
     lookup: Arc<TraceLookup>,
+    /// Each shard's copy; `None` until it answers, and again after it failed to.
+    mirrors: Vec<Option<Mirror>>,
+}
+
+/// What a query node holds of one shard: its nodes and traces as of the last pull, and the rest of its last
+/// snapshot (graph, services, counters).
+#[derive(Debug, Default)]
+struct Mirror {
+    nodes: HashMap<Index, NodeStats>,
+    traces: HashMap<[u8; 16], TraceSnapshot>,
+    /// The last snapshot without its nodes, traces and stacks.
+    rest: Snapshot,
+}
+
+/// The keys that changed on some shard since the last pull: merged again from every shard's copy.
+#[derive(Debug, Default)]
+struct Changes {
+    nodes: HashSet<Index>,
+    traces: HashSet<[u8; 16]>,
+    stacks: Vec<(StackDigest, Vec<String>)>,
+}
+
+impl Mirror {
+    /// Applies a shard's snapshot (whole, or what changed since this copy's cursor) to this copy, noting
+    /// the keys it touched.
+    fn apply(&mut self, mut snapshot: Snapshot, changes: &mut Changes) -> Result<(), String> {
+        let removed_traces = std::mem::take(&mut snapshot.removed_traces)
+            .iter()
+            .map(|h| {
+                ::hex::decode(h)
+                    .ok()
+                    .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                    .ok_or_else(|| format!("a removed trace id that is not 16 hex bytes: {h:?}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if snapshot.full {
+            changes.nodes.extend(self.nodes.drain().map(|(k, _)| k));
+            changes.traces.extend(self.traces.drain().map(|(k, _)| k));
+        }
+        for index in std::mem::take(&mut snapshot.removed_nodes) {
+            self.nodes.remove(&index);
+            changes.nodes.insert(index);
+        }
+        for id in removed_traces {
+            self.traces.remove(&id);
+            changes.traces.insert(id);
+        }
+        for n in std::mem::take(&mut snapshot.nodes) {
+            changes.nodes.insert(n.index.clone());
+            self.nodes.insert(n.index, n.stats);
+        }
+        for t in std::mem::take(&mut snapshot.traces) {
+            changes.traces.insert(t.trace_id);
+            self.traces.insert(t.trace_id, t);
+        }
+        changes.stacks.append(&mut snapshot.stacks);
+        self.rest = snapshot;
+        Ok(())
+    }
+}
+
+/// Merges again, into `state`, every key in `changes` from the copies that hold it (in shard order, so that
+/// first-seen labels do not depend on which shard answered first), and the graph from every copy.
+fn merge_changes(
+    state: &mut CollectorState,
+    mirrors: &[Option<Mirror>],
+    changes: Changes,
+    graph: &crate::graph::GraphConfig,
+) {
+    let now = Instant::now();
+    let mut nodes: Vec<Index> = changes.nodes.into_iter().collect();
+    nodes.sort_by_key(Index::depth);
+    for index in nodes {
+        let mut held = mirrors.iter().flatten().filter_map(|m| m.nodes.get(&index)).peekable();
+        if held.peek().is_none() {
+            state.tree.remove(&index);
+            continue;
+        }
+        let mut sum = NodeStats {
+            preliminary: index.last().is_some_and(|e| e.preliminary),
+            ..NodeStats::default()
+        };
+        for stats in held {
+            sum.merge(stats);
+            sum.preliminary |= stats.preliminary;
+        }
+        let id = state.tree.get_or_insert(&index);
+        if let Some(stats) = state.tree.stats_mut(id) {
+            *stats = sum;
+        }
+    }
+    for id in changes.traces {
+        state.traces.remove(&id);
+        for t in mirrors.iter().flatten().filter_map(|m| m.traces.get(&id)) {
+            state.absorb_trace(t, now);
+        }
+    }
+    let counters = state.counters().clone();
+    for (digest, frames) in changes.stacks {
+        state.stacks.insert(digest, &frames, &counters);
+    }
+    state.graph = ServiceGraph::new(graph.clone());
+    for m in mirrors.iter().flatten() {
+        state.absorb_graph(&m.rest);
+    }
 }
 
 /// A query node's trace lookups (`GET /api/v1/traces/{id}`), answered by the shard that holds the trace, so
@@ -169,11 +284,13 @@ impl PeerSet {
             client: client.clone(),
             owners: Default::default(),
         });
+        let mirrors = (0..config.peers.len()).map(|_| None).collect();
         Ok(PeerSet {
             config,
             client,
             last_answer,
             lookup,
+            mirrors,
         })
     }
 
@@ -182,65 +299,89 @@ impl PeerSet {
         self.lookup.clone()
     }
 
-    /// Pulls every shard at once, merges what answered into a fresh state, and puts it in `collector`
-    /// (with the shards' counters summed). Returns what answered.
+    /// Pulls every shard (a few at once): what changed since the last pull from a shard that answered it,
+    /// everything from the others. Merges what changed into `collector`'s state, sums the shards' counters,
+    /// and returns what answered.
     pub async fn refresh(&mut self, collector: &Collector) -> PeersView {
         use futures::StreamExt as _;
         let started = Instant::now();
-        let mut state = CollectorState::new(self.config.state.clone(), collector.counters().clone());
-        let mut counters = CountersSnapshot::default();
-        let mut waiting = 0;
-        let mut owners = std::collections::HashMap::new();
         let mut errors: Vec<Option<String>> = vec![None; self.config.peers.len()];
         let mut merging = Duration::ZERO;
-        // a few shards at once, each snapshot merged as it arrives and dropped: memory holds
-        // PULLS_AT_ONCE snapshots, not one per shard
+        let mut changes = Changes::default();
         let (client, max) = (self.client.clone(), self.config.max_snapshot_bytes);
-        let urls: Vec<(usize, String)> = self.config.peers.iter().cloned().enumerate().collect();
-        let mut pulls = futures::stream::iter(urls)
-            .map(move |(i, url)| {
-                let client = client.clone();
-                async move { (i, pull(client, url, max).await) }
-            })
-            .buffer_unordered(PULLS_AT_ONCE);
-        let mut answered: Vec<Option<(u64, usize, usize, u64)>> = vec![None; self.config.peers.len()];
-        while let Some((i, answer)) = pulls.next().await {
-            match answer {
-                Ok(snapshot) => {
-                    let at = Instant::now();
-                    owners.extend(snapshot.traces.iter().map(|t| (t.trace_id, i)));
-                    answered[i] = Some((
-                        unix_nanos(),
-                        snapshot.traces.len(),
-                        snapshot.nodes.len(),
-                        snapshot.counters.spans_received,
-                    ));
-                    counters.add(&snapshot.counters);
-                    waiting += snapshot.graph_waiting_spans;
-                    cpu_bound(|| state.absorb(snapshot, at));
-                    merging += at.elapsed();
-                }
-                Err(e) => {
-                    tracing::warn!(peer = %self.config.peers[i], error = %e, "a shard did not answer: the merged view is partial");
-                    errors[i] = Some(e);
-                }
-            }
-        }
-        drop(pulls);
-        let mut peers = Vec::with_capacity(errors.len());
-        for (((url, error), last), now) in self
+        let urls: Vec<(usize, String, Option<Cursor>)> = self
             .config
             .peers
             .iter()
-            .zip(errors)
-            .zip(&mut self.last_answer)
-            .zip(answered)
+            .cloned()
+            .enumerate()
+            .map(|(i, url)| (i, url, self.mirrors[i].as_ref().map(|m| m.rest.cursor)))
+            .collect();
+        let mut pulls = futures::stream::iter(urls)
+            .map(move |(i, url, cursor)| {
+                let client = client.clone();
+                async move { (i, pull(client, url, cursor, max).await) }
+            })
+            .buffer_unordered(PULLS_AT_ONCE);
+        let mut answered: Vec<Option<u64>> = vec![None; self.config.peers.len()];
+        while let Some((i, answer)) = pulls.next().await {
+            let at = Instant::now();
+            let applied = answer.and_then(|snapshot| {
+                if !snapshot.full && self.mirrors[i].is_none() {
+                    return Err("answered with changes to a pull that asked for everything".to_string());
+                }
+                cpu_bound(|| {
+                    self.mirrors[i]
+                        .get_or_insert_with(Mirror::default)
+                        .apply(snapshot, &mut changes)
+                })
+            });
+            match applied {
+                Ok(()) => answered[i] = Some(unix_nanos()),
+                Err(e) => {
+                    tracing::warn!(peer = %self.config.peers[i], error = %e, "a shard did not answer: the merged view is partial");
+                    if let Some(m) = self.mirrors[i].take() {
+                        changes.nodes.extend(m.nodes.into_keys());
+                        changes.traces.extend(m.traces.into_keys());
+                    }
+                    errors[i] = Some(e);
+                }
+            }
+            merging += at.elapsed();
+        }
+        drop(pulls);
+        let at = Instant::now();
+        let mut counters = CountersSnapshot::default();
+        let mut waiting = 0;
+        for m in self.mirrors.iter().flatten() {
+            counters.add(&m.rest.counters);
+            waiting += m.rest.graph_waiting_spans;
+        }
         {
-            if now.is_some() {
-                *last = now;
+            let mut owners = self.lookup.owners.lock().unwrap_or_else(|p| p.into_inner());
+            for id in &changes.traces {
+                match self
+                    .mirrors
+                    .iter()
+                    .position(|m| m.as_ref().is_some_and(|m| m.traces.contains_key(id)))
+                {
+                    Some(i) => owners.insert(*id, i),
+                    None => owners.remove(id),
+                };
+            }
+        }
+        {
+            let mut state = collector.state();
+            cpu_bound(|| merge_changes(&mut state, &self.mirrors, changes, &self.config.state.graph));
+        }
+        merging += at.elapsed();
+        let mut peers = Vec::with_capacity(errors.len());
+        for (i, (url, error)) in self.config.peers.iter().zip(errors).enumerate() {
+            if let (Some(now), Some(m)) = (answered[i], self.mirrors[i].as_ref()) {
+                self.last_answer[i] = Some((now, m.traces.len(), m.nodes.len(), m.rest.counters.spans_received));
             }
             let (at, traces, tree_nodes, spans_received) =
-                last.map_or((None, 0, 0, 0), |(at, t, n, s)| (Some(at), t, n, s));
+                self.last_answer[i].map_or((None, 0, 0, 0), |(at, t, n, s)| (Some(at), t, n, s));
             peers.push(PeerStatus {
                 url: url.clone(),
                 answered: error.is_none(),
@@ -258,16 +399,28 @@ impl PeerSet {
             merge_seconds: merging.as_secs_f64(),
             peers,
         };
-        *self.lookup.owners.lock().unwrap_or_else(|p| p.into_inner()) = owners;
-        collector.replace_merged(state, &counters, waiting, view.clone());
+        collector.set_merged(&counters, waiting, view.clone());
         view
     }
 }
 
-/// Fetches and parses one shard's snapshot, at most `max_bytes` long.
-async fn pull(client: reqwest::Client, url: String, max_bytes: usize) -> Result<Snapshot, String> {
-    let endpoint = format!("{}/api/v1/snapshot", url.trim_end_matches('/'));
-    let mut response = client.get(&endpoint).send().await.map_err(|e| chain(&e))?;
+/// Fetches and parses one shard's snapshot (what changed since `since`, or everything), at most `max_bytes`
+/// long.
+async fn pull(
+    client: reqwest::Client,
+    url: String,
+    since: Option<Cursor>,
+    max_bytes: usize,
+) -> Result<Snapshot, String> {
+    let mut endpoint = format!("{}/api/v1/snapshot", url.trim_end_matches('/'));
+    if let Some(c) = since {
+        endpoint.push_str(&format!(
+            "?epoch={}&tree={}&traces={}&stacks={}",
+            c.epoch, c.tree, c.traces, c.stacks
+        ));
+    }
+    let request = client.get(&endpoint);
+    let mut response = request.send().await.map_err(|e| chain(&e))?;
     if !response.status().is_success() {
         return Err(format!("{endpoint}: HTTP {}", response.status()));
     }
@@ -387,5 +540,192 @@ impl QueryNode {
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::span_record::{DeiAttributes, Kind, SpanRecord};
+    use crate::tree::traces::TraceStoreConfig;
+    use dei_propagator::{Element, ElementDigest};
+    use serde_json::{Value, json};
+    use std::collections::BTreeMap;
+
+    /// A small xorshift generator: the same sequence in every run.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    fn span(
+        trace: u64,
+        id: u8,
+        parent: Option<u8>,
+        service: &str,
+        kind: Kind,
+        index: &Index,
+        error: bool,
+    ) -> SpanRecord {
+        let mut trace_id = [0u8; 16];
+        trace_id[8..].copy_from_slice(&trace.to_be_bytes());
+        SpanRecord {
+            trace_id,
+            span_id: [id; 8],
+            parent_span_id: parent.map(|p| [p; 8]),
+            service: Arc::from(service),
+            name: format!("rpc-{id}"),
+            kind,
+            start_ns: 1_000_000_000 + trace * 1_000,
+            end_ns: 1_000_000_000 + trace * 1_000 + u64::from(id) * 10_000,
+            error,
+            status: Default::default(),
+            peer: None,
+            database: false,
+            dei: DeiAttributes {
+                index: Some(index.clone()),
+                signature: Some(Arc::from(format!("svc/M{}", index.last().map_or(0, |e| e.digest.0[0])))),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// One trace: a call into `api` and a few calls from `api` to `db`, drawn from a small set of
+    /// signatures so that traces share nodes, with enough variety to go past the tree's limit.
+    fn trace(rng: &mut Rng, trace: u64) -> Vec<SpanRecord> {
+        let element = |d: u8, count: u32| Element::new(ElementDigest([d; 8]), count);
+        let top = Index::from_elements(vec![element(1 + rng.below(3) as u8, 1)]);
+        let mut spans = vec![
+            span(trace, 1, None, "front", Kind::Client, &top, false),
+            span(trace, 2, Some(1), "api", Kind::Server, &top, false),
+        ];
+        let mut counts = BTreeMap::new();
+        for j in 0..1 + rng.below(4) as u8 {
+            let d = 10 + rng.below(30) as u8;
+            let count = counts.entry(d).and_modify(|c| *c += 1).or_insert(1u32);
+            let index = top.child(element(d, *count));
+            let error = rng.below(5) == 0;
+            spans.push(span(trace, 10 + 2 * j, Some(2), "api", Kind::Client, &index, error));
+            spans.push(span(
+                trace,
+                11 + 2 * j,
+                Some(10 + 2 * j),
+                "db",
+                Kind::Server,
+                &index,
+                error,
+            ));
+        }
+        spans
+    }
+
+    /// What a state shows, in a form that does not depend on arena ids or arrival order.
+    fn view(state: &CollectorState) -> Value {
+        let s = state.snapshot(CountersSnapshot::default());
+        let by = |items: Vec<(String, Value)>| items.into_iter().collect::<BTreeMap<_, _>>();
+        let sorted = |v: Value| {
+            let mut items: Vec<String> = v.as_array().into_iter().flatten().map(|x| x.to_string()).collect();
+            items.sort();
+            items
+        };
+        json!({
+            "nodes": by(s.nodes.iter().map(|n| (n.index.encode(), serde_json::to_value(&n.stats).unwrap())).collect()),
+            "traces": by(s.traces.iter().map(|t| (::hex::encode(t.trace_id), serde_json::to_value(t).unwrap())).collect()),
+            "edges": sorted(serde_json::to_value(&s.edges).unwrap()),
+            "services": sorted(serde_json::to_value(&s.services).unwrap()),
+            "virtual_nodes": sorted(serde_json::to_value(&s.virtual_nodes).unwrap()),
+            "serving": sorted(serde_json::to_value(&s.serving).unwrap()),
+            "stacks": sorted(serde_json::to_value(&s.stacks).unwrap()),
+        })
+    }
+
+    /// Where two JSON values first differ.
+    fn difference(a: &Value, b: &Value, at: &str) -> String {
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                for k in x.keys().chain(y.keys()) {
+                    let (u, v) = (x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null));
+                    if u != v {
+                        return difference(u, v, &format!("{at}/{k}"));
+                    }
+                }
+                String::new()
+            }
+            _ => format!("{at}: {a} != {b}"),
+        }
+    }
+
+    /// Shards that ingest, evict (a tree of at most 60 nodes, 30 traces), restart and stop answering; a
+    /// query node that pulls what changed after its first pull. After every pull its view is the one it
+    /// would have built from whole snapshots of the shards that answered.
+    #[test]
+    fn pulling_what_changed_gives_the_view_of_pulling_everything() {
+        let config = StateConfig {
+            max_nodes: 60,
+            traces: TraceStoreConfig {
+                max_traces: 30,
+                ..TraceStoreConfig::default()
+            },
+            ..StateConfig::default()
+        };
+        let shard = || CollectorState::new(config.clone(), Arc::new(Counters::default()));
+        let mut shards = [shard(), shard(), shard()];
+        let query_config = StateConfig::default();
+        let mut merged = CollectorState::new(query_config.clone(), Arc::new(Counters::default()));
+        let mut mirrors: Vec<Option<Mirror>> = (0..shards.len()).map(|_| None).collect();
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut deltas = 0;
+        for round in 0..60u64 {
+            for t in 0..1 + rng.below(6) {
+                let i = rng.below(shards.len() as u64) as usize;
+                let spans = trace(&mut rng, round * 100 + t);
+                shards[i].ingest(spans, Instant::now());
+            }
+            if round == 30 {
+                shards[1] = shard(); // a restart: a new epoch
+            }
+            let down = (40..45).contains(&round).then_some(2);
+            let mut changes = Changes::default();
+            for (i, s) in shards.iter().enumerate() {
+                if Some(i) == down {
+                    if let Some(m) = mirrors[i].take() {
+                        changes.nodes.extend(m.nodes.into_keys());
+                        changes.traces.extend(m.traces.into_keys());
+                    }
+                    continue;
+                }
+                let since = mirrors[i].as_ref().map(|m| m.rest.cursor);
+                let snapshot = s.snapshot_since(CountersSnapshot::default(), since);
+                deltas += usize::from(!snapshot.full);
+                // through the wire format
+                let snapshot: Snapshot = serde_json::from_slice(&serde_json::to_vec(&snapshot).unwrap()).unwrap();
+                mirrors[i]
+                    .get_or_insert_with(Mirror::default)
+                    .apply(snapshot, &mut changes)
+                    .unwrap();
+            }
+            merge_changes(&mut merged, &mirrors, changes, &query_config.graph);
+
+            let mut whole = CollectorState::new(query_config.clone(), Arc::new(Counters::default()));
+            for (_, s) in shards.iter().enumerate().filter(|(i, _)| Some(*i) != down) {
+                whole.absorb(s.snapshot(CountersSnapshot::default()), Instant::now());
+            }
+            let (got, want) = (view(&merged), view(&whole));
+            assert!(got == want, "round {round}: {}", difference(&got, &want, ""));
+        }
+        let evicted = shards
+            .iter()
+            .map(|s| s.counters().snapshot())
+            .fold((0, 0), |(n, t), c| (n + c.tree_nodes_evicted, t + c.traces_evicted));
+        assert!(
+            evicted.0 > 0 && evicted.1 > 0,
+            "the shards evicted nodes and traces: {evicted:?}"
+        );
+        assert!(deltas > 100, "most pulls were of changes: {deltas}");
     }
 }

@@ -11,7 +11,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The version of [`Snapshot`]'s format; a query node refuses others.
-pub const SNAPSHOT_VERSION: u32 = 1;
+pub const SNAPSHOT_VERSION: u32 = 2;
+
+/// Where a pull stands in one shard's history: the shard process (`epoch`, new at every start) and its
+/// logical clocks when the snapshot was taken. Given back as `GET /api/v1/snapshot?epoch=…&tree=…&traces=…&stacks=…`,
+/// it makes the shard answer with what changed since then instead of everything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// The shard process's random epoch.
+    pub epoch: u64,
+    /// The prefix tree's clock.
+    pub tree: u64,
+    /// The trace store's clock.
+    pub traces: u64,
+    /// Readable stacks known.
+    pub stacks: usize,
+}
 
 /// Everything a shard knows, in a form that merges (`GET /api/v1/snapshot`): prefix-tree nodes with their
 /// statistics, graph edges with their histograms, the retained traces, the stack dictionary and the counters.
@@ -20,6 +35,12 @@ pub const SNAPSHOT_VERSION: u32 = 1;
 pub struct Snapshot {
     /// [`SNAPSHOT_VERSION`].
     pub version: u32,
+    /// Where the next pull continues from.
+    pub cursor: Cursor,
+    /// `true`: everything the shard knows. `false`: what changed since the cursor the pull gave (nodes and
+    /// traces changed since then, whole; the removed ones in `removed_nodes` and `removed_traces`; stacks
+    /// added since), with the graph, services and counters whole.
+    pub full: bool,
     /// The shard's counters.
     pub counters: CountersSnapshot,
     /// Every prefix-tree node (the root too) with its statistics.
@@ -41,6 +62,10 @@ pub struct Snapshot {
     pub traces: Vec<TraceSnapshot>,
     /// Readable call stacks by digest.
     pub stacks: Vec<(StackDigest, Vec<String>)>,
+    /// Prefix-tree nodes removed since the pull's cursor (empty in a whole snapshot).
+    pub removed_nodes: Vec<Index>,
+    /// Traces removed since the pull's cursor, hex ids (empty in a whole snapshot).
+    pub removed_traces: Vec<String>,
 }
 
 /// The services seen serving one `rpc.service`, with their server spans.
@@ -91,42 +116,51 @@ pub struct TraceSnapshot {
 impl CollectorState {
     /// Everything this state knows, for a query node to merge.
     pub fn snapshot(&self, counters: CountersSnapshot) -> Snapshot {
-        let nodes = self
-            .tree
-            .ids()
-            .filter_map(|id| self.tree.node(id))
-            .map(|n| NodeSnapshot {
-                index: n.index.clone(),
-                stats: n.stats.clone(),
-            })
-            .collect();
-        let edges = self
-            .graph
-            .edges()
-            .into_iter()
-            .map(|(k, e)| EdgeSnapshot {
-                client: k.client.clone(),
-                server: k.server.clone(),
-                connection_type: k.connection_type,
-                stats: e.clone(),
-            })
-            .collect();
-        let traces = self
-            .traces
-            .ordered()
-            .into_iter()
-            .map(|t| TraceSnapshot {
-                trace_id: t.trace_id,
-                start_ns: t.start_ns,
-                planned_faults: t.planned_faults,
-                occurrences: t.occurrences.clone(),
-            })
-            .collect();
-        Snapshot {
+        self.snapshot_since(counters, None)
+    }
+
+    /// What changed since `since` (a cursor of an earlier snapshot of this state), or everything when
+    /// `since` is `None`, of another epoch, or older than the removals this state remembers.
+    pub fn snapshot_since(&self, counters: CountersSnapshot, since: Option<Cursor>) -> Snapshot {
+        let cursor = Cursor {
+            epoch: self.epoch(),
+            tree: self.tree.clock(),
+            traces: self.traces.clock(),
+            stacks: self.stacks.len(),
+        };
+        let delta = since.filter(|c| c.epoch == cursor.epoch).and_then(|c| {
+            Some((
+                c,
+                self.tree.removed_since(c.tree)?,
+                self.traces.removed_since(c.traces)?,
+            ))
+        });
+        let node = |n: &crate::tree::Node| NodeSnapshot {
+            index: n.index.clone(),
+            stats: n.stats.clone(),
+        };
+        let trace = |t: &crate::tree::traces::TraceRecord| TraceSnapshot {
+            trace_id: t.trace_id,
+            start_ns: t.start_ns,
+            planned_faults: t.planned_faults,
+            occurrences: t.occurrences.clone(),
+        };
+        let mut snapshot = Snapshot {
             version: SNAPSHOT_VERSION,
+            cursor,
+            full: delta.is_none(),
             counters,
-            nodes,
-            edges,
+            edges: self
+                .graph
+                .edges()
+                .into_iter()
+                .map(|(k, e)| EdgeSnapshot {
+                    client: k.client.clone(),
+                    server: k.server.clone(),
+                    connection_type: k.connection_type,
+                    stats: e.clone(),
+                })
+                .collect(),
             services: self.graph.services().iter().map(|(s, n)| (s.clone(), *n)).collect(),
             virtual_nodes: self
                 .graph
@@ -144,61 +178,92 @@ impl CollectorState {
                 .collect(),
             rpc_service_nodes: self.graph.rpc_service_nodes().iter().cloned().collect(),
             graph_waiting_spans: self.graph.waiting(),
-            traces,
-            stacks: self.stacks.entries().map(|(d, f)| (*d, f.to_vec())).collect(),
+            ..Snapshot::default()
+        };
+        match delta {
+            None => {
+                snapshot.nodes = self.tree.ids().filter_map(|id| self.tree.node(id)).map(node).collect();
+                snapshot.traces = self.traces.ordered().into_iter().map(trace).collect();
+                snapshot.stacks = self.stacks.entries().map(|(d, f)| (*d, f.to_vec())).collect();
+            }
+            Some((since, removed_nodes, removed_traces)) => {
+                snapshot.nodes = self.tree.changed_since(since.tree).map(node).collect();
+                let mut traces: Vec<_> = self.traces.changed_since(since.traces).collect();
+                traces.sort_by_key(|t| t.trace_id);
+                snapshot.traces = traces.into_iter().map(trace).collect();
+                snapshot.stacks = self
+                    .stacks
+                    .added_since(since.stacks)
+                    .map(|(d, f)| (*d, f.to_vec()))
+                    .collect();
+                snapshot.removed_nodes = removed_nodes;
+                snapshot.removed_traces = removed_traces.iter().map(::hex::encode).collect();
+            }
         }
+        snapshot
     }
 
     /// Adds a shard's snapshot to this state: node statistics and edge counts add up, histograms merge
     /// bucket by bucket, traces join the retained ones (an occurrence already here is kept), stacks join
     /// the dictionary.
     pub fn absorb(&mut self, snapshot: Snapshot, now: Instant) {
-        for n in snapshot.nodes {
+        for n in &snapshot.nodes {
             let id = self.tree.get_or_insert(&n.index);
             if let Some(stats) = self.tree.stats_mut(id) {
                 stats.merge(&n.stats);
                 stats.preliminary |= n.stats.preliminary;
             }
         }
-        for e in snapshot.edges {
+        self.absorb_graph(&snapshot);
+        for t in &snapshot.traces {
+            self.absorb_trace(t, now);
+        }
+        let counters = self.counters().clone();
+        for (digest, frames) in snapshot.stacks {
+            self.stacks.insert(digest, &frames, &counters);
+        }
+    }
+
+    /// Adds a snapshot's graph edges, services and virtual nodes.
+    pub(crate) fn absorb_graph(&mut self, snapshot: &Snapshot) {
+        for e in &snapshot.edges {
             let key = EdgeKey {
-                client: e.client,
-                server: e.server,
+                client: e.client.clone(),
+                server: e.server.clone(),
                 connection_type: e.connection_type,
             };
             self.graph.absorb_edge(key, &e.stats);
         }
-        for (service, spans) in snapshot.services {
-            self.graph.absorb_service(service, spans);
+        for (service, spans) in &snapshot.services {
+            self.graph.absorb_service(service.clone(), *spans);
         }
-        for (node, connection_type) in snapshot.virtual_nodes {
-            self.graph.absorb_virtual_node(node, connection_type);
+        for (node, connection_type) in &snapshot.virtual_nodes {
+            self.graph.absorb_virtual_node(node.clone(), *connection_type);
         }
         let counters = self.counters().clone();
-        for serving in snapshot.serving {
-            for (service, spans) in serving.services {
+        for serving in &snapshot.serving {
+            for (service, spans) in &serving.services {
                 self.graph
-                    .learn_serving(&serving.rpc_service, &service, spans, &counters);
+                    .learn_serving(&serving.rpc_service, service, *spans, &counters);
             }
         }
-        for name in snapshot.rpc_service_nodes {
-            self.graph.add_rpc_service_node(name);
+        for name in &snapshot.rpc_service_nodes {
+            self.graph.add_rpc_service_node(name.clone());
         }
+    }
+
+    /// Adds one trace (an occurrence already here is kept unless the new one replaces it).
+    pub(crate) fn absorb_trace(&mut self, t: &TraceSnapshot, now: Instant) {
         let max = self.traces.config.max_occurrences;
-        for t in snapshot.traces {
-            let record = self.traces.entry(t.trace_id, now);
-            if t.start_ns != 0 && (record.start_ns == 0 || t.start_ns < record.start_ns) {
-                record.start_ns = t.start_ns;
-            }
-            record.planned_faults = record.planned_faults.max(t.planned_faults);
-            for o in t.occurrences {
-                if let Some((i, true)) = record.occurrence(o.rpc, &o.index.clone(), max) {
-                    record.occurrences[i] = o;
-                }
-            }
+        let record = self.traces.entry(t.trace_id, now);
+        if t.start_ns != 0 && (record.start_ns == 0 || t.start_ns < record.start_ns) {
+            record.start_ns = t.start_ns;
         }
-        for (digest, frames) in snapshot.stacks {
-            self.stacks.insert(digest, &frames, &counters);
+        record.planned_faults = record.planned_faults.max(t.planned_faults);
+        for o in &t.occurrences {
+            if let Some((i, true)) = record.occurrence(o.rpc, &o.index.clone(), max) {
+                record.occurrences[i] = o.clone();
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::counters::Counters;
 use crate::graph::histogram::Histogram;
 use dei_propagator::{Element, Index};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// A node's position in the arena.
@@ -146,6 +146,13 @@ pub struct Node {
     touched: u64,
 }
 
+impl Node {
+    /// The tree's clock at this node's last change or touch ([`PrefixTree::clock`]).
+    pub fn changed(&self) -> u64 {
+        self.touched
+    }
+}
+
 /// The prefix tree.
 #[derive(Debug)]
 pub struct PrefixTree {
@@ -154,6 +161,11 @@ pub struct PrefixTree {
     by_index: HashMap<Index, NodeId>,
     max_nodes: usize,
     clock: u64,
+    /// The indexes of removed nodes with the clock of their removal, newest last, for a query node that pulls
+    /// what changed since a clock ([`PrefixTree::removed_since`]); bounded, see `removed_floor`.
+    removed: VecDeque<(u64, Index)>,
+    /// Removals at or before this clock were dropped from `removed`.
+    removed_floor: u64,
 }
 
 /// The root's id.
@@ -177,6 +189,36 @@ impl PrefixTree {
             by_index,
             max_nodes: max_nodes.max(2),
             clock: 0,
+            removed: VecDeque::new(),
+            removed_floor: 0,
+        }
+    }
+
+    /// The tree's logical clock: it advances on every change, and a node's [`Node::changed`] is the clock of
+    /// its last one.
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// The nodes changed (created, touched or their statistics written) after clock `since`.
+    pub fn changed_since(&self, since: u64) -> impl Iterator<Item = &Node> + '_ {
+        self.nodes.iter().flatten().filter(move |n| n.touched > since)
+    }
+
+    /// The indexes of the nodes removed after clock `since`, or `None` when that is older than the removals
+    /// this tree remembers (then only a whole copy is exact).
+    pub fn removed_since(&self, since: u64) -> Option<Vec<Index>> {
+        if since < self.removed_floor {
+            return None;
+        }
+        let start = self.removed.partition_point(|(at, _)| *at <= since);
+        Some(self.removed.iter().skip(start).map(|(_, i)| i.clone()).collect())
+    }
+
+    /// Removes the node at `index` and its subtree (nothing for the root or a missing index).
+    pub fn remove(&mut self, index: &Index) {
+        if let Some(&id) = self.by_index.get(index).filter(|id| **id != ROOT) {
+            self.remove_subtree(id);
         }
     }
 
@@ -262,9 +304,14 @@ impl PrefixTree {
         }
     }
 
-    /// Mutable stats of a node.
+    /// Mutable stats of a node (which counts as a change of it).
     pub fn stats_mut(&mut self, id: NodeId) -> Option<&mut NodeStats> {
-        self.nodes.get_mut(id)?.as_mut().map(|n| &mut n.stats)
+        self.clock += 1;
+        let clock = self.clock;
+        self.nodes.get_mut(id)?.as_mut().map(|n| {
+            n.touched = clock;
+            &mut n.stats
+        })
     }
 
     /// Evicts least recently touched leaves until the tree is within its limit (with 10% headroom so that
@@ -305,6 +352,13 @@ impl PrefixTree {
             return;
         };
         self.by_index.remove(&node.index);
+        self.clock += 1;
+        self.removed.push_back((self.clock, node.index.clone()));
+        if self.removed.len() > self.max_nodes.max(1024)
+            && let Some((at, _)) = self.removed.pop_front()
+        {
+            self.removed_floor = at;
+        }
         if let (Some(p), Some(e)) = (node.parent, node.index.last())
             && let Some(parent) = self.nodes[p].as_mut()
         {

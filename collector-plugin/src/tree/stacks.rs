@@ -17,6 +17,8 @@ pub const DEFAULT_MAX_STACKS: usize = 20_000;
 #[derive(Debug)]
 pub struct StackFrames {
     frames: HashMap<StackDigest, Arc<[String]>>,
+    /// The digests in the order they came (stacks are never removed), for [`StackFrames::added_since`].
+    order: Vec<StackDigest>,
     capacity: usize,
 }
 
@@ -25,6 +27,7 @@ impl StackFrames {
     pub fn new(capacity: usize) -> Self {
         StackFrames {
             frames: HashMap::new(),
+            order: Vec::new(),
             capacity,
         }
     }
@@ -55,6 +58,16 @@ impl StackFrames {
             return;
         }
         self.frames.insert(digest, frames.into());
+        self.order.push(digest);
+    }
+
+    /// The stacks added after the first `count` (the dictionary's [`StackFrames::len`] at an earlier time).
+    pub fn added_since(&self, count: usize) -> impl Iterator<Item = (&StackDigest, &[String])> + '_ {
+        self.order
+            .get(count..)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|d| Some((d, &**self.frames.get(d)?)))
     }
 
     /// Every digest with its frames.

@@ -40,6 +40,8 @@ pub struct TraceRecord {
     pub pending_messages: Vec<(SpanRecord, crate::span_record::StreamMapping)>,
     created: Instant,
     seq: u64,
+    /// The store's clock at this record's last change ([`TraceStore::clock`]).
+    changed: u64,
 }
 
 /// Up to this many occurrences, a trace finds one by a linear scan (no hash maps to keep per trace).
@@ -230,6 +232,12 @@ pub struct TraceStore {
     traces: HashMap<TraceId, Box<TraceRecord>>,
     order: VecDeque<(u64, TraceId)>,
     seq: u64,
+    /// A logical clock that advances whenever a record is handed out for writing or removed.
+    clock: u64,
+    /// The ids of removed traces with the clock of their removal, newest last; bounded, see `removed_floor`.
+    removed: VecDeque<(u64, TraceId)>,
+    /// Removals at or before this clock were dropped from `removed`.
+    removed_floor: u64,
     /// The occurrences of the traces evicted lately, a moving average in sixteenths: a new trace's
     /// occurrences are allocated at that size once, instead of growing through several sizes (blocks of
     /// many sizes, freed at different times, fragment the heap).
@@ -244,7 +252,47 @@ impl TraceStore {
             traces: HashMap::new(),
             order: VecDeque::new(),
             seq: 0,
+            clock: 0,
+            removed: VecDeque::new(),
+            removed_floor: 0,
             typical16: 0,
+        }
+    }
+
+    /// The store's logical clock: a record's last change is stamped with it.
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// The records changed (created or handed out for writing) after clock `since`.
+    pub fn changed_since(&self, since: u64) -> impl Iterator<Item = &TraceRecord> + '_ {
+        self.traces.values().map(|t| &**t).filter(move |t| t.changed > since)
+    }
+
+    /// The ids of the traces removed after clock `since`, or `None` when that is older than the removals
+    /// this store remembers.
+    pub fn removed_since(&self, since: u64) -> Option<Vec<TraceId>> {
+        if since < self.removed_floor {
+            return None;
+        }
+        let start = self.removed.partition_point(|(at, _)| *at <= since);
+        Some(self.removed.iter().skip(start).map(|(_, t)| *t).collect())
+    }
+
+    /// Removes one trace.
+    pub fn remove(&mut self, trace_id: &TraceId) -> Option<TraceRecord> {
+        let t = self.traces.remove(trace_id)?;
+        self.note_removed(*trace_id);
+        Some(*t)
+    }
+
+    fn note_removed(&mut self, trace_id: TraceId) {
+        self.clock += 1;
+        self.removed.push_back((self.clock, trace_id));
+        if self.removed.len() > self.config.max_traces.max(1024)
+            && let Some((at, _)) = self.removed.pop_front()
+        {
+            self.removed_floor = at;
         }
     }
 
@@ -253,7 +301,9 @@ impl TraceStore {
         let seq = &mut self.seq;
         let order = &mut self.order;
         let capacity = self.typical16.div_ceil(16).min(self.config.max_occurrences);
-        self.traces.entry(trace_id).or_insert_with(|| {
+        self.clock += 1;
+        let clock = self.clock;
+        let record = self.traces.entry(trace_id).or_insert_with(|| {
             *seq += 1;
             order.push_back((*seq, trace_id));
             Box::new(TraceRecord {
@@ -267,8 +317,11 @@ impl TraceStore {
                 pending_messages: Vec::new(),
                 created: now,
                 seq: *seq,
+                changed: clock,
             })
-        })
+        });
+        record.changed = clock;
+        record
     }
 
     /// A trace's record.
@@ -312,6 +365,7 @@ impl TraceStore {
             }
             self.order.pop_front();
             if let Some(t) = self.traces.remove(&id) {
+                self.note_removed(id);
                 // weight 1/8 for the newest; bounded, so one huge trace does not set every next size
                 let n16 = t.occurrences.len().min(LINEAR_LOOKUP_MAX * 4) * 16;
                 self.typical16 = (self.typical16 * 7 + n16) / 8;
@@ -324,6 +378,10 @@ impl TraceStore {
     /// Removes and returns every trace (end of an offline run).
     pub fn drain(&mut self) -> Vec<TraceRecord> {
         self.order.clear();
+        let ids: Vec<TraceId> = self.traces.keys().copied().collect();
+        for id in ids {
+            self.note_removed(id);
+        }
         self.traces.drain().map(|(_, t)| *t).collect()
     }
 
@@ -338,7 +396,12 @@ impl TraceStore {
 
     /// Mutable access to one trace.
     pub fn get_mut(&mut self, trace_id: &TraceId) -> Option<&mut TraceRecord> {
-        self.traces.get_mut(trace_id).map(|t| &mut **t)
+        self.clock += 1;
+        let clock = self.clock;
+        self.traces.get_mut(trace_id).map(|t| {
+            t.changed = clock;
+            &mut **t
+        })
     }
 }
 
