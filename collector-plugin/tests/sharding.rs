@@ -1258,3 +1258,66 @@ fn a_shard_killed_under_load_is_routed_around_when_the_name_drops_it() {
     );
     drop(rt);
 }
+
+/// `GET /api/v1/snapshot` over HTTP: whole without a cursor; with the cursor of an earlier answer, only what
+/// changed since (nothing, then one new trace's nodes and record); whole again for another process's epoch;
+/// 400 for a partial or malformed cursor.
+#[test]
+fn the_snapshot_answers_what_changed_since_a_cursor() {
+    let shard = CollectorProcess::start(&[]);
+    let first = workload_of(0..5);
+    let spans_sent = export(format!("http://{}", shard.grpc), &spans(&first));
+    assert!(eventually(Duration::from_secs(10), || received(&shard) == spans_sent as u64));
+    let whole = shard.get_json("/api/v1/snapshot");
+    assert_eq!(whole["full"], true);
+    assert_eq!(whole["version"], 2);
+    let nodes = whole["nodes"].as_array().expect("nodes").len();
+    assert_eq!(whole["traces"].as_array().expect("traces").len(), 5);
+    let since = |c: &Value| {
+        format!(
+            "/api/v1/snapshot?epoch={}&tree={}&traces={}&stacks={}",
+            c["epoch"], c["tree"], c["traces"], c["stacks"]
+        )
+    };
+    let nothing = shard.get_json(&since(&whole["cursor"]));
+    assert_eq!(nothing["full"], false, "{nothing}");
+    assert_eq!(nothing["nodes"], Value::Array(vec![]), "nothing changed");
+    assert_eq!(nothing["traces"], Value::Array(vec![]));
+    assert_eq!(nothing["edges"], whole["edges"], "the graph comes whole");
+
+    // one more trace: its nodes (and their ancestors) and its record, nothing else
+    let more = export(format!("http://{}", shard.grpc), &spans(&workload_of(5..6)));
+    assert!(eventually(Duration::from_secs(10), || received(&shard)
+        == (spans_sent + more) as u64));
+    let changed = shard.get_json(&since(&whole["cursor"]));
+    assert_eq!(changed["full"], false);
+    let traces: Vec<&str> = changed["traces"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .filter_map(|t| t["trace_id"].as_str())
+        .collect();
+    assert_eq!(traces, [::hex::encode(trace_id(5).to_bytes())]);
+    let changed_nodes = changed["nodes"].as_array().expect("nodes").len();
+    let trace_5_nodes: BTreeSet<String> = workload_of(5..6)
+        .iter()
+        .flat_map(|r| (0..=r.index.depth()).map(|d| Index::from_elements(r.index.elements()[..d].to_vec()).encode()))
+        .collect();
+    assert_eq!(changed_nodes, trace_5_nodes.len(), "{changed}");
+    assert!(changed_nodes < nodes);
+    assert_eq!(changed["removed_nodes"], Value::Array(vec![]));
+
+    // another process's cursor: whole
+    let mut other = whole["cursor"].clone();
+    other["epoch"] = Value::from(whole["cursor"]["epoch"].as_u64().expect("an epoch") ^ 2);
+    assert_eq!(shard.get_json(&since(&other))["full"], true);
+    for bad in [
+        "/api/v1/snapshot?epoch=1",
+        "/api/v1/snapshot?epoch=1&tree=x&traces=0&stacks=0",
+    ] {
+        let text = get_text(shard.api, bad);
+        assert!(!text.contains("\"nodes\""), "{bad}: {text}");
+        let status = peers::http_get(&shard.api.to_string(), bad).0;
+        assert_eq!(status, 400, "{bad}");
+    }
+}
