@@ -186,6 +186,21 @@ fn request(first: usize, count: usize) -> Vec<u8> {
     .encode_to_vec()
 }
 
+/// Sends traces `first..first + count` of the load ([`request`]) to the shard's OTLP/HTTP address.
+async fn send(http: &reqwest::Client, otlp: &str, first: usize, count: usize) -> Result<(), String> {
+    let response = http
+        .post(format!("http://{otlp}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(request(first, count))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    Ok(())
+}
+
 async fn get(client: &reqwest::Client, url: &str) -> Result<bytes::Bytes, String> {
     let response = client.get(url).send().await.map_err(|e| format!("GET {url}: {e}"))?;
     if !response.status().is_success() {
@@ -236,17 +251,9 @@ pub async fn run(config: &ShardsConfig, log: &mut dyn std::io::Write) -> Result<
         let (otlp, api) = (field(&line, "http")?, field(&line, "api")?);
         let started = Instant::now();
         for first in (0..traces).step_by(50) {
-            let body = request(first, 50.min(traces - first));
-            let response = http
-                .post(format!("http://{otlp}/v1/traces"))
-                .header("content-type", "application/x-protobuf")
-                .body(body)
-                .send()
+            send(&http, &otlp, first, 50.min(traces - first))
                 .await
-                .map_err(|e| e.to_string())?;
-            if !response.status().is_success() {
-                return Err(format!("loading the shard: {}", response.status()));
-            }
+                .map_err(|e| format!("loading the shard: {e}"))?;
         }
         let stats: serde_json::Value =
             serde_json::from_slice(&get(&http, &format!("http://{api}/api/v1/stats")).await?)
@@ -403,17 +410,9 @@ async fn measure(
     // the same traces sent again: their nodes and records change; time the first refresh that started after
     let mut changed = (0.0, 0.0);
     if config.changed_traces > 0 {
-        let body = request(0, config.changed_traces);
-        let response = http
-            .post(format!("http://{otlp}/v1/traces"))
-            .header("content-type", "application/x-protobuf")
-            .body(body)
-            .send()
+        send(http, otlp, 0, config.changed_traces)
             .await
-            .map_err(|e| e.to_string())?;
-        if !response.status().is_success() {
-            return Err(format!("changing the shard: {}", response.status()));
-        }
+            .map_err(|e| format!("changing the shard: {e}"))?;
         let sent = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
