@@ -439,7 +439,11 @@ impl Drop for QueryNode {
 
 impl QueryNode {
     fn start(shards: &[&CollectorProcess]) -> QueryNode {
-        let peers: Vec<String> = shards.iter().map(|s| format!("http://{}", s.api)).collect();
+        QueryNode::over(shards.iter().map(|s| format!("http://{}", s.api)).collect())
+    }
+
+    /// A query node over these API base URLs (shards, or other query nodes).
+    fn over(peers: Vec<String>) -> QueryNode {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
             .args([
                 "query",
@@ -607,6 +611,31 @@ fn routed_by_trace_id_the_shards_add_up_to_one_instance() {
     );
     servicegraph(&metrics(&single), &mut one_series, &mut BTreeSet::new());
     assert_same_series(&merged_series, &one_series, "the query node's servicegraph series");
+
+    // query nodes stack: a query node serves the same snapshots (whole and changes) as a shard, so one over
+    // two query nodes (over shards 0 and 1, and over shard 2) answers the same again
+    let lower = [
+        QueryNode::start(&[&shards[0], &shards[1]]),
+        QueryNode::start(&[&shards[2]]),
+    ];
+    let top = QueryNode::over(lower.iter().map(|q| format!("http://{}", q.api)).collect());
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            top.get("/api/v1/stats")["counters"]["spans_received"] == total
+        }),
+        "the query node over query nodes pulled them"
+    );
+    same(&top, &single, "/api/v1/tree?depth=64&limit=100000");
+    same(&top, &single, "/api/v1/graph");
+    same(&top, &single, "/api/v1/analyses");
+    let list = same(&top, &single, "/api/v1/traces?limit=10000");
+    for t in list["traces"].as_array().expect("traces").iter().take(10) {
+        same(
+            &top,
+            &single,
+            &format!("/api/v1/traces/{}", t["trace_id"].as_str().expect("an id")),
+        );
+    }
 }
 
 #[test]

@@ -662,7 +662,8 @@ mod tests {
 
     /// Shards that ingest, evict (a tree of at most 60 nodes, 30 traces), restart and stop answering; a
     /// query node that pulls what changed after its first pull. After every pull its view is the one it
-    /// would have built from whole snapshots of the shards that answered.
+    /// would have built from whole snapshots of the shards that answered; and a query node over it, pulling
+    /// its changes in turn, has the same view.
     #[test]
     fn pulling_what_changed_gives_the_view_of_pulling_everything() {
         let config = StateConfig {
@@ -678,6 +679,9 @@ mod tests {
         let query_config = StateConfig::default();
         let mut merged = CollectorState::new(query_config.clone(), Arc::new(Counters::default()));
         let mut mirrors: Vec<Option<Mirror>> = (0..shards.len()).map(|_| None).collect();
+        let mut top = CollectorState::new(query_config.clone(), Arc::new(Counters::default()));
+        let mut top_mirror: Vec<Option<Mirror>> = vec![None];
+        let mut top_deltas = 0;
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let mut deltas = 0;
         for round in 0..60u64 {
@@ -711,6 +715,23 @@ mod tests {
             }
             merge_changes(&mut merged, &mirrors, changes, &query_config.graph);
 
+            // a query node over this one pulls its changes in turn: query nodes stack
+            let mut top_changes = Changes::default();
+            let since = top_mirror[0].as_ref().map(|m| m.rest.cursor);
+            let snapshot = merged.snapshot_since(CountersSnapshot::default(), since);
+            top_deltas += usize::from(!snapshot.full);
+            top_mirror[0]
+                .get_or_insert_with(Mirror::default)
+                .apply(snapshot, &mut top_changes)
+                .unwrap();
+            merge_changes(&mut top, &top_mirror, top_changes, &query_config.graph);
+            let (got, want) = (view(&top), view(&merged));
+            assert!(
+                got == want,
+                "round {round}, a query node over the query node: {}",
+                difference(&got, &want, "")
+            );
+
             let mut whole = CollectorState::new(query_config.clone(), Arc::new(Counters::default()));
             for (_, s) in shards.iter().enumerate().filter(|(i, _)| Some(*i) != down) {
                 whole.absorb(s.snapshot(CountersSnapshot::default()), Instant::now());
@@ -727,5 +748,9 @@ mod tests {
             "the shards evicted nodes and traces: {evicted:?}"
         );
         assert!(deltas > 100, "most pulls were of changes: {deltas}");
+        assert_eq!(
+            top_deltas, 59,
+            "after its first pull, the query node above pulled only changes"
+        );
     }
 }
