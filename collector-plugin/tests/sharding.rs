@@ -903,8 +903,8 @@ fn private_hosts_file() -> Option<&'static [&'static str]> {
 }
 
 /// Plays the part of a Kubernetes headless Service with a readiness probe: every 100 ms it asks each
-/// shard's `/readyz` and writes the ones that answer 200 into a hosts file under [`SHARDS_NAME`], shard `i`
-/// as 127.0.0.`i+1`. The Collector sees that file as its `/etc/hosts`.
+/// shard's `/readyz` and writes the ones that are ready (not three failures in a row) into a hosts file
+/// under [`SHARDS_NAME`], shard `i` as 127.0.0.`i+1`. The Collector sees that file as its `/etc/hosts`.
 struct Endpoints {
     file: tempfile::NamedTempFile,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -933,8 +933,14 @@ impl Endpoints {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut last = vec![true; 3];
+                let mut failures = [0u32; 3];
                 while !stop.load(Ordering::Relaxed) {
-                    let up: Vec<bool> = apis.iter().map(|a| ready(*a)).collect();
+                    // as a readiness probe with `failureThreshold: 3`: one slow answer on a busy machine
+                    // does not take a shard out
+                    for (f, api) in failures.iter_mut().zip(&apis) {
+                        *f = if ready(*api) { 0 } else { *f + 1 };
+                    }
+                    let up: Vec<bool> = failures.iter().map(|f| *f < 3).collect();
                     if up != last {
                         write(&up);
                         last = up;
