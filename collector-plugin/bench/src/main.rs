@@ -41,6 +41,17 @@ enum Command {
     Sharded(ShardedArgs),
 }
 
+/// How the load generator sends: the same flags for every command that runs it.
+#[derive(clap::Args)]
+struct LoadShape {
+    /// Concurrent senders.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Traces per request (12 spans each).
+    #[arg(long, default_value_t = 40)]
+    traces_per_request: usize,
+}
+
 #[derive(clap::Args)]
 struct ShardedArgs {
     /// The dei-collector binary (default: `dei-collector` in this binary's directory).
@@ -55,12 +66,8 @@ struct ShardedArgs {
     /// Seconds of load per run.
     #[arg(long, default_value_t = 10)]
     duration_secs: u64,
-    /// Concurrent senders.
-    #[arg(long, default_value_t = 8)]
-    concurrency: usize,
-    /// Traces per request (12 spans each).
-    #[arg(long, default_value_t = 40)]
-    traces_per_request: usize,
+    #[command(flatten)]
+    shape: LoadShape,
     /// Rounds; each measures every number of shards once, in rotated order.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -108,12 +115,8 @@ struct LoadgenArgs {
     /// Seconds of load.
     #[arg(long, default_value_t = 10)]
     duration_secs: u64,
-    /// Concurrent senders.
-    #[arg(long, default_value_t = 8)]
-    concurrency: usize,
-    /// Traces per request (12 spans each).
-    #[arg(long, default_value_t = 40)]
-    traces_per_request: usize,
+    #[command(flatten)]
+    shape: LoadShape,
 }
 
 #[derive(clap::Args)]
@@ -138,12 +141,8 @@ struct BenchArgs {
     /// Seconds of load per target.
     #[arg(long, default_value_t = 15)]
     duration_secs: u64,
-    /// Concurrent senders.
-    #[arg(long, default_value_t = 8)]
-    concurrency: usize,
-    /// Traces per request (12 spans each).
-    #[arg(long, default_value_t = 40)]
-    traces_per_request: usize,
+    #[command(flatten)]
+    shape: LoadShape,
     /// Also measure dei-collector with analysis off.
     #[arg(long)]
     forward_only_too: bool,
@@ -204,8 +203,8 @@ fn run_loadgen(a: LoadgenArgs) -> Result<(), String> {
     let r = rt.block_on(loadgen::run(loadgen::LoadConfig {
         target,
         duration: Duration::from_secs(a.duration_secs),
-        concurrency: a.concurrency,
-        traces_per_request: a.traces_per_request,
+        concurrency: a.shape.concurrency,
+        traces_per_request: a.shape.traces_per_request,
     }))?;
     println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
     if r.spans == 0 {
@@ -267,8 +266,8 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         collector_bin,
         rotel_bin: a.rotel,
         duration: Duration::from_secs(a.duration_secs),
-        concurrency: a.concurrency,
-        traces_per_request: a.traces_per_request,
+        concurrency: a.shape.concurrency,
+        traces_per_request: a.shape.traces_per_request,
         include_forward_only: a.forward_only_too,
         include_ceiling: !a.no_ceiling,
         rotel_compression: a.rotel_compression,
@@ -418,8 +417,8 @@ fn run_sharded(a: ShardedArgs) -> Result<(), String> {
         otelcol: a.otelcol,
         shards: a.shards,
         duration: Duration::from_secs(a.duration_secs),
-        concurrency: a.concurrency,
-        traces_per_request: a.traces_per_request,
+        concurrency: a.shape.concurrency,
+        traces_per_request: a.shape.traces_per_request,
         rounds: a.rounds,
     };
     let rt = runtime().map_err(|e| e.to_string())?;
