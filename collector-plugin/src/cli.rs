@@ -1,5 +1,5 @@
 //! The `dei-collector` command line: serve (receive, analyze, forward) and analyze files offline. (The
-//! benchmark tools, `loadgen`, `sink` and `bench`, are the `dei-collector-bench` binary of
+//! benchmark tools, `loadgen`, `sink`, `relay` and `bench`, are the `dei-collector-bench` binary of
 //! `collector-plugin/bench/`.) The binary (`main.rs`) only chooses the allocator and calls [`main`].
 
 use crate::counters::Counters;

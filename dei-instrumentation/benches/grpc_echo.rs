@@ -454,9 +454,10 @@ fn bench(c: &mut Criterion) {
 
     // `DEI_ECHO_VARIANTS=otel_only,dei_server_only` narrows the same-run comparison to some variants (the
     // first one named is the baseline of every ratio, so name `otel_only` first), `DEI_ECHO_ROUNDS=N` sets its
-    // rounds of throughput windows (default: one per variant): longer runs of two variants, to tell a small
-    // difference from the machine's noise. Criterion's group below still measures `otel_only` and
-    // `otel_plus_dei`; a filter that matches neither (`-- nothing`) skips it.
+    // rounds of throughput windows (default: one per variant) and `DEI_ECHO_CYCLES=N` its latency cycles
+    // (default 3,000): longer runs of two variants, to tell a small difference from the machine's noise.
+    // Criterion's group below still measures `otel_only` and `otel_plus_dei`; a filter that matches neither
+    // (`-- nothing`) skips it.
     let variants = match std::env::var("DEI_ECHO_VARIANTS") {
         Ok(names) => names
             .split(',')
@@ -499,13 +500,14 @@ fn bench(c: &mut Criterion) {
     // The calls are made from a task on the runtime, as a service's handler makes them (its stack ends at the
     // task's poll), not from the thread that blocks on the runtime.
     let latency_variants = variants.clone();
+    let cycles = latency_cycles();
     let samples: Vec<Vec<Duration>> = rt
         .block_on(rt.spawn(async move {
             let n = latency_variants.len();
             let mut samples = vec![Vec::new(); n];
             // Each cycle in its own random order, as the throughput windows below.
             let mut rng = StdRng::seed_from_u64(0x1a7e);
-            for _ in 0..3000 {
+            for _ in 0..cycles {
                 for i in shuffled(n, &mut rng) {
                     let client = &latency_variants[i].1;
                     let t = Instant::now();
@@ -552,7 +554,7 @@ fn bench(c: &mut Criterion) {
         .map(|i| round_raw.iter().fold((0.0, 0.0), |(n, c), r| (n + r[i].0, c + r[i].1)))
         .collect();
     println!(
-        "same-run comparison (3000 cycles of sequential calls from a runtime task, one per variant in random order; {rounds} rounds of {window:?} windows, one per variant in random order, 64 in flight):"
+        "same-run comparison ({cycles} cycles of sequential calls from a runtime task, one per variant in random order; {rounds} rounds of {window:?} windows, one per variant in random order, 64 in flight):"
     );
     for (i, (name, _)) in variants.iter().enumerate() {
         println!(
@@ -590,6 +592,21 @@ fn bench(c: &mut Criterion) {
     }
     print_intervals(&variants, &samples, &round_raw);
     println!("spans exported: {}", exported.load(Ordering::Relaxed));
+}
+
+/// Latency cycles: `DEI_ECHO_CYCLES`, or 3,000. Each cycle makes one sequential call of every variant.
+/// A ratio of medians over 3,000 cycles carries about ±1.5 % of sampling noise (its interval), as much as
+/// the difference a 3 % goal has to tell apart; 30,000 cycles take about 4 s more per variant and narrow it
+/// about threefold.
+fn latency_cycles() -> usize {
+    match std::env::var("DEI_ECHO_CYCLES") {
+        Ok(n) => n
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n >= CYCLE_BLOCK)
+            .unwrap_or_else(|| panic!("DEI_ECHO_CYCLES={n} is not a number of cycles (at least {CYCLE_BLOCK})")),
+        Err(_) => 3000,
+    }
 }
 
 /// Resamples drawn for each interval.

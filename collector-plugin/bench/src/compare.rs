@@ -29,6 +29,10 @@ pub struct CompareConfig {
     pub include_forward_only: bool,
     /// Also measure the load generator straight into the sink: the ceiling the bench itself reaches.
     pub include_ceiling: bool,
+    /// Also measure the load generator into a byte-copying TCP relay in front of the sink: the most that any
+    /// process in the collector's place reaches here, since it receives and sends every byte and does nothing
+    /// else.
+    pub include_relay: bool,
     /// rotel's `--otlp-exporter-compression` (`none` matches dei-collector, which forwards uncompressed;
     /// rotel's own default is `gzip`).
     pub rotel_compression: String,
@@ -253,11 +257,16 @@ pub fn summarize(results: &[TargetResult]) -> Vec<Summary> {
 enum Target {
     Collector { analyze: bool },
     Rotel,
+    Relay,
     Ceiling,
 }
 
 /// The name of the ceiling target: the load generator straight into the sink.
 pub const CEILING: &str = "loadgen straight into the sink";
+
+/// The name of the relay target: the load generator into `dei-collector-bench relay`, which copies every
+/// connection's bytes to the sink.
+pub const RELAY: &str = "a TCP relay into the sink";
 
 /// Runs the comparison: `rounds` rounds, each measuring every target once, in an order rotated by one
 /// per round so that no target always runs first or last.
@@ -271,6 +280,9 @@ pub async fn run(config: CompareConfig, rounds: usize, log: &mut dyn Write) -> R
     }
     if config.rotel_bin.is_some() {
         targets.push(Target::Rotel);
+    }
+    if config.include_relay {
+        targets.push(Target::Relay);
     }
     if config.include_ceiling {
         targets.push(Target::Ceiling);
@@ -318,6 +330,15 @@ pub async fn run(config: CompareConfig, rounds: usize, log: &mut dyn Write) -> R
                     cmd.args(["--otlp-exporter-compression", &config.rotel_compression]);
                     cmd.args(["--pid-file", &format!("/tmp/rotel-bench-{g}.pid")]);
                     ("rotel", Some(cmd), g)
+                }
+                Target::Relay => {
+                    let g = port()?;
+                    let bench = std::env::current_exe().map_err(|e| format!("this binary's path: {e}"))?;
+                    let mut cmd = Command::new(bench);
+                    cmd.arg("relay");
+                    cmd.args(["--listen", &format!("127.0.0.1:{g}")]);
+                    cmd.args(["--upstream", &sink.grpc_addr.to_string()]);
+                    (RELAY, Some(cmd), g)
                 }
             };
             let addr = SocketAddr::from(([127, 0, 0, 1], grpc));

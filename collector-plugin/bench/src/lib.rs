@@ -1,6 +1,7 @@
-//! dei-collector's benchmark harness (not published): a saturating OTLP [`loadgen`], a counting [`sink`], and
-//! [`compare`], which runs dei-collector and rotel between the two under the same load in one run. The binary
-//! `dei-collector-bench` runs them from the command line (`loadgen`, `sink`, `bench`; BENCHMARKS.md).
+//! dei-collector's benchmark harness (not published): a saturating OTLP [`loadgen`], a counting [`sink`], a
+//! byte-copying TCP [`relay`], and [`compare`], which runs dei-collector and rotel between the load generator and
+//! the sink under the same load in one run. The binary `dei-collector-bench` runs them from the command line
+//! (`loadgen`, `sink`, `relay`, `bench`; BENCHMARKS.md).
 //!
 //! It sees the collector from outside, as any OTLP client does: it sends and receives raw export requests
 //! with its own pass-through [`RawCodec`], counts spans with its own [`count_spans`], and starts the collector
@@ -9,6 +10,7 @@
 
 pub mod compare;
 pub mod loadgen;
+pub mod relay;
 pub mod sharded;
 pub mod shards;
 pub mod sink;

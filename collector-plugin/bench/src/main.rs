@@ -1,10 +1,10 @@
 //! `dei-collector-bench`: dei-collector's benchmark tools on the command line (BENCHMARKS.md, rows 9–10a):
-//! `loadgen` (saturating OTLP load), `sink` (receive and count), `bench` (dei-collector against rotel under the
-//! same load).
+//! `loadgen` (saturating OTLP load), `sink` (receive and count), `relay` (copy bytes to the sink: the cheapest
+//! hop), `bench` (dei-collector against rotel, the relay and the ceiling under the same load).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dei_collector::server::Downstream;
-use dei_collector_bench::{compare, loadgen, sharded, shards, sink};
+use dei_collector_bench::{compare, loadgen, relay, sharded, shards, sink};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +32,8 @@ enum Command {
     Loadgen(LoadgenArgs),
     /// Receive OTLP and only count spans.
     Sink(SinkArgs),
+    /// Copy every connection, byte for byte, to an upstream address (the cheapest hop: `bench`'s relay target).
+    Relay(RelayArgs),
     /// Benchmark dei-collector against rotel under the same load.
     Bench(BenchArgs),
     /// The cost of one view over many shards: a query node's pull and merge time and its query latency,
@@ -120,6 +122,16 @@ struct LoadgenArgs {
 }
 
 #[derive(clap::Args)]
+struct RelayArgs {
+    /// Address to listen on.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Address every accepted connection is copied to.
+    #[arg(long)]
+    upstream: SocketAddr,
+}
+
+#[derive(clap::Args)]
 struct SinkArgs {
     /// gRPC listen address.
     #[arg(long, default_value = "127.0.0.1:14317")]
@@ -159,6 +171,10 @@ struct BenchArgs {
     /// Skip the ceiling target (the load generator straight into the sink).
     #[arg(long)]
     no_ceiling: bool,
+    /// Skip the relay target (the load generator into a byte-copying TCP relay in front of the sink: the
+    /// most that any process in the collector's place reaches on this machine).
+    #[arg(long)]
+    no_relay: bool,
     /// Refuse to start (exit 2) when the 1-minute load average is above 0.5: figures from a busy machine
     /// starve every target. Without it, such a run warns and records the load average in its output.
     #[arg(long)]
@@ -173,6 +189,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Loadgen(a) => run_loadgen(a),
         Command::Sink(a) => run_sink(a),
+        Command::Relay(a) => run_relay(a),
         Command::Bench(a) => run_bench(a),
         Command::Shards(a) => run_shards(a),
         Command::Sharded(a) => run_sharded(a),
@@ -242,6 +259,19 @@ fn run_sink(a: SinkArgs) -> Result<(), String> {
     })
 }
 
+fn run_relay(a: RelayArgs) -> Result<(), String> {
+    let rt = runtime().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .map_err(|e| format!("--listen {}: {e}", a.listen))?;
+        tokio::select! {
+            r = relay::serve(listener, a.upstream) => r.map_err(|e| e.to_string()),
+            () = dei_collector::cli::shutdown_signal() => Ok(()),
+        }
+    })
+}
+
 fn run_bench(a: BenchArgs) -> Result<(), String> {
     let load_before = compare::load_average();
     match load_before {
@@ -270,6 +300,7 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
         traces_per_request: a.shape.traces_per_request,
         include_forward_only: a.forward_only_too,
         include_ceiling: !a.no_ceiling,
+        include_relay: !a.no_relay,
         rotel_compression: a.rotel_compression,
     };
     let results = rt.block_on(compare::run(config, a.rounds, &mut std::io::stderr()))?;
@@ -302,11 +333,20 @@ fn run_bench(a: BenchArgs) -> Result<(), String> {
                 d.peak_rss_mib / r.peak_rss_mib.max(1e-9)
             );
         }
-        if let Some(c) = find(compare::CEILING) {
+        for bound in [compare::CEILING, compare::RELAY] {
+            if let Some(c) = find(bound) {
+                eprintln!(
+                    "dei-collector (analysis on) / {bound}: delivered throughput {:.2}x",
+                    d.delivered_per_second / c.delivered_per_second.max(1e-9)
+                );
+            }
+        }
+        if let (Some(r), Some(c)) = (find(compare::RELAY), find(compare::CEILING)) {
             eprintln!(
-                "dei-collector (analysis on) / {}: delivered throughput {:.2}x",
+                "{} / {}: delivered throughput {:.2}x",
+                compare::RELAY,
                 compare::CEILING,
-                d.delivered_per_second / c.delivered_per_second.max(1e-9)
+                r.delivered_per_second / c.delivered_per_second.max(1e-9)
             );
         }
     }

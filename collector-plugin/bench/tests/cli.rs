@@ -1,6 +1,6 @@
 //! The `dei-collector-bench` binary: a load generator with nothing to send to fails and says why, and the load
-//! generator, the sink and `bench` (without rotel, dei-collector alone against the ceiling) run briefly end to
-//! end and report what they measured.
+//! generator, the sink, the relay and `bench` (without rotel, dei-collector alone against the ceiling) run
+//! briefly end to end and report what they measured.
 
 use std::process::{Command, Output};
 
@@ -70,6 +70,50 @@ async fn loadgen_into_the_sink_counts_what_it_sent() {
         .await
         .expect("sink on loopback");
     let endpoint = format!("http://{}", sink.grpc_addr);
+    load_and_count(&sink, endpoint).await;
+}
+
+/// The relay target of `bench`: what goes into the relay arrives at the sink, request for request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loadgen_through_the_relay_reaches_the_sink_whole() {
+    let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let sink = dei_collector_bench::sink::start(any, any)
+        .await
+        .expect("sink on loopback");
+    let listen = std::net::TcpListener::bind(any).expect("a free port");
+    let relay_addr = listen.local_addr().expect("its address");
+    drop(listen);
+    let relay = Command::new(BIN)
+        .args([
+            "relay",
+            "--listen",
+            &relay_addr.to_string(),
+            "--upstream",
+            &sink.grpc_addr.to_string(),
+        ])
+        .spawn()
+        .expect("start the relay");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _relay = Kill(relay);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(relay_addr).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay did not listen on {relay_addr}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    load_and_count(&sink, format!("http://{relay_addr}")).await;
+}
+
+/// One second of load to `endpoint`: every span the load generator saw acknowledged was counted by `sink`.
+async fn load_and_count(sink: &dei_collector_bench::sink::Sink, endpoint: String) {
     let o = tokio::task::spawn_blocking(move || {
         run(&[
             "loadgen",
