@@ -13,7 +13,8 @@
 //! this run: separate runs on a shared VM spread further). Besides both sides instrumented
 //! alike, the comparison has variants without unwinding, with each walker forced, and with DEI on one side
 //! only (`dei_client_only`, `dei_server_only`), which shows where the cost lies, the baseline a second time
-//! (`otel_only_control`), whose ratio to the first is the run's noise floor, and a second baseline,
+//! (`otel_only_control`, and `otel_only_unsampled_control` for traces that are not sampled), whose ratio to the
+//! first is the run's noise floor, and a second baseline,
 //! `otel_semconv`: tonic-tracing-opentelemetry's layers, which record the semantic conventions' RPC attributes
 //! (`rpc.service`, `rpc.method`, `server.address`) as the DEI layers do and the minimal baseline does not (they
 //! read the status code from the response's headers only, and end the span there, where the DEI layers wrap the
@@ -416,7 +417,7 @@ fn bench(c: &mut Criterion) {
         ("dei_server_only", Variant::Baseline(dei_server_only)),
         // The baseline again, on its own server and connection, measured like any variant: how far the same
         // code lands from itself in this run is the run's noise floor.
-        ("otel_only_control", Variant::Baseline(control)),
+        ("otel_only_control", Variant::Baseline(control.clone())),
         // A second baseline: OpenTelemetry instrumentation as a widely used crate does it
         // (tonic-tracing-opentelemetry), with the semantic conventions' RPC attributes (`rpc.service`,
         // `rpc.method`, `server.address`, …) that the DEI layers record too and the minimal `otel_only` layers
@@ -427,6 +428,12 @@ fn bench(c: &mut Criterion) {
         (
             "otel_only_unsampled",
             Variant::Unsampled(Box::new(Variant::Baseline(baseline.clone()))),
+        ),
+        // The unsampled baseline again, on the control's server and connection: the noise floor of the
+        // unsampled comparison.
+        (
+            "otel_only_unsampled_control",
+            Variant::Unsampled(Box::new(Variant::Baseline(control))),
         ),
         (
             "otel_plus_dei_unsampled_lean",
@@ -454,8 +461,9 @@ fn bench(c: &mut Criterion) {
 
     // `DEI_ECHO_VARIANTS=otel_only,dei_server_only` narrows the same-run comparison to some variants (the
     // first one named is the baseline of every ratio, so name `otel_only` first), `DEI_ECHO_ROUNDS=N` sets its
-    // rounds of throughput windows (default: one per variant) and `DEI_ECHO_CYCLES=N` its latency cycles
-    // (default 3,000): longer runs of two variants, to tell a small difference from the machine's noise.
+    // rounds of throughput windows (default: one per variant), `DEI_ECHO_CYCLES=N` its latency cycles
+    // (default 3,000) and `DEI_ECHO_RUN=K` the latency calls each variant makes in a row (default 1): longer
+    // runs of two variants, to tell a small difference from the machine's noise.
     // Criterion's group below still measures `otel_only` and `otel_plus_dei`; a filter that matches neither
     // (`-- nothing`) skips it.
     let variants = match std::env::var("DEI_ECHO_VARIANTS") {
@@ -501,18 +509,22 @@ fn bench(c: &mut Criterion) {
     // task's poll), not from the thread that blocks on the runtime.
     let latency_variants = variants.clone();
     let cycles = latency_cycles();
+    let run = latency_run();
     let samples: Vec<Vec<Duration>> = rt
         .block_on(rt.spawn(async move {
             let n = latency_variants.len();
             let mut samples = vec![Vec::new(); n];
-            // Each cycle in its own random order, as the throughput windows below.
+            // Each turn in its own random order, as the throughput windows below; in a turn every variant
+            // makes `run` calls in a row (one by default).
             let mut rng = StdRng::seed_from_u64(0x1a7e);
-            for _ in 0..cycles {
+            for _ in 0..cycles / run {
                 for i in shuffled(n, &mut rng) {
                     let client = &latency_variants[i].1;
-                    let t = Instant::now();
-                    client.call().await.expect("echo");
-                    samples[i].push(t.elapsed());
+                    for _ in 0..run {
+                        let t = Instant::now();
+                        client.call().await.expect("echo");
+                        samples[i].push(t.elapsed());
+                    }
                 }
             }
             samples
@@ -554,7 +566,7 @@ fn bench(c: &mut Criterion) {
         .map(|i| round_raw.iter().fold((0.0, 0.0), |(n, c), r| (n + r[i].0, c + r[i].1)))
         .collect();
     println!(
-        "same-run comparison ({cycles} cycles of sequential calls from a runtime task, one per variant in random order; {rounds} rounds of {window:?} windows, one per variant in random order, 64 in flight):"
+        "same-run comparison ({cycles} cycles of sequential calls from a runtime task, {run} per variant at a time in random order; {rounds} rounds of {window:?} windows, one per variant in random order, 64 in flight):"
     );
     for (i, (name, _)) in variants.iter().enumerate() {
         println!(
@@ -606,6 +618,22 @@ fn latency_cycles() -> usize {
             .filter(|&n: &usize| n >= CYCLE_BLOCK)
             .unwrap_or_else(|| panic!("DEI_ECHO_CYCLES={n} is not a number of cycles (at least {CYCLE_BLOCK})")),
         Err(_) => 3000,
+    }
+}
+
+/// Calls each variant makes in a row in the latency loop: `DEI_ECHO_RUN`, or 1 (every call interleaved). A
+/// divisor of [`CYCLE_BLOCK`], so that the intervals still resample whole turns. With one call at a time, a
+/// variant's code is often cold after another variant's call, and how often depends on which variants share
+/// code: the same build measured Lean at 1.02 among three unsampled variants and 1.04 among four. Runs of 50
+/// let each variant warm up as a service that runs only its own code does.
+fn latency_run() -> usize {
+    match std::env::var("DEI_ECHO_RUN") {
+        Ok(n) => n
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n >= 1 && CYCLE_BLOCK.is_multiple_of(n))
+            .unwrap_or_else(|| panic!("DEI_ECHO_RUN={n} is not a divisor of {CYCLE_BLOCK}")),
+        Err(_) => 1,
     }
 }
 
