@@ -146,19 +146,9 @@ where
             && this.inner.is_some()
         {
             this.inner.set(None);
-            let status = fault::status_for_stream(f);
-            if let Some(g) = this.guard.take()
-                && g.record
-            {
-                record_grpc_status(&g.otel, status.code());
-            }
-            let mut trailers = http::HeaderMap::new();
-            if status.add_header(&mut trailers).is_ok() {
-                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
-            }
-            return Poll::Ready(None);
+            return Poll::Ready(end_with_fault(this.guard, f));
         }
-        let Some(inner) = this.inner.as_pin_mut() else {
+        let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             this.guard.take();
             return Poll::Ready(None);
         };
@@ -166,6 +156,20 @@ where
             let _attached = this.cx.as_ref().map(|c| c.clone().attach());
             ready!(inner.poll_frame(cx))
         };
+        // The response can end (trailers, its end, an error) because the fault ended the request stream: the
+        // server saw the request end and closed its response. The fault was set on the connection's task,
+        // possibly after the check above (this thread can be preempted between the check and the poll for
+        // longer than that round trip), but always before the end it caused arrived: looked at again now, it
+        // is seen, and the call ends with its status rather than the server's.
+        #[cfg(feature = "tonic")]
+        if polled
+            .as_ref()
+            .is_none_or(|p| p.as_ref().map_or(true, Frame::is_trailers))
+            && let Some(f) = this.stream_fault.as_ref().and_then(StreamFault::get)
+        {
+            this.inner.set(None);
+            return Poll::Ready(end_with_fault(this.guard, f));
+        }
         match &polled {
             Some(Ok(frame)) => {
                 if let Some(trailers) = frame.trailers_ref()
@@ -196,6 +200,20 @@ where
             .as_ref()
             .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
     }
+}
+
+#[cfg(feature = "tonic")]
+/// The last frame of a stream call that a fault ended: trailers with the fault's status, recorded on the span.
+fn end_with_fault<E>(guard: &mut Option<CallGuard>, fault: dei_propagator::Fault) -> Option<Result<Frame<Bytes>, E>> {
+    let status = fault::status_for_stream(fault);
+    if let Some(g) = guard.take()
+        && g.record
+    {
+        record_grpc_status(&g.otel, status.code());
+    }
+    let mut trailers = http::HeaderMap::new();
+    status.add_header(&mut trailers).ok()?;
+    Some(Ok(Frame::trailers(trailers)))
 }
 
 /// How an [`InboundBody`] digests.
@@ -321,7 +339,77 @@ where
 
 #[cfg(all(test, feature = "tonic"))]
 mod tests {
-    use super::grpc_code;
+    use super::*;
+    use dei_propagator::Fault;
+
+    /// A server's response whose frames arrive while a fault hits the request stream: each poll first sets
+    /// the fault (as the connection's task does on another thread, right after the response body's check),
+    /// then yields the next frame.
+    struct EndsAsTheFaultHits {
+        fault: StreamFault,
+        frames: std::collections::VecDeque<Option<Result<Frame<Bytes>, &'static str>>>,
+    }
+
+    impl Body for EndsAsTheFaultHits {
+        type Data = Bytes;
+        type Error = &'static str;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, &'static str>>> {
+            self.fault.set(Fault::Connection);
+            Poll::Ready(self.frames.pop_front().flatten())
+        }
+    }
+
+    fn ok_trailers() -> Frame<Bytes> {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        Frame::trailers(trailers)
+    }
+
+    /// The frames the caller reads from a response whose server sends `frames` as the fault hits.
+    fn read(frames: Vec<Option<Result<Frame<Bytes>, &'static str>>>) -> Vec<String> {
+        let fault = StreamFault::default();
+        let inner = EndsAsTheFaultHits {
+            fault: fault.clone(),
+            frames: frames.into(),
+        };
+        let mut body = Box::pin(DeiResponseBody {
+            inner: Some(inner),
+            guard: None,
+            cx: None,
+            stream_fault: Some(fault),
+        });
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut seen = Vec::new();
+        loop {
+            match body.as_mut().poll_frame(&mut cx) {
+                Poll::Ready(Some(Ok(frame))) => seen.push(match frame.into_data() {
+                    Ok(data) => format!("data {data:?}"),
+                    Err(frame) => {
+                        let trailers = frame.into_trailers().unwrap_or_default();
+                        format!("status {:?}", grpc_code(&trailers))
+                    }
+                }),
+                Poll::Ready(Some(Err(e))) => seen.push(format!("error {e}")),
+                Poll::Ready(None) => return seen,
+                Poll::Pending => unreachable!("the test body is always ready"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_response_that_ends_as_the_fault_hits_ends_with_the_faults_status() {
+        let unavailable = "status Some(Unavailable)";
+        // the server's OK trailers, the bare end of its body, or an error: each is replaced by the fault's status
+        assert_eq!(read(vec![Some(Ok(ok_trailers()))]), [unavailable]);
+        assert_eq!(read(vec![None]), [unavailable]);
+        assert_eq!(read(vec![Some(Err("reset"))]), [unavailable]);
+        // a message the server sent before is still delivered; the end that follows is the fault's
+        let data = Some(Ok(Frame::data(Bytes::from_static(b"m"))));
+        assert_eq!(read(vec![data, Some(Ok(ok_trailers()))]), ["data b\"m\"", unavailable]);
+    }
 
     #[test]
     fn the_grpc_code_is_read_as_tonic_reads_it() {
