@@ -480,14 +480,7 @@ fn bench(c: &mut Criterion) {
             .collect(),
         Err(_) => variants,
     };
-    let rounds: usize = match std::env::var("DEI_ECHO_ROUNDS") {
-        Ok(n) => n
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("DEI_ECHO_ROUNDS={n} is not a number of rounds")),
-        Err(_) => variants.len(),
-    }
-    .max(1);
+    let rounds = env_count("DEI_ECHO_ROUNDS", variants.len(), |_| true, "a number of rounds").max(1);
 
     let mut group = c.benchmark_group("unary_echo_1KiB");
     group.bench_function("otel_only", |b| {
@@ -611,14 +604,12 @@ fn bench(c: &mut Criterion) {
 /// the difference a 3 % goal has to tell apart; 30,000 cycles take about 4 s more per variant and narrow it
 /// about threefold.
 fn latency_cycles() -> usize {
-    match std::env::var("DEI_ECHO_CYCLES") {
-        Ok(n) => n
-            .parse()
-            .ok()
-            .filter(|&n: &usize| n >= CYCLE_BLOCK)
-            .unwrap_or_else(|| panic!("DEI_ECHO_CYCLES={n} is not a number of cycles (at least {CYCLE_BLOCK})")),
-        Err(_) => 3000,
-    }
+    env_count(
+        "DEI_ECHO_CYCLES",
+        3000,
+        |n| n >= CYCLE_BLOCK,
+        &format!("a number of cycles (at least {CYCLE_BLOCK})"),
+    )
 }
 
 /// Calls each variant makes in a row in the latency loop: `DEI_ECHO_RUN`, or 1 (every call interleaved). A
@@ -627,13 +618,25 @@ fn latency_cycles() -> usize {
 /// code: the same build measured Lean at 1.02 among three unsampled variants and 1.04 among four. Runs of 50
 /// let each variant warm up as a service that runs only its own code does.
 fn latency_run() -> usize {
-    match std::env::var("DEI_ECHO_RUN") {
-        Ok(n) => n
+    env_count(
+        "DEI_ECHO_RUN",
+        1,
+        |n| n >= 1 && CYCLE_BLOCK.is_multiple_of(n),
+        &format!("a divisor of {CYCLE_BLOCK}"),
+    )
+}
+
+/// The count in the environment variable `name`, or `default` when it is unset; a value that is not a count
+/// `valid` accepts stops the bench and says what was expected (`what`).
+fn env_count(name: &str, default: usize, valid: impl Fn(usize) -> bool, what: &str) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
             .parse()
             .ok()
-            .filter(|&n: &usize| n >= 1 && CYCLE_BLOCK.is_multiple_of(n))
-            .unwrap_or_else(|| panic!("DEI_ECHO_RUN={n} is not a divisor of {CYCLE_BLOCK}")),
-        Err(_) => 1,
+            .filter(|&n| valid(n))
+            .unwrap_or_else(|| panic!("{name}={v} is not {what}")),
+        Err(_) => default,
     }
 }
 

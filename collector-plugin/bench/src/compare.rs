@@ -83,7 +83,8 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-pub(crate) async fn wait_listening(addr: SocketAddr) -> bool {
+/// Waits (at most 20 s) until something accepts TCP connections on `addr`: whether it did.
+pub async fn wait_listening(addr: SocketAddr) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
@@ -94,7 +95,8 @@ pub(crate) async fn wait_listening(addr: SocketAddr) -> bool {
     false
 }
 
-pub(crate) struct Guard(pub(crate) Child);
+/// A child process, killed and reaped when dropped.
+pub struct Guard(pub Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {

@@ -8,6 +8,7 @@
 //! first pull happens before it listens; `/api/v1/peers` then gives the pull and merge times, and every
 //! endpoint of the API is timed `queries` times against the merged view.
 
+use crate::compare::Guard;
 use dei_propagator::semconv;
 use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -17,7 +18,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// RPCs per generated trace.
@@ -73,18 +74,8 @@ pub struct ShardsRow {
     pub changes_merge_seconds: f64,
 }
 
-/// A child process, killed on drop.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `collector args…` and returns it with the first stdout line.
-fn start(collector: &PathBuf, args: &[String]) -> Result<(Process, String), String> {
+fn start(collector: &PathBuf, args: &[String]) -> Result<(Guard, String), String> {
     let mut child = Command::new(collector)
         .args(args)
         .env("RUST_LOG", "error")
@@ -94,7 +85,7 @@ fn start(collector: &PathBuf, args: &[String]) -> Result<(Process, String), Stri
         .map_err(|e| format!("{}: {e}", collector.display()))?;
     let mut line = String::new();
     let stdout = child.stdout.take().ok_or("no stdout")?;
-    let process = Process(child);
+    let process = Guard(child);
     std::io::BufReader::new(stdout)
         .read_line(&mut line)
         .map_err(|e| e.to_string())?;

@@ -2,6 +2,7 @@
 //! generator, the sink, the relay and `bench` (without rotel, dei-collector alone against the ceiling) run
 //! briefly end to end and report what they measured.
 
+use dei_collector_bench::compare::{Guard, wait_listening};
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dei-collector-bench");
@@ -65,10 +66,7 @@ fn bench_refuses_a_missing_collector_binary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loadgen_into_the_sink_counts_what_it_sent() {
-    let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let sink = dei_collector_bench::sink::start(any, any)
-        .await
-        .expect("sink on loopback");
+    let sink = loopback_sink().await;
     let endpoint = format!("http://{}", sink.grpc_addr);
     load_and_count(&sink, endpoint).await;
 }
@@ -76,11 +74,8 @@ async fn loadgen_into_the_sink_counts_what_it_sent() {
 /// The relay target of `bench`: what goes into the relay arrives at the sink, request for request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loadgen_through_the_relay_reaches_the_sink_whole() {
-    let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let sink = dei_collector_bench::sink::start(any, any)
-        .await
-        .expect("sink on loopback");
-    let listen = std::net::TcpListener::bind(any).expect("a free port");
+    let sink = loopback_sink().await;
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let relay_addr = listen.local_addr().expect("its address");
     drop(listen);
     let relay = Command::new(BIN)
@@ -93,23 +88,20 @@ async fn loadgen_through_the_relay_reaches_the_sink_whole() {
         ])
         .spawn()
         .expect("start the relay");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _relay = Kill(relay);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while tokio::net::TcpStream::connect(relay_addr).await.is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the relay did not listen on {relay_addr}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let _relay = Guard(relay);
+    assert!(
+        wait_listening(relay_addr).await,
+        "the relay did not listen on {relay_addr}"
+    );
     load_and_count(&sink, format!("http://{relay_addr}")).await;
+}
+
+/// A sink on loopback ports.
+async fn loopback_sink() -> dei_collector_bench::sink::Sink {
+    let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    dei_collector_bench::sink::start(any, any)
+        .await
+        .expect("sink on loopback")
 }
 
 /// One second of load to `endpoint`: every span the load generator saw acknowledged was counted by `sink`.
