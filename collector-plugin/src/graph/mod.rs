@@ -138,6 +138,11 @@ enum Half {
 }
 
 /// Halves waiting for their peer, expiring after a TTL, bounded in number.
+///
+/// `order` lists insertions oldest first, for expiry. A half that pairs leaves the map at once but its entry
+/// in `order` only when found stale, so `order` is compacted whenever it outgrows the map by
+/// [`ORDER_SLACK`] plus the map's own size: otherwise it would hold every half of the last TTL, paired or not
+/// (at 600,000 spans/s and a 2 s TTL, 600,000 entries, far past `max_store_items`).
 #[derive(Debug, Default)]
 pub struct PairingStore {
     waiting: HashMap<(TraceId, SpanId), (Half, u64)>,
@@ -145,10 +150,33 @@ pub struct PairingStore {
     seq: u64,
 }
 
+/// Stale `order` entries tolerated beyond the map's size before a compaction.
+const ORDER_SLACK: usize = 1024;
+
 impl PairingStore {
     /// Halves waiting now.
     pub fn len(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// Entries in the expiry order, stale ones included.
+    #[cfg(test)]
+    fn order_len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Drops the `order` entries of halves no longer waiting, once they outnumber the waiting ones by
+    /// [`ORDER_SLACK`]: each compaction at least halves `order`, so its cost per insertion stays constant.
+    fn compact(&mut self) {
+        if self.order.len() <= 2 * self.waiting.len() + ORDER_SLACK {
+            return;
+        }
+        let waiting = &self.waiting;
+        self.order
+            .retain(|(_, key, seq)| waiting.get(key).is_some_and(|(_, s)| s == seq));
+        if self.order.capacity() > 4 * (self.order.len() + ORDER_SLACK) {
+            self.order.shrink_to(2 * (self.order.len() + ORDER_SLACK));
+        }
     }
 }
 
@@ -310,6 +338,7 @@ impl ServiceGraph {
         let seq = self.store.seq;
         self.store.waiting.insert(key, (half, seq));
         self.store.order.push_back((now, key, seq));
+        self.store.compact();
     }
 
     fn pair(&mut self, c: ClientHalf, s: ServerHalf, counters: &Counters) {
@@ -723,6 +752,37 @@ mod tests {
         }
         assert_eq!(g.edges().len(), 3);
         assert_eq!(c.snapshot().graph_edges_evicted, 7);
+    }
+
+    #[test]
+    fn halves_that_pair_within_the_ttl_leave_nothing_behind() {
+        let c = Counters::default();
+        let mut g = ServiceGraph::new(GraphConfig::default());
+        let now = Instant::now();
+        // one half that never pairs, older than everything after it: it stays first in the expiry order
+        g.observe(&span(0, 2, Some(1), "lonely", Kind::Client, 1, false), now, &c);
+        let pairs = 20 * ORDER_SLACK;
+        for i in 0..pairs {
+            let mut client = span(1, 2, Some(1), "frontend", Kind::Client, 2, false);
+            client.trace_id[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
+            let mut server = span(1, 3, Some(2), "users", Kind::Server, 1, false);
+            server.trace_id = client.trace_id;
+            g.observe(&client, now, &c);
+            g.observe(&server, now, &c);
+        }
+        assert_eq!(g.waiting(), 1);
+        let order = g.store.order_len();
+        assert!(
+            order <= 2 + ORDER_SLACK,
+            "{order} expiry entries for 1 waiting half after {pairs} pairs"
+        );
+        let edges = g.edges();
+        let fe = edges.iter().find(|(k, _)| &*k.client == "frontend").expect("the edge");
+        assert_eq!(fe.1.requests, pairs as u64);
+        // the compactions kept the waiting half's entry: it still expires
+        g.expire(now + GraphConfig::default().store_ttl, &c);
+        assert_eq!((g.waiting(), g.store.order_len()), (0, 0));
+        assert_eq!(c.snapshot().graph_unpaired_expired, 1);
     }
 
     /// A client span of `from` calling the `rpc.service` `callee`, and (unless it failed before reaching
