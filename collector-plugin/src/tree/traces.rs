@@ -47,6 +47,9 @@ pub struct TraceRecord {
 /// Up to this many occurrences, a trace finds one by a linear scan (no hash maps to keep per trace).
 pub const LINEAR_LOOKUP_MAX: usize = 16;
 
+/// Stale entries tolerated in the store's eviction order beyond its size before a compaction.
+const ORDER_SLACK: usize = 1024;
+
 /// A large trace's hash lookups.
 #[derive(Debug, Clone, Default)]
 struct Lookup {
@@ -298,6 +301,7 @@ impl TraceStore {
 
     /// The record of a trace, created if missing.
     pub fn entry(&mut self, trace_id: TraceId, now: Instant) -> &mut TraceRecord {
+        self.compact_order();
         let seq = &mut self.seq;
         let order = &mut self.order;
         let capacity = self.typical16.div_ceil(16).min(self.config.max_occurrences);
@@ -322,6 +326,18 @@ impl TraceStore {
         });
         record.changed = clock;
         record
+    }
+
+    /// Drops the eviction order's entries of traces removed or recreated since (a query node removes and
+    /// re-absorbs every trace a shard changed, on each pull), once they outnumber the retained traces by
+    /// [`ORDER_SLACK`]: otherwise they would stay until eviction reached them, up to `max_age` later.
+    fn compact_order(&mut self) {
+        if self.order.len() <= 2 * self.traces.len() + ORDER_SLACK {
+            return;
+        }
+        let traces = &self.traces;
+        self.order
+            .retain(|(seq, id)| traces.get(id).is_some_and(|t| t.seq == *seq));
     }
 
     /// A trace's record.
@@ -470,6 +486,27 @@ mod tests {
             }
             store.evict(now);
         }
+    }
+
+    #[test]
+    fn traces_removed_and_recreated_leave_the_eviction_order_bounded() {
+        let mut store = TraceStore::new(TraceStoreConfig::default());
+        let now = Instant::now();
+        for round in 0..20 * ORDER_SLACK {
+            // what a query node does with a trace a shard changed: remove it, absorb it again
+            let id = [(round % 8) as u8 + 1; 16];
+            store.remove(&id);
+            store.entry(id, now);
+        }
+        assert_eq!(store.len(), 8);
+        assert!(
+            store.order.len() <= 2 * 8 + ORDER_SLACK + 1,
+            "{} entries",
+            store.order.len()
+        );
+        // the live entries survived the compactions: the age limit still evicts every trace
+        let evicted = store.evict(now + TraceStoreConfig::default().max_age);
+        assert_eq!((evicted.len(), store.len()), (8, 0));
     }
 
     #[test]
