@@ -266,7 +266,6 @@ impl CollectorState {
         let Some(trace) = self.traces.get_mut(&span.trace_id) else {
             return;
         };
-        let final_index = &self.tree.shared(final_index.clone());
         let Some((oi, created)) = trace.occurrence(span.span_id, final_index, max) else {
             Counters::add(&self.counters.trace_occurrences_dropped, 1);
             return;
@@ -319,8 +318,6 @@ impl CollectorState {
 
     fn apply(&mut self, span: &SpanRecord, index: Index) {
         let max = self.traces.config.max_occurrences;
-        // the occurrence keeps the tree's copy of a known index: 20,000 retained traces hold few distinct ones
-        let index = self.tree.shared(index);
         let Some(trace) = self.traces.get_mut(&span.trace_id) else {
             self.apply_unresolved(span);
             return;

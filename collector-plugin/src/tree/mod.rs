@@ -238,15 +238,6 @@ impl PrefixTree {
         Some((id, self.node(id)?))
     }
 
-    /// `index`, or the equal index this tree holds, so that a caller who keeps it (a trace's occurrence)
-    /// shares the tree's allocation instead of holding a copy of its own.
-    pub fn shared(&self, index: Index) -> Index {
-        match self.by_index.get_key_value(&index) {
-            Some((held, _)) => held.clone(),
-            None => index,
-        }
-    }
-
     /// The node with this id.
     pub fn node(&self, id: NodeId) -> Option<&Node> {
         self.nodes.get(id)?.as_ref()
