@@ -286,6 +286,7 @@ impl TraceStore {
     pub fn remove(&mut self, trace_id: &TraceId) -> Option<TraceRecord> {
         let t = self.traces.remove(trace_id)?;
         self.note_removed(*trace_id);
+        self.compact_order();
         Some(*t)
     }
 
@@ -301,7 +302,6 @@ impl TraceStore {
 
     /// The record of a trace, created if missing.
     pub fn entry(&mut self, trace_id: TraceId, now: Instant) -> &mut TraceRecord {
-        self.compact_order();
         let seq = &mut self.seq;
         let order = &mut self.order;
         let capacity = self.typical16.div_ceil(16).min(self.config.max_occurrences);
@@ -328,9 +328,10 @@ impl TraceStore {
         record
     }
 
-    /// Drops the eviction order's entries of traces removed or recreated since (a query node removes and
-    /// re-absorbs every trace a shard changed, on each pull), once they outnumber the retained traces by
-    /// [`ORDER_SLACK`]: otherwise they would stay until eviction reached them, up to `max_age` later.
+    /// Drops the eviction order's entries of removed traces (a query node removes and re-absorbs every trace a
+    /// shard changed, on each pull), once they outnumber the retained traces by [`ORDER_SLACK`]: otherwise they
+    /// would stay until eviction reached them, up to `max_age` later. Called where they are made, in
+    /// [`remove`](Self::remove), not on the per-span path.
     fn compact_order(&mut self) {
         if self.order.len() <= 2 * self.traces.len() + ORDER_SLACK {
             return;
