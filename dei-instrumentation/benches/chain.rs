@@ -1,12 +1,15 @@
 //! A realistic workload beside the echo's worst case (issue #18): a chain of three tonic services on loopback,
 //! A → B → C, where each handler does about 200 µs of work (a busy loop) and then calls the next; C only works.
-//! The same chain runs twice in one process, once with the DEI layers on every hop and once with minimal
+//! The same chain runs three times in one process: with the DEI layers on every hop; with minimal
 //! OpenTelemetry layers (tests/common/otel_layers.rs: client span, trace context injected; server span
-//! parented on it), both exporting through a batch span processor to an exporter that drops the spans.
+//! parented on it), the baseline of the issue's goal; and with tonic-tracing-opentelemetry's layers, which a
+//! tonic service that records the semantic conventions' RPC attributes through tracing already has. All three
+//! export through a batch span processor to an exporter that drops the spans.
 //!
-//! Rounds alternate the two chains (each round's order random): every round sends `--calls` sequential calls
-//! to each A and takes each side's median end-to-end latency. It prints the medians and the per-round ratio
-//! DEI / OpenTelemetry (median, min and max over the rounds). The issue's goal: DEI's overhead ≤ 2 %.
+//! Each round runs the three chains in a random order: `--calls` sequential calls to each A, and each chain's
+//! median end-to-end latency. It prints the medians and the per-round ratios DEI / minimal layers and
+//! DEI / tonic-tracing-opentelemetry (median, min and max over the rounds). The issue's goal: DEI's overhead
+//! ≤ 2 % against the minimal layers.
 //!
 //! Each hop's client is type-erased the same way in both chains (a boxed service, the response body boxed),
 //! so the chains differ only in their layers.
@@ -119,8 +122,16 @@ impl pb::leaf_server::Leaf for C {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {
+    /// The DEI layers.
     Dei,
+    /// Minimal OpenTelemetry layers: the baseline.
     Otel,
+    /// tonic-tracing-opentelemetry's layers.
+    Semconv,
+}
+
+impl Variant {
+    const ALL: [Variant; 3] = [Variant::Dei, Variant::Otel, Variant::Semconv];
 }
 
 async fn listen() -> (tokio::net::TcpListener, SocketAddr) {
@@ -154,6 +165,12 @@ async fn hop(addr: SocketAddr, variant: Variant, config: &DeiConfig) -> Hop {
                 .service(channel)
                 .map_response(|r| r.map(Body::new)),
         ),
+        Variant::Semconv => BoxCloneSyncService::new(
+            tower::ServiceBuilder::new()
+                .layer(tonic_tracing_opentelemetry::middleware::client::OtelGrpcLayer)
+                .service(channel)
+                .map_response(|r| r.map(Body::new)),
+        ),
     }
 }
 
@@ -178,6 +195,12 @@ where
         }
         Variant::Otel => {
             let router = Server::builder().layer(OtelServerLayer).add_service(service);
+            tokio::spawn(async move { router.serve_with_incoming(incoming(listener)).await });
+        }
+        Variant::Semconv => {
+            let router = Server::builder()
+                .layer(tonic_tracing_opentelemetry::middleware::server::OtelGrpcLayer::default())
+                .add_service(service);
             tokio::spawn(async move { router.serve_with_incoming(incoming(listener)).await });
         }
     }
@@ -241,23 +264,24 @@ fn main() {
         blob: vec![0x5a; 256],
     };
     runtime.block_on(async move {
-        let mut clients = [
-            (Variant::Dei, chain(Variant::Dei, &config).await),
-            (Variant::Otel, chain(Variant::Otel, &config).await),
-        ];
-        // Warm up both chains (connections, the symbol cache).
+        let mut clients = Vec::new();
+        for variant in Variant::ALL {
+            clients.push((variant, chain(variant, &config).await));
+        }
+        // Warm up every chain (connections, the symbol cache).
         for (_, client) in &mut clients {
             for _ in 0..20 {
                 client.run(message.clone()).await.expect("warm-up call");
             }
         }
-        let mut medians = [Vec::new(), Vec::new()];
-        let mut ratios = Vec::new();
+        let mut medians = vec![Vec::new(); clients.len()];
+        // Per round: DEI / minimal layers, DEI / tonic-tracing-opentelemetry.
+        let mut ratios = [Vec::new(), Vec::new()];
         let mut rng = rand::rng();
         for _ in 0..rounds {
-            let mut order = [0, 1];
+            let mut order: Vec<usize> = (0..clients.len()).collect();
             order.shuffle(&mut rng);
-            let mut round = [0.0; 2];
+            let mut round = vec![0.0; clients.len()];
             for i in order {
                 let (variant, client) = &mut clients[i];
                 let mut latencies = Vec::with_capacity(calls);
@@ -270,20 +294,28 @@ fn main() {
                 round[i] = median(&mut latencies);
                 medians[i].push(round[i]);
             }
-            ratios.push(round[0] / round[1]);
+            ratios[0].push(round[0] / round[1]);
+            ratios[1].push(round[0] / round[2]);
         }
-        let dei = median(&mut medians[0]);
-        let plain = median(&mut medians[1]);
-        let ratio = median(&mut ratios.clone());
-        let (lo, hi) = ratios.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
-            (lo.min(*r), hi.max(*r))
-        });
+        let [dei, plain, semconv] = [0, 1, 2].map(|i| median(&mut medians[i]));
         println!(
             "chain A->B->C, {} us of work per hop, {rounds} rounds x {calls} calls per variant:",
             WORK.as_micros()
         );
-        println!("  median end-to-end latency: DEI {dei:.1} us, OpenTelemetry layers {plain:.1} us");
-        println!("  DEI / OpenTelemetry per round: median {ratio:.4} (min {lo:.4}, max {hi:.4})");
+        println!(
+            "  median end-to-end latency: DEI {dei:.1} us, minimal OpenTelemetry layers {plain:.1} us, \
+             tonic-tracing-opentelemetry {semconv:.1} us"
+        );
+        for (name, ratios) in [
+            ("minimal OpenTelemetry layers", &ratios[0]),
+            ("tonic-tracing-opentelemetry", &ratios[1]),
+        ] {
+            let ratio = median(&mut ratios.clone());
+            let (lo, hi) = ratios.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+                (lo.min(*r), hi.max(*r))
+            });
+            println!("  DEI / {name} per round: median {ratio:.4} (min {lo:.4}, max {hi:.4})");
+        }
     });
     let _ = provider.force_flush();
     assert!(
