@@ -14,13 +14,14 @@
 //! - [`offline`]: the analysis of OTLP/JSON and Jaeger JSON files (`dei-collector analyze`);
 //! - [`views`]: the types of the API's JSON, shared with clients.
 //!
-//! Inside, in layers that depend only downwards: `otlp` decodes and validates bodies, `span_record` extracts
-//! what analysis reads, `graph` and `tree` hold the service graph and the prefix tree with the retained
-//! traces, `state` holds the collector's state (`CollectorState`), `analysis` reads it, `api` renders it into
-//! the [`views`] and serves them with the web view, `receiver` and `forward` take batches in and send them on,
-//! `collector` accepts them. `cli` (the binary's commands) is public only for the binary. The benchmark
-//! harness (load generator, counting sink, the comparison with rotel) is a crate of its own,
-//! `dei-collector-bench` (`collector-plugin/bench/`, not published), which sees the collector from outside.
+//! Inside, in layers that depend only downwards: `otlp` decodes and validates bodies, `span_record` extracts what
+//! analysis reads, `graph` and `tree` hold the service graph and the prefix tree with the retained traces
+//! (`stale_order` compacts the expiry orders both keep), `state` holds the collector's state (`CollectorState`),
+//! `analysis` reads it, `api` renders it into the [`views`] and serves them with the web view, `receiver` and
+//! `forward` take batches in and send them on, `collector` accepts them. `cli` (the binary's commands) is public
+//! only for the binary. The benchmark harness (load generator, counting sink, the comparison with rotel) is a crate
+//! of its own, `dei-collector-bench` (`collector-plugin/bench/`, not published), which sees the collector from
+//! outside.
 //!
 //! # Features
 //! - `server` (default): everything above. Without it (`default-features = false`) the crate is only
@@ -80,6 +81,8 @@ pub mod server;
 pub(crate) mod shards;
 #[cfg(feature = "server")]
 pub(crate) mod span_record;
+#[cfg(feature = "server")]
+pub(crate) mod stale_order;
 #[cfg(feature = "server")]
 pub(crate) mod state;
 #[cfg(feature = "server")]

@@ -11,7 +11,7 @@
 //! DEI / tonic-tracing-opentelemetry (median, min and max over the rounds). The goal: DEI's overhead
 //! ≤ 2 % against the minimal layers.
 //!
-//! Each hop's client is type-erased the same way in both chains (a boxed service, the response body boxed),
+//! Each hop's client is type-erased the same way in every chain (a boxed service, the response body boxed),
 //! so the chains differ only in their layers.
 //!
 //! `cargo bench -p dei-instrumentation --bench chain -- --rounds 20 --calls 200` (the defaults; a short check:

@@ -29,6 +29,7 @@ pub mod histogram;
 
 use crate::counters::Counters;
 use crate::span_record::{Kind, PeerSource, SpanId, SpanRecord, TraceId};
+use crate::stale_order;
 use histogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -140,8 +141,8 @@ enum Half {
 /// Halves waiting for their peer, expiring after a TTL, bounded in number.
 ///
 /// `order` lists insertions oldest first, for expiry. A half that pairs leaves the map at once but its entry
-/// in `order` only when found stale, so `order` is compacted whenever it outgrows the map by
-/// [`ORDER_SLACK`] plus the map's own size: otherwise it would hold every half of the last TTL, paired or not
+/// in `order` only when found stale, so `order` is compacted ([`stale_order::compact`]) whenever it
+/// outgrows twice the map's size by [`stale_order::SLACK`]: otherwise it would hold every half of the last TTL, paired or not
 /// (at 600,000 spans/s and a 2 s TTL, 600,000 entries, far past `max_store_items`).
 #[derive(Debug, Default)]
 pub struct PairingStore {
@@ -149,9 +150,6 @@ pub struct PairingStore {
     order: VecDeque<(Instant, (TraceId, SpanId), u64)>,
     seq: u64,
 }
-
-/// Stale `order` entries tolerated beyond the map's size before a compaction.
-const ORDER_SLACK: usize = 1024;
 
 impl PairingStore {
     /// Halves waiting now.
@@ -165,18 +163,12 @@ impl PairingStore {
         self.order.len()
     }
 
-    /// Drops the `order` entries of halves no longer waiting, once they outnumber the waiting ones by
-    /// [`ORDER_SLACK`]: each compaction at least halves `order`, so its cost per insertion stays constant.
+    /// Drops the `order` entries of halves no longer waiting, once they outnumber the waiting ones.
     fn compact(&mut self) {
-        if self.order.len() <= 2 * self.waiting.len() + ORDER_SLACK {
-            return;
-        }
         let waiting = &self.waiting;
-        self.order
-            .retain(|(_, key, seq)| waiting.get(key).is_some_and(|(_, s)| s == seq));
-        if self.order.capacity() > 4 * (self.order.len() + ORDER_SLACK) {
-            self.order.shrink_to(2 * (self.order.len() + ORDER_SLACK));
-        }
+        stale_order::compact(&mut self.order, waiting.len(), |(_, key, seq)| {
+            waiting.get(key).is_some_and(|(_, s)| s == seq)
+        });
     }
 }
 
@@ -761,7 +753,7 @@ mod tests {
         let now = Instant::now();
         // one half that never pairs, older than everything after it: it stays first in the expiry order
         g.observe(&span(0, 2, Some(1), "lonely", Kind::Client, 1, false), now, &c);
-        let pairs = 20 * ORDER_SLACK;
+        let pairs = 20 * stale_order::SLACK;
         for i in 0..pairs {
             let mut client = span(1, 2, Some(1), "frontend", Kind::Client, 2, false);
             client.trace_id[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
@@ -773,7 +765,7 @@ mod tests {
         assert_eq!(g.waiting(), 1);
         let order = g.store.order_len();
         assert!(
-            order <= 2 + ORDER_SLACK,
+            order <= 2 + stale_order::SLACK,
             "{order} expiry entries for 1 waiting half after {pairs} pairs"
         );
         let edges = g.edges();

@@ -8,6 +8,7 @@
 //! maps for `(rpc, index)` and for distinct indexes are built only past [`LINEAR_LOOKUP_MAX`] occurrences.
 
 use crate::span_record::{SpanId, SpanRecord, TraceId};
+use crate::stale_order;
 pub use crate::views::{MessageOf, Occurrence, StreamMessage};
 use crate::views::{TraceStatus, TraceSummary};
 use dei_propagator::Index;
@@ -46,9 +47,6 @@ pub struct TraceRecord {
 
 /// Up to this many occurrences, a trace finds one by a linear scan (no hash maps to keep per trace).
 pub const LINEAR_LOOKUP_MAX: usize = 16;
-
-/// Stale entries tolerated in the store's eviction order beyond its size before a compaction.
-const ORDER_SLACK: usize = 1024;
 
 /// A large trace's hash lookups.
 #[derive(Debug, Clone, Default)]
@@ -329,16 +327,14 @@ impl TraceStore {
     }
 
     /// Drops the eviction order's entries of removed traces (a query node removes and re-absorbs every trace a
-    /// shard changed, on each pull), once they outnumber the retained traces by [`ORDER_SLACK`]: otherwise they
-    /// would stay until eviction reached them, up to `max_age` later. Called where they are made, in
-    /// [`remove`](Self::remove), not on the per-span path.
+    /// shard changed, on each pull), once they outnumber the retained traces ([`stale_order::compact`]):
+    /// otherwise they would stay until eviction reached them, up to `max_age` later. Called where they are made,
+    /// in [`remove`](Self::remove), not on the per-span path.
     fn compact_order(&mut self) {
-        if self.order.len() <= 2 * self.traces.len() + ORDER_SLACK {
-            return;
-        }
         let traces = &self.traces;
-        self.order
-            .retain(|(seq, id)| traces.get(id).is_some_and(|t| t.seq == *seq));
+        stale_order::compact(&mut self.order, traces.len(), |(seq, id)| {
+            traces.get(id).is_some_and(|t| t.seq == *seq)
+        });
     }
 
     /// A trace's record.
@@ -493,7 +489,7 @@ mod tests {
     fn traces_removed_and_recreated_leave_the_eviction_order_bounded() {
         let mut store = TraceStore::new(TraceStoreConfig::default());
         let now = Instant::now();
-        for round in 0..20 * ORDER_SLACK {
+        for round in 0..20 * stale_order::SLACK {
             // what a query node does with a trace a shard changed: remove it, absorb it again
             let id = [(round % 8) as u8 + 1; 16];
             store.remove(&id);
@@ -501,7 +497,7 @@ mod tests {
         }
         assert_eq!(store.len(), 8);
         assert!(
-            store.order.len() <= 2 * 8 + ORDER_SLACK + 1,
+            store.order.len() <= 2 * 8 + stale_order::SLACK + 1,
             "{} entries",
             store.order.len()
         );
