@@ -15,7 +15,8 @@
 //! so the chains differ only in their layers.
 //!
 //! `cargo bench -p dei-instrumentation --bench chain -- --rounds 20 --calls 200` (the defaults; a short check:
-//! `--rounds 2 --calls 20`).
+//! `--rounds 2 --calls 20`). For a profiler, `--only dei` (or `otel`, `semconv`) runs one chain alone and prints
+//! its median.
 
 #[path = "../tests/common/otel_layers.rs"]
 mod otel_layers;
@@ -132,6 +133,15 @@ enum Variant {
 
 impl Variant {
     const ALL: [Variant; 3] = [Variant::Dei, Variant::Otel, Variant::Semconv];
+
+    fn named(name: &str) -> Option<Variant> {
+        match name {
+            "dei" => Some(Variant::Dei),
+            "otel" => Some(Variant::Otel),
+            "semconv" => Some(Variant::Semconv),
+            _ => None,
+        }
+    }
 }
 
 async fn listen() -> (tokio::net::TcpListener, SocketAddr) {
@@ -230,18 +240,23 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-fn arg(name: &str, default: usize) -> usize {
+/// The value after `name` on the command line.
+fn arg_value(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+        .cloned()
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    arg_value(name).and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 fn main() {
     let rounds = arg("--rounds", 20).max(1);
     let calls = arg("--calls", 200).max(1);
+    let only = arg_value("--only").map(|name| Variant::named(&name).expect("--only dei, otel or semconv"));
     dei_propagator::install_global_propagator();
     let exported = Arc::new(AtomicU64::new(0));
     let provider = SdkTracerProvider::builder()
@@ -266,7 +281,9 @@ fn main() {
     runtime.block_on(async move {
         let mut clients = Vec::new();
         for variant in Variant::ALL {
-            clients.push((variant, chain(variant, &config).await));
+            if only.is_none_or(|o| o == variant) {
+                clients.push((variant, chain(variant, &config).await));
+            }
         }
         // Warm up every chain (connections, the symbol cache).
         for (_, client) in &mut clients {
@@ -294,8 +311,17 @@ fn main() {
                 round[i] = median(&mut latencies);
                 medians[i].push(round[i]);
             }
-            ratios[0].push(round[0] / round[1]);
-            ratios[1].push(round[0] / round[2]);
+            if only.is_none() {
+                ratios[0].push(round[0] / round[1]);
+                ratios[1].push(round[0] / round[2]);
+            }
+        }
+        if let Some(variant) = only {
+            println!(
+                "chain A->B->C, {variant:?} alone, {rounds} rounds x {calls} calls: median end-to-end latency {:.1} us",
+                median(&mut medians[0])
+            );
+            return;
         }
         let [dei, plain, semconv] = [0, 1, 2].map(|i| median(&mut medians[i]));
         println!(

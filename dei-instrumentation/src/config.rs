@@ -1,7 +1,6 @@
 //! Configuration shared by every layer and middleware of a service.
 
 use crate::grpc::methods::{MethodKind, MethodKinds};
-use crate::grpc::signatures::GrpcSignatures;
 use crate::stack::{StackCapturer, StackConfig, StackMode};
 use dei_propagator::Instantiation;
 use std::sync::Arc;
@@ -179,7 +178,6 @@ struct ConfigInner {
     record_payloads: bool,
     payload_digest_cap: usize,
     methods: MethodKinds,
-    signatures: GrpcSignatures,
     faults: Faults,
     max_latency: Duration,
 }
@@ -256,8 +254,8 @@ impl DeiConfig {
 
     /// The gRPC method at `path` (its signature, service and method names), made once per method.
     #[cfg(feature = "tonic")]
-    pub(crate) fn grpc_method(&self, path: &str) -> std::sync::Arc<crate::grpc::signatures::GrpcMethod> {
-        self.inner.signatures.get(path, &self.inner.methods)
+    pub(crate) fn grpc_method(&self, path: &str) -> crate::grpc::signatures::GrpcMethod {
+        crate::grpc::signatures::GrpcMethod::at(path, &self.inner.methods)
     }
 }
 
@@ -385,7 +383,6 @@ impl DeiConfigBuilder {
                 record_payloads: self.record_payloads,
                 payload_digest_cap: self.payload_digest_cap,
                 methods: self.methods,
-                signatures: GrpcSignatures::default(),
                 faults: self.faults.unwrap_or_else(Faults::from_env),
                 max_latency: self.max_latency,
             }),

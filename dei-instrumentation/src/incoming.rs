@@ -110,7 +110,7 @@ pub(crate) fn open(
     incoming: Incoming,
     headers: &http::HeaderMap,
     signature: &Signature,
-    rpc: Option<&(std::sync::Arc<str>, std::sync::Arc<str>)>,
+    rpc: Option<&(opentelemetry::StringValue, opentelemetry::StringValue)>,
     span: &tracing::Span,
     single_request: bool,
 ) -> Opened {
@@ -199,7 +199,7 @@ pub(crate) fn open(
         };
         let mut attributes = span::Attributes::new();
         attributes.rpc(rpc);
-        attributes.push(span::SIGNATURE, signature.name_shared());
+        attributes.signature(signature);
         attributes.index(&index, wire, config.instantiation());
         if let Some(plan) = context.fault_plan().filter(|p| !p.is_empty()) {
             attributes.push(span::FAULT_PLAN, plan.encode());

@@ -136,7 +136,7 @@ pub(crate) struct Outgoing {
 /// [`Outgoing`] holds), kept until [`Outgoing::record_attributes`]: a few shared handles and a digest, where the
 /// attributes themselves (an array of key-values, about a kilobyte) would be copied with the call at every move.
 struct Pending {
-    rpc: Option<(Arc<str>, Arc<str>)>,
+    rpc: Option<(opentelemetry::StringValue, opentelemetry::StringValue)>,
     signature: Signature,
     payload: PayloadDigest,
     /// `dei.payload`, when payloads are recorded.
@@ -158,7 +158,7 @@ impl Outgoing {
         let wire = self.wire.clone().unwrap_or_else(|| index.encode_shared());
         let mut attributes = span::Attributes::new();
         attributes.rpc(p.rpc.as_ref());
-        attributes.push(span::SIGNATURE, p.signature.name_shared());
+        attributes.signature(&p.signature);
         attributes.index(index, wire, self.scope.instantiation());
         attributes.payload_with_raw(&p.payload, p.raw);
         attributes.stack(&p.stack, p.frames);
@@ -175,7 +175,7 @@ impl Outgoing {
 /// The components of an outgoing call.
 pub(crate) struct Call<'a> {
     /// `rpc.service` and `rpc.method` of a gRPC call.
-    pub(crate) rpc: Option<&'a (std::sync::Arc<str>, std::sync::Arc<str>)>,
+    pub(crate) rpc: Option<&'a (opentelemetry::StringValue, opentelemetry::StringValue)>,
     pub(crate) signature: Signature,
     pub(crate) payload: PayloadDigest,
     pub(crate) raw_payload: Option<&'a [u8]>,

@@ -26,9 +26,9 @@
 use crate::config::{DeiConfig, StackFrames, Unsampled};
 use crate::stack::CapturedStack;
 use dei_propagator::DeiContextExt;
-use dei_propagator::{Fault, Index, Instantiation, PayloadDigest};
+use dei_propagator::{Fault, Index, Instantiation, PayloadDigest, Signature};
 use opentelemetry::trace::TraceContextExt;
-use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry::{Context, KeyValue, StringValue, Value};
 use std::sync::Arc;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -80,11 +80,19 @@ impl Attributes {
     }
 
     /// `rpc.system`, `rpc.service` and `rpc.method` of a gRPC call, when it is one.
-    pub(crate) fn rpc(&mut self, rpc: Option<&(Arc<str>, Arc<str>)>) {
+    pub(crate) fn rpc(&mut self, rpc: Option<&(StringValue, StringValue)>) {
         if let Some((service, method)) = rpc {
             self.push(RPC_SYSTEM, "grpc");
             self.push(RPC_SERVICE, service.clone());
             self.push(RPC_METHOD, method.clone());
+        }
+    }
+
+    /// `dei.signature`: a static name as a static value (no reference count shared with other threads).
+    pub(crate) fn signature(&mut self, signature: &Signature) {
+        match signature.static_name() {
+            Some(name) => self.push(SIGNATURE, name),
+            None => self.push(SIGNATURE, signature.name_shared()),
         }
     }
 
@@ -110,7 +118,7 @@ impl Attributes {
 
     /// A captured stack: its digest always, its readable frames as `frames` says.
     pub(crate) fn stack(&mut self, stack: &CapturedStack, frames: StackFrames) {
-        self.push(STACK_DIGEST, stack.digest_hex());
+        self.push(STACK_DIGEST, stack.digest_hex_value());
         self.push(STACK_MODE, stack.mode().as_str());
         if stack.mode().unwinds() {
             self.push(STACK_WALKER, stack.walker().as_str());

@@ -17,8 +17,25 @@ use std::sync::Arc;
 /// The digest is computed once, when the signature is made; clones share the name.
 #[derive(Clone)]
 pub struct Signature {
-    name: Arc<str>,
+    name: Name,
     digest: [u8; 32],
+}
+
+/// A signature's name: shared by reference count, or static (cloned without touching a count that other
+/// threads touch too: see [`Signature::from_static_name`]).
+#[derive(Clone)]
+enum Name {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl Name {
+    fn as_str(&self) -> &str {
+        match self {
+            Name::Static(s) => s,
+            Name::Shared(s) => s,
+        }
+    }
 }
 
 impl Signature {
@@ -26,7 +43,26 @@ impl Signature {
     pub fn from_name(name: impl Into<String>) -> Self {
         let name: Arc<str> = name.into().into();
         let digest = Sha256::digest(name.as_bytes()).into();
-        Signature { name, digest }
+        Signature {
+            name: Name::Shared(name),
+            digest,
+        }
+    }
+
+    /// A signature whose name lives for the whole process (a literal, or a name interned once): its clones
+    /// copy a pointer, where [`from_name`](Self::from_name)'s share a reference count.
+    ///
+    /// ```
+    /// use dei_propagator::Signature;
+    /// let s = Signature::from_static_name("cinema.Bookings/Get");
+    /// assert_eq!(s, Signature::grpc_path("/cinema.Bookings/Get"));
+    /// assert_eq!(s.static_name(), Some("cinema.Bookings/Get"));
+    /// ```
+    pub fn from_static_name(name: &'static str) -> Self {
+        Signature {
+            name: Name::Static(name),
+            digest: Sha256::digest(name.as_bytes()).into(),
+        }
     }
 
     /// A gRPC signature from the request path `/pkg.Service/Method` (the leading `/` is optional).
@@ -60,12 +96,24 @@ impl Signature {
 
     /// The readable name (`dei.signature`).
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
-    /// The readable name, shared: recording it on a span does not copy it.
+    /// The readable name, shared: recording it on a span does not copy it (a static name is copied once
+    /// here; see [`static_name`](Self::static_name)).
     pub fn name_shared(&self) -> Arc<str> {
-        self.name.clone()
+        match &self.name {
+            Name::Static(s) => Arc::from(*s),
+            Name::Shared(s) => s.clone(),
+        }
+    }
+
+    /// The readable name when it lives for the whole process ([`from_static_name`](Self::from_static_name)).
+    pub fn static_name(&self) -> Option<&'static str> {
+        match self.name {
+            Name::Static(s) => Some(s),
+            Name::Shared(_) => None,
+        }
     }
 
     /// SHA-256 of the readable name: the signature's identity.
@@ -77,7 +125,7 @@ impl Signature {
 // Identity, order and hashing are the name's (the digest is a function of it).
 impl PartialEq for Signature {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
+        self.name() == other.name()
     }
 }
 
@@ -85,7 +133,7 @@ impl Eq for Signature {}
 
 impl Hash for Signature {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.name.hash(state);
+        self.name().hash(state);
     }
 }
 
@@ -97,20 +145,20 @@ impl PartialOrd for Signature {
 
 impl Ord for Signature {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.name.cmp(&other.name)
+        self.name().cmp(other.name())
     }
 }
 
 impl fmt::Debug for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Signature").field(&&*self.name).finish()
+        f.debug_tuple("Signature").field(&self.name()).finish()
     }
 }
 
 /// Serialized as its readable name.
 impl Serialize for Signature {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.name)
+        s.serialize_str(self.name())
     }
 }
 
@@ -122,7 +170,7 @@ impl<'de> Deserialize<'de> for Signature {
 
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name)
+        f.write_str(self.name())
     }
 }
 

@@ -238,7 +238,7 @@ where
 struct CallInfo {
     stack: CapturedStack,
     caller_cx: Context,
-    method: Arc<GrpcMethod>,
+    method: GrpcMethod,
     span: tracing::Span,
     otel: OtelSpan,
     kind: Option<MethodKind>,

@@ -1,17 +1,25 @@
-//! gRPC signatures by request path, made once per method: a signature's digest is computed when it is made,
-//! and every call of a method shares its name and its declared kind.
+//! gRPC signatures by request path, made once per method per process: a signature's digest is computed when
+//! it is made, and every call of a method shares its names.
+//!
+//! The names are interned for the life of the process (at most [`MAX_PATHS`] paths of at most
+//! [`MAX_PATH_LEN`] bytes, about 1.5 MiB at worst), and each thread looks them up in a copy of its own. So a
+//! call reads them without taking a lock or touching a reference count: the client and the server of a call,
+//! and the exporter that drops a span's attributes, usually run on different cores, and every such shared
+//! write would move a cache line between them on every call.
 
 use super::methods::{MethodKind, MethodKinds};
 use dei_propagator::Signature;
+use opentelemetry::StringValue;
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::RwLock;
+use std::sync::{Mutex, OnceLock};
 
-/// At most this many distinct paths are kept; further paths get a fresh signature on every call (a client
-/// that calls unboundedly many paths cannot grow the cache).
+/// At most this many distinct paths are interned; further paths get fresh names on every call (a client
+/// that calls unboundedly many paths cannot grow the process's memory).
 const MAX_PATHS: usize = 4096;
 
-/// Longer paths are never kept (real method paths are far shorter; a peer cannot pin memory with long ones).
+/// Longer paths are never interned (real method paths are far shorter; a peer cannot pin memory with long
+/// ones).
 const MAX_PATH_LEN: usize = 256;
 
 /// A gRPC method as spans name it.
@@ -21,87 +29,177 @@ pub(crate) struct GrpcMethod {
     pub(crate) signature: Signature,
     /// Its declared kind, if it was declared.
     pub(crate) kind: Option<MethodKind>,
-    /// `rpc.service` and `rpc.method` as span attribute values, made once: `pkg.Service` and `Method` (empty
-    /// when the path has no `/` after the service).
-    pub(crate) rpc: (Arc<str>, Arc<str>),
+    /// `rpc.service` and `rpc.method` as span attribute values: `pkg.Service` and `Method` (empty when the
+    /// path has no `/` after the service).
+    pub(crate) rpc: (StringValue, StringValue),
 }
 
 impl GrpcMethod {
-    fn new(path: &str, kinds: &MethodKinds) -> Self {
-        let signature = Signature::grpc_path(path);
-        let name = signature.name();
-        let (service, method) = name.split_once('/').unwrap_or((name, ""));
-        let rpc = (Arc::from(service), Arc::from(method));
-        GrpcMethod {
-            signature,
-            kind: kinds.get(path),
-            rpc,
+    /// The method at `path` (`/pkg.Service/Method`); `kinds` are the configuration's declared kinds.
+    pub(crate) fn at(path: &str, kinds: &MethodKinds) -> Self {
+        let kind = kinds.get(path);
+        match interned(path) {
+            Some(names) => GrpcMethod {
+                signature: names.signature.clone(),
+                kind,
+                rpc: (names.service.into(), names.method.into()),
+            },
+            None => {
+                let signature = Signature::grpc_path(path);
+                let (service, method) = split(signature.name());
+                let rpc = (service.to_owned().into(), method.to_owned().into());
+                GrpcMethod { signature, kind, rpc }
+            }
         }
     }
 }
 
-/// A bounded cache of gRPC methods keyed by request path (`/pkg.Service/Method`).
-#[derive(Debug, Default)]
-pub(crate) struct GrpcSignatures(RwLock<HashMap<Box<str>, Arc<GrpcMethod>>>);
+/// `pkg.Service` and `Method` of a signature's name.
+fn split(name: &str) -> (&str, &str) {
+    name.split_once('/').unwrap_or((name, ""))
+}
 
-impl GrpcSignatures {
-    /// The method at `path`; `kinds` are the declared kinds (the same every time: the configuration's).
-    pub(crate) fn get(&self, path: &str, kinds: &MethodKinds) -> Arc<GrpcMethod> {
-        let full = {
-            let map = self.0.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(s) = map.get(path) {
-                return s.clone();
-            }
-            map.len() >= MAX_PATHS
-        };
-        let method = Arc::new(GrpcMethod::new(path, kinds));
-        if !full && path.len() <= MAX_PATH_LEN {
-            let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
-            if map.len() < MAX_PATHS {
-                map.insert(path.into(), method.clone());
-            }
+/// A method's names, interned.
+#[derive(Debug)]
+struct Names {
+    /// The path it was interned under.
+    path: &'static str,
+    /// With a static name: its clones copy a pointer.
+    signature: Signature,
+    service: &'static str,
+    method: &'static str,
+}
+
+/// Interned methods by path, at most `max` of them.
+#[derive(Debug)]
+struct Interner {
+    paths: Mutex<HashMap<&'static str, &'static Names>>,
+    max: usize,
+}
+
+impl Interner {
+    fn new(max: usize) -> Self {
+        Interner {
+            paths: Mutex::default(),
+            max,
         }
-        method
     }
+
+    /// The names of `path`, interned now if they were not: `None` for a path too long to intern, or once
+    /// `max` are.
+    fn intern(&self, path: &str) -> Option<&'static Names> {
+        if path.len() > MAX_PATH_LEN {
+            return None;
+        }
+        let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(names) = paths.get(path) {
+            return Some(*names);
+        }
+        if paths.len() >= self.max {
+            return None;
+        }
+        // Leaked on purpose: at most `max` of them, each kept for the life of the process.
+        let path: &'static str = Box::leak(Box::from(path));
+        let name = path.strip_prefix('/').unwrap_or(path);
+        let (service, method) = split(name);
+        let names: &'static Names = Box::leak(Box::new(Names {
+            path,
+            signature: Signature::from_static_name(name),
+            service,
+            method,
+        }));
+        paths.insert(path, names);
+        Some(names)
+    }
+}
+
+/// Every interned method of the process.
+fn process_interner() -> &'static Interner {
+    static INTERNED: OnceLock<Interner> = OnceLock::new();
+    INTERNED.get_or_init(|| Interner::new(MAX_PATHS))
+}
+
+thread_local! {
+    /// The interned methods this thread has looked up.
+    static SEEN: RefCell<HashMap<&'static str, &'static Names>> = RefCell::default();
+}
+
+/// The interned names of `path` (see [`Interner::intern`]), from this thread's copy once it has met them.
+fn interned(path: &str) -> Option<&'static Names> {
+    // (While the thread's locals are being destroyed, the process-wide map answers alone.)
+    if let Ok(Some(names)) = SEEN.try_with(|seen| seen.borrow().get(path).copied()) {
+        return Some(names);
+    }
+    let names = process_interner().intern(path)?;
+    let _ = SEEN.try_with(|seen| seen.borrow_mut().insert(names.path, names));
+    Some(names)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn one_signature_per_path_and_bounded() {
-        let none = MethodKinds::default();
-        let cache = GrpcSignatures::default();
-        let a = cache.get("/cinema.Bookings/Get", &none);
-        assert_eq!(a.signature, Signature::grpc_path("/cinema.Bookings/Get"));
-        assert_eq!((&*a.rpc.0, &*a.rpc.1), ("cinema.Bookings", "Get"));
-        assert_eq!(
-            cache.get("/cinema.Bookings/Get", &none).signature.digest(),
-            a.signature.digest()
-        );
-        for i in 0..MAX_PATHS + 10 {
-            assert_eq!(
-                cache.get(&format!("/s.S/M{i}"), &none).signature.name(),
-                format!("s.S/M{i}")
-            );
-        }
-        assert_eq!(cache.0.read().expect("lock").len(), MAX_PATHS);
-        let long = format!("/s.S/{}", "m".repeat(MAX_PATH_LEN));
-        let fresh = GrpcSignatures::default();
-        assert_eq!(fresh.get(&long, &none).signature.name(), &long[1..]);
-        assert!(fresh.0.read().expect("lock").is_empty(), "long paths are not kept");
-        let bare = fresh.get("/NoMethod", &none);
-        assert_eq!((&*bare.rpc.0, &*bare.rpc.1), ("NoMethod", ""));
+    fn rpc(m: &GrpcMethod) -> (&str, &str) {
+        (m.rpc.0.as_str(), m.rpc.1.as_str())
     }
 
     #[test]
-    fn a_method_carries_its_declared_kind() {
+    fn one_interned_signature_per_path() {
+        let none = MethodKinds::default();
+        let a = GrpcMethod::at("/cinema.Bookings/Get", &none);
+        assert_eq!(a.signature, Signature::grpc_path("/cinema.Bookings/Get"));
+        assert_eq!(rpc(&a), ("cinema.Bookings", "Get"));
+        let static_name = a.signature.static_name().expect("interned");
+        // Every later lookup, from any thread, shares that one name.
+        let again = GrpcMethod::at("/cinema.Bookings/Get", &none);
+        let elsewhere = std::thread::spawn(|| GrpcMethod::at("/cinema.Bookings/Get", &MethodKinds::default()))
+            .join()
+            .expect("thread");
+        for m in [&again, &elsewhere] {
+            assert!(std::ptr::eq(m.signature.static_name().expect("interned"), static_name));
+            assert_eq!(m.signature.digest(), a.signature.digest());
+            assert_eq!(rpc(m), ("cinema.Bookings", "Get"));
+        }
+        let bare = GrpcMethod::at("/NoMethod", &none);
+        assert_eq!(rpc(&bare), ("NoMethod", ""));
+    }
+
+    #[test]
+    fn bounded_in_number_and_length() {
+        let none = MethodKinds::default();
+        let long = format!("/s.S/{}", "m".repeat(MAX_PATH_LEN));
+        let m = GrpcMethod::at(&long, &none);
+        assert_eq!(m.signature.name(), &long[1..]);
+        assert_eq!(m.signature.static_name(), None, "long paths are not interned");
+        assert_eq!(rpc(&m), ("s.S", &long[5..]));
+        // The process's interner is shared with the other tests: the bound is checked on one of its own.
+        let interner = Interner::new(3);
+        for i in 0..5 {
+            let interned = interner.intern(&format!("/bounded.S/M{i}"));
+            assert_eq!(interned.is_some(), i < 3, "path {i}");
+        }
+        assert!(interner.intern("/bounded.S/M1").is_some(), "still there");
+        assert_eq!(interner.paths.lock().expect("lock").len(), 3);
+        let names = interner.intern("/bounded.S/M2").expect("interned");
+        assert_eq!((names.service, names.method), ("bounded.S", "M2"));
+        assert_eq!(names.signature, Signature::grpc_path("/bounded.S/M2"));
+    }
+
+    #[test]
+    fn a_method_carries_the_configurations_declared_kind() {
         let mut kinds = MethodKinds::default();
         kinds.insert("/s.S/Stream", MethodKind::Bidi);
-        let cache = GrpcSignatures::default();
-        assert_eq!(cache.get("/s.S/Stream", &kinds).kind, Some(MethodKind::Bidi));
-        assert_eq!(cache.get("/s.S/Stream", &kinds).kind, Some(MethodKind::Bidi), "cached");
-        assert_eq!(cache.get("/s.S/Unary", &kinds).kind, None);
+        assert_eq!(GrpcMethod::at("/s.S/Stream", &kinds).kind, Some(MethodKind::Bidi));
+        assert_eq!(
+            GrpcMethod::at("/s.S/Stream", &kinds).kind,
+            Some(MethodKind::Bidi),
+            "interned"
+        );
+        assert_eq!(
+            GrpcMethod::at("/s.S/Stream", &MethodKinds::default()).kind,
+            None,
+            "another configuration's kinds"
+        );
+        assert_eq!(GrpcMethod::at("/s.S/Unary", &kinds).kind, None);
     }
 }

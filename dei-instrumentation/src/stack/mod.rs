@@ -37,6 +37,7 @@ use walker::Walk;
 use cache::{AppFrame, Resolved, SymbolCache};
 use dei_propagator::{CallStack, Frame, StackDigest};
 use filter::FrameFilter;
+use opentelemetry::StringValue;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
@@ -156,7 +157,7 @@ struct StackEntry {
     frames: Vec<Arc<[AppFrame]>>,
     max_depth: usize,
     readable: OnceLock<Arc<str>>,
-    digest_hex: OnceLock<Arc<str>>,
+    digest_hex: OnceLock<StringValue>,
     /// Set once this entry's frames were claimed for a span ([`CapturedStack::claim_frames`]).
     frames_claimed: AtomicBool,
 }
@@ -166,6 +167,31 @@ struct StackEntry {
 fn frames_recorded() -> &'static Mutex<HashSet<StackDigest>> {
     static RECORDED: OnceLock<Mutex<HashSet<StackDigest>>> = OnceLock::new();
     RECORDED.get_or_init(Mutex::default)
+}
+
+/// At most this many stack digests' hex forms are interned for the life of the process (about 400 KiB); the
+/// hex forms of further stacks are reference-counted.
+const MAX_INTERNED_HEX: usize = 4096;
+
+/// The hex form of `digest` as a span attribute value: interned (static) while fewer than
+/// [`MAX_INTERNED_HEX`] are.
+fn interned_hex(digest: &StackDigest) -> StringValue {
+    static HEX: OnceLock<Mutex<HashMap<StackDigest, &'static str>>> = OnceLock::new();
+    let mut hex = HEX
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = hex.get(digest) {
+        return StringValue::from(*s);
+    }
+    let value = digest.to_hex();
+    if hex.len() >= MAX_INTERNED_HEX {
+        return StringValue::from(Arc::<str>::from(value));
+    }
+    // Leaked on purpose: at most MAX_INTERNED_HEX of them, each kept for the life of the process.
+    let value: &'static str = Box::leak(value.into_boxed_str());
+    hex.insert(*digest, value);
+    StringValue::from(value)
 }
 
 impl CapturedStack {
@@ -220,11 +246,18 @@ impl CapturedStack {
             .clone()
     }
 
-    /// The digest's 64-character hex form, built once per distinct stack and shared.
+    /// The digest's 64-character hex form.
     pub fn digest_hex(&self) -> Arc<str> {
+        self.digest_hex_value().as_str().into()
+    }
+
+    /// [`digest_hex`](Self::digest_hex) as the `dei.stack.digest` value: built once per distinct stack, and
+    /// static for the first [`MAX_INTERNED_HEX`] digests of the process (a copy of it touches no reference
+    /// count that the exporter's thread, which drops it, shares).
+    pub(crate) fn digest_hex_value(&self) -> StringValue {
         self.entry
             .digest_hex
-            .get_or_init(|| self.entry.digest.to_hex().into())
+            .get_or_init(|| interned_hex(&self.entry.digest))
             .clone()
     }
 
