@@ -97,6 +97,7 @@ pub mod grpc;
 pub mod http;
 #[cfg(any(feature = "tonic", feature = "axum"))]
 mod incoming;
+mod interned;
 #[cfg(any(feature = "tonic", feature = "reqwest"))]
 mod outgoing;
 pub mod span;

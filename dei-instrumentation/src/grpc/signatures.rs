@@ -8,11 +8,12 @@
 //! write would move a cache line between them on every call.
 
 use super::methods::{MethodKind, MethodKinds};
+use crate::interned::Interned;
 use dei_propagator::Signature;
 use opentelemetry::StringValue;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// At most this many distinct paths are interned; further paths get fresh names on every call (a client
 /// that calls unboundedly many paths cannot grow the process's memory).
@@ -70,53 +71,30 @@ struct Names {
     method: &'static str,
 }
 
-/// Interned methods by path, at most `max` of them.
-#[derive(Debug)]
-struct Interner {
-    paths: Mutex<HashMap<&'static str, &'static Names>>,
-    max: usize,
-}
-
-impl Interner {
-    fn new(max: usize) -> Self {
-        Interner {
-            paths: Mutex::default(),
-            max,
-        }
+/// The names of `path` in `interned`, made and kept now if they were not (`None` past the bound, or for a path
+/// too long to keep).
+fn intern(interned: &Interned<&'static str, Names>, path: &str) -> Option<&'static Names> {
+    if path.len() > MAX_PATH_LEN {
+        return None;
     }
-
-    /// The names of `path`, interned now if they were not: `None` for a path too long to intern, or once
-    /// `max` are.
-    fn intern(&self, path: &str) -> Option<&'static Names> {
-        if path.len() > MAX_PATH_LEN {
-            return None;
-        }
-        let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(names) = paths.get(path) {
-            return Some(*names);
-        }
-        if paths.len() >= self.max {
-            return None;
-        }
-        // Leaked on purpose: at most `max` of them, each kept for the life of the process.
+    interned.get_or_make(path, || {
         let path: &'static str = Box::leak(Box::from(path));
         let name = path.strip_prefix('/').unwrap_or(path);
         let (service, method) = split(name);
-        let names: &'static Names = Box::leak(Box::new(Names {
+        let names = Names {
             path,
             signature: Signature::from_static_name(name),
             service,
             method,
-        }));
-        paths.insert(path, names);
-        Some(names)
-    }
+        };
+        (path, Box::new(names))
+    })
 }
 
-/// Every interned method of the process.
-fn process_interner() -> &'static Interner {
-    static INTERNED: OnceLock<Interner> = OnceLock::new();
-    INTERNED.get_or_init(|| Interner::new(MAX_PATHS))
+/// The process's interned methods.
+fn process_interned() -> &'static Interned<&'static str, Names> {
+    static INTERNED: OnceLock<Interned<&'static str, Names>> = OnceLock::new();
+    INTERNED.get_or_init(|| Interned::new(MAX_PATHS))
 }
 
 thread_local! {
@@ -124,13 +102,13 @@ thread_local! {
     static SEEN: RefCell<HashMap<&'static str, &'static Names>> = RefCell::default();
 }
 
-/// The interned names of `path` (see [`Interner::intern`]), from this thread's copy once it has met them.
+/// The interned names of `path` (see [`intern`]), from this thread's copy once it has met them.
 fn interned(path: &str) -> Option<&'static Names> {
     // (While the thread's locals are being destroyed, the process-wide map answers alone.)
     if let Ok(Some(names)) = SEEN.try_with(|seen| seen.borrow().get(path).copied()) {
         return Some(names);
     }
-    let names = process_interner().intern(path)?;
+    let names = intern(process_interned(), path)?;
     let _ = SEEN.try_with(|seen| seen.borrow_mut().insert(names.path, names));
     Some(names)
 }
@@ -172,15 +150,16 @@ mod tests {
         assert_eq!(m.signature.name(), &long[1..]);
         assert_eq!(m.signature.static_name(), None, "long paths are not interned");
         assert_eq!(rpc(&m), ("s.S", &long[5..]));
-        // The process's interner is shared with the other tests: the bound is checked on one of its own.
-        let interner = Interner::new(3);
+        // The process's interned methods are shared with the other tests: the bound is checked on a set of
+        // its own.
+        let interned = Interned::new(3);
         for i in 0..5 {
-            let interned = interner.intern(&format!("/bounded.S/M{i}"));
-            assert_eq!(interned.is_some(), i < 3, "path {i}");
+            let names = intern(&interned, &format!("/bounded.S/M{i}"));
+            assert_eq!(names.is_some(), i < 3, "path {i}");
         }
-        assert!(interner.intern("/bounded.S/M1").is_some(), "still there");
-        assert_eq!(interner.paths.lock().expect("lock").len(), 3);
-        let names = interner.intern("/bounded.S/M2").expect("interned");
+        assert!(intern(&interned, "/bounded.S/M1").is_some(), "still there");
+        assert_eq!(interned.len(), 3);
+        let names = intern(&interned, "/bounded.S/M2").expect("interned");
         assert_eq!((names.service, names.method), ("bounded.S", "M2"));
         assert_eq!(names.signature, Signature::grpc_path("/bounded.S/M2"));
     }

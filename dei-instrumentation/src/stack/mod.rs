@@ -34,6 +34,7 @@ pub use mode::{StackMode, detect as detect_mode};
 pub use walker::StackWalker;
 use walker::Walk;
 
+use crate::interned::Interned;
 use cache::{AppFrame, Resolved, SymbolCache};
 use dei_propagator::{CallStack, Frame, StackDigest};
 use filter::FrameFilter;
@@ -176,22 +177,12 @@ const MAX_INTERNED_HEX: usize = 4096;
 /// The hex form of `digest` as a span attribute value: interned (static) while fewer than
 /// [`MAX_INTERNED_HEX`] are.
 fn interned_hex(digest: &StackDigest) -> StringValue {
-    static HEX: OnceLock<Mutex<HashMap<StackDigest, &'static str>>> = OnceLock::new();
-    let mut hex = HEX
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = hex.get(digest) {
-        return StringValue::from(*s);
+    static HEX: OnceLock<Interned<StackDigest, str>> = OnceLock::new();
+    let interned = HEX.get_or_init(|| Interned::new(MAX_INTERNED_HEX));
+    match interned.get_or_make(digest, || (*digest, digest.to_hex().into_boxed_str())) {
+        Some(hex) => StringValue::from(hex),
+        None => StringValue::from(Arc::<str>::from(digest.to_hex())),
     }
-    let value = digest.to_hex();
-    if hex.len() >= MAX_INTERNED_HEX {
-        return StringValue::from(Arc::<str>::from(value));
-    }
-    // Leaked on purpose: at most MAX_INTERNED_HEX of them, each kept for the life of the process.
-    let value: &'static str = Box::leak(value.into_boxed_str());
-    hex.insert(*digest, value);
-    StringValue::from(value)
 }
 
 impl CapturedStack {
