@@ -6,16 +6,17 @@
 //! tonic service that records the semantic conventions' RPC attributes through tracing already has. All three
 //! export through a batch span processor to an exporter that drops the spans.
 //!
-//! Each round runs the three chains in a random order: `--calls` sequential calls to each A, and each chain's
-//! median end-to-end latency. It prints the medians and the per-round ratios DEI / minimal layers and
-//! DEI / tonic-tracing-opentelemetry (median, min and max over the rounds). The goal: DEI's overhead
-//! ≤ 2 % against the minimal layers.
+//! Each round makes `--calls` sequential calls to each chain's A and takes each chain's median end-to-end
+//! latency: `--run` calls of one chain in a row (by default all of them), then the next chain, in a random
+//! order each time (`--run 1` interleaves the chains call by call). It prints the medians and the per-round
+//! ratios DEI / minimal layers and DEI / tonic-tracing-opentelemetry (median, min and max over the rounds).
+//! The goal: DEI's overhead ≤ 2 % against the minimal layers.
 //!
 //! Each hop's client is type-erased the same way in every chain (a boxed service, the response body boxed),
 //! so the chains differ only in their layers.
 //!
 //! `cargo bench -p dei-instrumentation --bench chain -- --rounds 20 --calls 200` (the defaults; a short check:
-//! `--rounds 2 --calls 20`). For a profiler, `--only dei` (or `otel`, `semconv`) runs one chain alone and prints
+//! `--rounds 2 --calls 20`; interleaved: `--run 1`). For a profiler, `--only dei` (or `otel`, `semconv`) runs one chain alone and prints
 //! its median.
 
 #[path = "../tests/common/otel_layers.rs"]
@@ -256,6 +257,7 @@ fn arg(name: &str, default: usize) -> usize {
 fn main() {
     let rounds = arg("--rounds", 20).max(1);
     let calls = arg("--calls", 200).max(1);
+    let run = arg("--run", calls).max(1);
     let only = arg_value("--only").map(|name| Variant::named(&name).expect("--only dei, otel or semconv"));
     dei_propagator::install_global_propagator();
     let exported = Arc::new(AtomicU64::new(0));
@@ -296,20 +298,27 @@ fn main() {
         let mut ratios = [Vec::new(), Vec::new()];
         let mut rng = rand::rng();
         for _ in 0..rounds {
-            let mut order: Vec<usize> = (0..clients.len()).collect();
-            order.shuffle(&mut rng);
-            let mut round = vec![0.0; clients.len()];
-            for i in order {
-                let (variant, client) = &mut clients[i];
-                let mut latencies = Vec::with_capacity(calls);
-                for _ in 0..calls {
-                    let start = Instant::now();
-                    let reply = client.run(message.clone()).await.expect("call through the chain");
-                    latencies.push(start.elapsed().as_secs_f64() * 1e6);
-                    assert_eq!(reply.get_ref().blob.len(), 256, "{variant:?}: the echo came back");
+            let mut latencies = vec![Vec::with_capacity(calls); clients.len()];
+            // `run` calls of each chain in a row, the chains in a random order each time, until each made `calls`.
+            let mut made = 0;
+            while made < calls {
+                let n = run.min(calls - made);
+                let mut order: Vec<usize> = (0..clients.len()).collect();
+                order.shuffle(&mut rng);
+                for i in order {
+                    let (variant, client) = &mut clients[i];
+                    for _ in 0..n {
+                        let start = Instant::now();
+                        let reply = client.run(message.clone()).await.expect("call through the chain");
+                        latencies[i].push(start.elapsed().as_secs_f64() * 1e6);
+                        assert_eq!(reply.get_ref().blob.len(), 256, "{variant:?}: the echo came back");
+                    }
                 }
-                round[i] = median(&mut latencies);
-                medians[i].push(round[i]);
+                made += n;
+            }
+            let round: Vec<f64> = latencies.iter_mut().map(|l| median(l)).collect();
+            for (i, m) in round.iter().enumerate() {
+                medians[i].push(*m);
             }
             if only.is_none() {
                 ratios[0].push(round[0] / round[1]);
