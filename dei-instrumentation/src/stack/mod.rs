@@ -3,7 +3,8 @@
 //! A capture walks the current thread's stack ([`StackWalker`]: saved frame pointers where the build has them,
 //! the DWARF unwinder otherwise), stops at the async runtime's task machinery
 //! (nothing outside it belongs to the request, and what is there varies with the worker that polled the task),
-//! looks each address up in a per-address symbol cache and keeps only the application's frames
+//! looks each address up in a per-address symbol cache (a warm capture only compares each address with the few
+//! known boundary addresses and looks the whole walk up at once) and keeps only the application's frames
 //! (see `filter`): unfiltered stacks are not deterministic in async Rust. Frames are keyed by
 //! (workspace-relative file, line, column); function names are kept for display. A `#[track_caller]` call site
 //! ([`CallSiteExt`]) becomes the innermost frame. What the binary offers is detected once ([`StackMode`]).
@@ -52,8 +53,9 @@ const MAX_RAW_FRAMES: usize = 256;
 /// Distinct stacks remembered at most (beyond that, new stacks are digested on every capture).
 const MAX_CACHED_STACKS: usize = 65_536;
 
-/// Stacks by (call-site location address, the addresses walked): a warm capture is an unwind, one lookup
-/// per address and one lookup here — no digest.
+/// Stacks by (call-site location address, the addresses walked): a warm capture is an unwind to a known
+/// boundary ([`Boundaries`]) and one lookup here — no lookup per address, no digest. A stack is kept under the
+/// walk that resolved it (up to its boundary or depth limit) and under the whole walk to its boundary.
 type StackMap = HashMap<(usize, Vec<usize>), Arc<StackEntry>, BuildHasherDefault<cache::AddressHasher>>;
 
 thread_local! {
@@ -280,6 +282,44 @@ impl CapturedStack {
     }
 }
 
+/// How many of the runtime's boundary addresses a capturer remembers for its warm path.
+const MAX_BOUNDARIES: usize = 8;
+
+/// Return addresses where walks stopped at the runtime's task machinery ([`Resolved::Boundary`]), at most
+/// [`MAX_BOUNDARIES`]: a warm capture compares each address it walks with these few, where looking each one up
+/// in the symbol cache reads a line of a large table per frame, which a busy service has evicted between two
+/// captures.
+#[derive(Debug, Default)]
+struct Boundaries([std::sync::atomic::AtomicUsize; MAX_BOUNDARIES]);
+
+impl Boundaries {
+    /// The addresses known now (an address is never 0).
+    fn known(&self) -> ([usize; MAX_BOUNDARIES], usize) {
+        let mut out = [0; MAX_BOUNDARIES];
+        let mut n = 0;
+        for slot in &self.0 {
+            let ip = slot.load(Ordering::Relaxed);
+            if ip == 0 {
+                break;
+            }
+            out[n] = ip;
+            n += 1;
+        }
+        (out, n)
+    }
+
+    /// Remembers `ip` (once; not past [`MAX_BOUNDARIES`]).
+    fn add(&self, ip: usize) {
+        for slot in &self.0 {
+            match slot.compare_exchange(0, ip, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(known) if known == ip => return,
+                Err(_) => {}
+            }
+        }
+    }
+}
+
 /// Captures filtered application stacks; cheap to clone (the cache is shared).
 #[derive(Clone, Debug)]
 pub struct StackCapturer {
@@ -291,6 +331,10 @@ struct CapturerInner {
     filter: FrameFilter,
     cache: SymbolCache,
     stacks: RwLock<StackMap>,
+    boundaries: Boundaries,
+    /// Captures that the warm path served (for tests).
+    #[cfg(test)]
+    warm_hits: std::sync::atomic::AtomicUsize,
     mode: StackMode,
     walk: Walk,
     max_depth: usize,
@@ -327,6 +371,9 @@ impl StackCapturer {
                 filter: FrameFilter::new(config.workspace_root.as_deref(), config.allow, config.deny),
                 cache: SymbolCache::new(),
                 stacks: RwLock::new(StackMap::default()),
+                boundaries: Boundaries::default(),
+                #[cfg(test)]
+                warm_hits: std::sync::atomic::AtomicUsize::new(0),
                 walk: if mode.unwinds() {
                     choose(config.walker)
                 } else {
@@ -384,17 +431,62 @@ impl StackCapturer {
         // (A capture while the thread's locals are being destroyed allocates instead.)
         let mut seen = WALKED.try_with(std::cell::Cell::take).unwrap_or_default();
         seen.clear();
+        // Warm path: walk up to a known boundary, comparing each address with those few only, and look the whole
+        // walk up at once (stacks are kept under this key too, see below).
+        let mut whole_walk = None;
+        if inner.mode.unwinds() {
+            seen.reserve(48);
+            let (known, n) = inner.boundaries.known();
+            let known = &known[..n];
+            // A stack deeper than this before its boundary takes the path below (walked twice, then).
+            let limit = (4 * inner.max_depth).clamp(16, MAX_RAW_FRAMES);
+            let mut at_boundary = false;
+            let walker = inner.walk.walk(&mut |ip| {
+                if known.contains(&ip) {
+                    at_boundary = true;
+                    return false;
+                }
+                seen.push(ip);
+                seen.len() < limit
+            });
+            if at_boundary {
+                let key = (site_key, seen);
+                let cached = inner
+                    .stacks
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&key)
+                    .cloned();
+                if let Some(entry) = cached {
+                    #[cfg(test)]
+                    inner.warm_hits.fetch_add(1, Ordering::Relaxed);
+                    give_back(key.1);
+                    return CapturedStack {
+                        entry,
+                        mode: inner.mode,
+                        walker,
+                    };
+                }
+                whole_walk = Some(key);
+                seen = Vec::with_capacity(48);
+            } else {
+                seen.clear();
+            }
+        }
         let mut warm = true;
         let mut walker = StackWalker::Dwarf; // what a mode that does not unwind reports
         if inner.mode.unwinds() {
-            // Warm path: look each address up while walking, and stop at the runtime boundary or once enough
-            // application frames were found. Addresses not cached yet are resolved afterwards.
-            seen.reserve(48);
+            // Look each address up while walking, and stop at the runtime boundary or once enough application
+            // frames were found. Addresses not cached yet are resolved afterwards.
             let mut kept = usize::from(call_site.is_some());
+            let mut boundary = None;
             let map = inner.cache.read();
             walker = inner.walk.walk(&mut |ip| {
                 match map.get(&ip) {
-                    Some(Resolved::Boundary) => return false,
+                    Some(Resolved::Boundary) => {
+                        boundary = Some(ip);
+                        return false;
+                    }
                     Some(Resolved::Skip) => {}
                     Some(Resolved::App(group)) => kept += group.len(),
                     None => warm = false,
@@ -402,24 +494,32 @@ impl StackCapturer {
                 seen.push(ip);
                 kept < inner.max_depth && seen.len() < MAX_RAW_FRAMES
             });
+            drop(map);
+            if let Some(ip) = boundary {
+                inner.boundaries.add(ip);
+            }
         }
         let key = (site_key, seen);
-        if warm
-            && let Some(entry) = inner
+        let cached = if warm {
+            inner
                 .stacks
                 .read()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&key)
                 .cloned()
-        {
-            give_back(key.1);
-            return CapturedStack {
-                entry,
-                mode: inner.mode,
-                walker,
-            };
+        } else {
+            None
+        };
+        let (entry, walker) = match cached {
+            Some(entry) => {
+                give_back(key.1);
+                (entry, walker)
+            }
+            None => inner.new_stack(call_site, key, walker),
+        };
+        if let Some(whole) = whole_walk {
+            inner.remember(whole, &entry);
         }
-        let (entry, walker) = inner.new_stack(call_site, key, walker);
         CapturedStack {
             entry,
             mode: inner.mode,
@@ -429,6 +529,15 @@ impl StackCapturer {
 }
 
 impl CapturerInner {
+    /// Keeps `entry` under a warm path's key as well: the whole walk up to a known boundary.
+    #[inline(never)]
+    fn remember(&self, whole_walk: (usize, Vec<usize>), entry: &Arc<StackEntry>) {
+        let mut stacks = self.stacks.write().unwrap_or_else(|p| p.into_inner());
+        if stacks.len() < MAX_CACHED_STACKS {
+            stacks.entry(whole_walk).or_insert_with(|| entry.clone());
+        }
+    }
+
     /// A stack not seen yet: symbolizes the misses in order (stopping at the boundary), digests, and remembers
     /// the stack under what was walked. Kept out of [`StackCapturer::capture_at`], so that the frame that every
     /// capture walks through stays small.
@@ -612,6 +721,42 @@ mod tests {
             );
         }
         assert!(captured.readable().contains("inner_async"), "{}", captured.readable());
+    }
+
+    #[inline(never)]
+    fn site_in_task(c: &StackCapturer, n: usize) -> CapturedStack {
+        // Two call sites in one task, chosen at run time: two stacks.
+        if n.is_multiple_of(2) { site_a(c) } else { site_b(c) }
+    }
+
+    #[test]
+    fn warm_captures_in_tasks_take_the_whole_walk_and_give_the_same_stacks() {
+        let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .expect("runtime");
+        let stacks: Vec<CapturedStack> = rt.block_on(async {
+            let mut out = Vec::new();
+            for n in 0..40 {
+                let c = c.clone();
+                out.push(tokio::spawn(async move { site_in_task(&c, n) }).await.expect("task"));
+            }
+            out
+        });
+        // Every capture from one call site has the one digest, from the first (cold) to the last (warm).
+        for (n, s) in stacks.iter().enumerate() {
+            assert_eq!(s.digest(), stacks[n % 2].digest(), "capture {n}:\n{}", s.readable());
+        }
+        assert_ne!(stacks[0].digest(), stacks[1].digest());
+        assert!(stacks[0].readable().contains("site_a"), "{}", stacks[0].readable());
+        // The walks stopped at the runtime's task machinery, which is now known by address ...
+        let (known, n) = c.inner.boundaries.known();
+        assert!(n >= 1, "no boundary learned");
+        // ... and, after a few captures of each stack (the first resolves, the next learn the boundary and keep
+        // the stack under the whole walk), the warm path served the rest.
+        let hits = c.inner.warm_hits.load(Ordering::Relaxed);
+        assert!(hits >= 30, "{hits} of 40 captures warm; boundaries {:?}", &known[..n]);
     }
 
     /// Return addresses from here outwards, through one more frame of this module.
