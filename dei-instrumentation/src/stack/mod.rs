@@ -701,13 +701,19 @@ mod tests {
         async { c.capture() }.await
     }
 
-    #[test]
-    fn async_frames_are_named_by_the_function_they_sit_in() {
+    /// A capturer that keeps this file's frames, and a multi-thread runtime to capture in.
+    fn capturer_and_runtime() -> (StackCapturer, tokio::runtime::Runtime) {
         let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs"));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()
             .expect("runtime");
+        (c, rt)
+    }
+
+    #[test]
+    fn async_frames_are_named_by_the_function_they_sit_in() {
+        let (c, rt) = capturer_and_runtime();
         let captured = rt.block_on(async { tokio::spawn(async move { inner_async(&c).await }).await.expect("task") });
         let stack = captured.to_call_stack();
         assert!(!stack.frames.is_empty(), "{}", captured.readable());
@@ -731,11 +737,7 @@ mod tests {
 
     #[test]
     fn warm_captures_in_tasks_take_the_whole_walk_and_give_the_same_stacks() {
-        let c = StackCapturer::new(StackConfig::default().allow("src/stack/mod.rs"));
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .build()
-            .expect("runtime");
+        let (c, rt) = capturer_and_runtime();
         let stacks: Vec<CapturedStack> = rt.block_on(async {
             let mut out = Vec::new();
             for n in 0..40 {
