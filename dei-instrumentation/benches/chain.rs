@@ -16,8 +16,8 @@
 //! so the chains differ only in their layers.
 //!
 //! `cargo bench -p dei-instrumentation --bench chain -- --rounds 20 --calls 200` (the defaults; a short check:
-//! `--rounds 2 --calls 20`; interleaved: `--run 1`). For a profiler, `--only dei` (or `otel`, `semconv`) runs one chain alone and prints
-//! its median.
+//! `--rounds 2 --calls 20`; interleaved: `--run 1`). For a profiler, `--only dei` (or `otel`, `semconv`) runs
+//! one chain alone and prints its median.
 
 #[path = "../tests/common/otel_layers.rs"]
 mod otel_layers;

@@ -451,13 +451,7 @@ impl StackCapturer {
             });
             if at_boundary {
                 let key = (site_key, seen);
-                let cached = inner
-                    .stacks
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&key)
-                    .cloned();
-                if let Some(entry) = cached {
+                if let Some(entry) = inner.cached_stack(&key) {
                     #[cfg(test)]
                     inner.warm_hits.fetch_add(1, Ordering::Relaxed);
                     give_back(key.1);
@@ -500,16 +494,7 @@ impl StackCapturer {
             }
         }
         let key = (site_key, seen);
-        let cached = if warm {
-            inner
-                .stacks
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&key)
-                .cloned()
-        } else {
-            None
-        };
+        let cached = if warm { inner.cached_stack(&key) } else { None };
         let (entry, walker) = match cached {
             Some(entry) => {
                 give_back(key.1);
@@ -529,6 +514,11 @@ impl StackCapturer {
 }
 
 impl CapturerInner {
+    /// The stack kept under `key` (call site, addresses walked), if any.
+    fn cached_stack(&self, key: &(usize, Vec<usize>)) -> Option<Arc<StackEntry>> {
+        self.stacks.read().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+    }
+
     /// Keeps `entry` under a warm path's key as well: the whole walk up to a known boundary.
     #[inline(never)]
     fn remember(&self, whole_walk: (usize, Vec<usize>), entry: &Arc<StackEntry>) {
