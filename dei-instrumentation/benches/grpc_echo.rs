@@ -18,7 +18,9 @@
 //! `otel_semconv`: tonic-tracing-opentelemetry's layers, which record the semantic conventions' RPC attributes
 //! (`rpc.service`, `rpc.method`, `server.address`) as the DEI layers do and the minimal baseline does not (they
 //! read the status code from the response's headers only, and end the span there, where the DEI layers wrap the
-//! body to read it from the trailers).
+//! body to read it from the trailers). `otel_only_payload_first` (and `_unsampled_payload_first`) is the
+//! minimal baseline that reads and digests the message before the call goes out and does nothing more: what
+//! naming a call by its payload costs by itself, beside what the DEI layers cost.
 //!
 //! `cargo bench -p dei-instrumentation --bench grpc_echo`
 // `criterion_group!` defines an undocumented `pub fn` (the workspace warns on missing docs).
@@ -133,6 +135,64 @@ where
     }
 }
 
+/// Reads a unary call's message and digests it (SHA-256) before handing the request on, as any layer that
+/// names a call by its payload must before the call's headers go out, and does nothing else: under the minimal
+/// layers, the `payload_first` variants. The DEI client layer does this work plus the index; without a layer
+/// like this, tonic encodes the message later, in the connection's task. The message goes on in a
+/// [`ReadMessage`] body, framed as the DEI client layer frames a unary call it has read.
+#[derive(Clone)]
+struct PayloadFirst<S>(S);
+
+/// A unary request's message, read before the call went out: one data frame, the end of the stream announced
+/// with it, its size not (as the DEI client layer's body does: the framing alone moves this bench's latency by
+/// several per cent, so the two must match).
+struct ReadMessage(Option<bytes::Bytes>);
+
+impl http_body::Body for ReadMessage {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        Poll::Ready(self.0.take().map(|data| Ok(http_body::Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+impl<S> Service<http::Request<tonic::body::Body>> for PayloadFirst<S>
+where
+    S: Service<http::Request<tonic::body::Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        use http_body::Body as _;
+        use sha2::Digest as _;
+        let (parts, mut body) = request.into_parts();
+        // tonic encodes a unary call's one message at once: a waker that does nothing is enough.
+        let mut noop = std::task::Context::from_waker(std::task::Waker::noop());
+        let frame = match std::pin::Pin::new(&mut body).poll_frame(&mut noop) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            _ => panic!("the bench's unary message is ready at once"),
+        };
+        let data = frame.into_data().unwrap_or_default();
+        std::hint::black_box(sha2::Sha256::digest(&data));
+        let body = tonic::body::Body::new(ReadMessage(Some(data)));
+        self.0.call(http::Request::from_parts(parts, body))
+    }
+}
+
 #[derive(Clone)]
 struct OtelServerLayer;
 
@@ -222,15 +282,18 @@ type BaselineClient = pb::middle_client::MiddleClient<OtelClient<Channel>>;
 type SemconvClient =
     pb::middle_client::MiddleClient<tonic_tracing_opentelemetry::middleware::client::OtelGrpcService<Channel>>;
 type DeiClient = pb::middle_client::MiddleClient<dei_instrumentation::DeiClientService<Channel>>;
+type PayloadFirstClient = pb::middle_client::MiddleClient<OtelClient<PayloadFirst<Channel>>>;
 
 /// Clients of one configuration: both sides instrumented alike (`baseline`: OpenTelemetry only, `dei`: the DEI
 /// layers), and one side each (`dei_client_only`: DEI client to the OpenTelemetry-only server,
-/// `dei_server_only`: OpenTelemetry-only client to the DEI server).
+/// `dei_server_only`: OpenTelemetry-only client to the DEI server), and `payload_first`: the OpenTelemetry-only
+/// client with [`PayloadFirst`] under it, to the OpenTelemetry-only server.
 struct Clients {
     baseline: BaselineClient,
     dei: DeiClient,
     dei_client_only: DeiClient,
     dei_server_only: BaselineClient,
+    payload_first: PayloadFirstClient,
 }
 
 async fn start(config: DeiConfig) -> Clients {
@@ -262,6 +325,7 @@ async fn start(config: DeiConfig) -> Clients {
         dei: dei_client(connect(a2).await),
         dei_client_only: dei_client(connect(a1).await),
         dei_server_only: otel_client(connect(a2).await),
+        payload_first: pb::middle_client::MiddleClient::new(OtelClient(PayloadFirst(connect(a1).await))),
     }
 }
 
@@ -287,6 +351,7 @@ enum Variant {
     Baseline(BaselineClient),
     Semconv(SemconvClient),
     Dei(DeiClient),
+    PayloadFirst(PayloadFirstClient),
     /// The same client, each call made in a trace that is not sampled (under a remote parent whose sampled
     /// flag is off, as a service sees an incoming request that an upstream sampler dropped).
     Unsampled(Box<Variant>),
@@ -313,6 +378,7 @@ impl Variant {
             Variant::Baseline(c) => c.clone().work(payload()).await.map(drop),
             Variant::Semconv(c) => c.clone().work(payload()).await.map(drop),
             Variant::Dei(c) => c.clone().work(payload()).await.map(drop),
+            Variant::PayloadFirst(c) => c.clone().work(payload()).await.map(drop),
             Variant::Unsampled(inner) => {
                 use opentelemetry::context::FutureExt as _;
                 Box::pin(inner.call()).with_context(unsampled_context()).await
@@ -385,6 +451,7 @@ fn bench(c: &mut Criterion) {
         dei,
         dei_client_only,
         dei_server_only,
+        payload_first,
     } = rt.block_on(start(DeiConfig::default()));
     // The same layers without unwinding (`StackMode::CallSiteOnly`): how much of the cost is the stack.
     let no_unwind = rt.block_on(start(
@@ -438,6 +505,13 @@ fn bench(c: &mut Criterion) {
         (
             "otel_plus_dei_unsampled_lean",
             Variant::Unsampled(Box::new(Variant::Dei(dei.clone()))),
+        ),
+        // The minimal layers with the payload read and digested before the call goes out ([`PayloadFirst`]):
+        // the part of `Lean`'s cost that any index of the payload pays, whatever computes it.
+        ("otel_only_payload_first", Variant::PayloadFirst(payload_first.clone())),
+        (
+            "otel_only_unsampled_payload_first",
+            Variant::Unsampled(Box::new(Variant::PayloadFirst(payload_first))),
         ),
         (
             "otel_plus_dei_unsampled_off",
