@@ -113,8 +113,8 @@ struct ServeArgs {
     /// Seconds to keep draining the queue on shutdown.
     #[arg(long, default_value_t = 30)]
     drain_timeout_secs: u64,
-    /// Most OTLP/HTTP request-body bytes buffered across all connections; beyond it requests get 503 with
-    /// Retry-After.
+    /// Most request-body bytes (OTLP/HTTP and gRPC, decompressed bodies included) buffered across all
+    /// connections; beyond it requests get 503 with Retry-After (gRPC: UNAVAILABLE).
     #[arg(long, default_value_t = 128 * 1024 * 1024)]
     max_buffered_bytes: usize,
     /// Most connections open at once on each listener; connections over it are closed at once (counted).

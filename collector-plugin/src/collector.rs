@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 pub struct IngestConfig {
     /// Largest request body, compressed or not, in bytes.
     pub max_body_bytes: usize,
-    /// Most OTLP/HTTP request-body bytes buffered across all connections at once; a request that would pass
-    /// it is refused with the retryable 503 (`--max-buffered-bytes`).
+    /// Most request-body bytes (OTLP/HTTP and gRPC, decompressed bodies included) buffered across all
+    /// connections at once; a request that would pass it is refused with the retryable 503 / `UNAVAILABLE`
+    /// (`--max-buffered-bytes`).
     pub max_buffered_bytes: usize,
     /// How long an OTLP/HTTP request body may take to arrive in full (`--body-timeout-secs`); a slower or
     /// stalled one is answered 408 and counted as incomplete.
@@ -385,7 +386,8 @@ impl Collector {
     }
 
     /// Accepts an OTLP/JSON body (already decompressed). Forwarded, it goes downstream re-encoded as protobuf:
-    /// the full request is decoded for that encoding, and analysis reads the encoding's lite view. Without a
+    /// the full request is decoded for that encoding (once its lite view, which is bounded, was decoded), and
+    /// analysis reads the encoding's lite view. Without a
     /// forwarder, the body is decoded straight into the lite view.
     pub async fn accept_json(&self, body: &[u8]) -> Result<Accepted, Rejection> {
         if body.len() > self.config.max_body_bytes {
@@ -394,6 +396,8 @@ impl Collector {
             }));
         }
         if self.forwarder.is_some() {
+            // The lite view first: it is bounded by the body's size, which the generated types are not.
+            otlp::decode_json_lite(body, &bumpalo::Bump::new()).map_err(|r| self.reject(r))?;
             let full = otlp::decode_json(body).map_err(|r| self.reject(r))?;
             let encoded = otlp::encode_protobuf(&full);
             drop(full);

@@ -62,7 +62,7 @@ counters! {
     rejected_bad_json,
     /// Requests rejected for an unsupported content type or content encoding.
     rejected_content_type,
-    /// Requests rejected because the (decompressed) body exceeded the size limit.
+    /// Requests rejected because the (decompressed) body exceeded the size limit, or its decoded view would.
     rejected_too_large,
     /// Requests rejected because a span had a malformed trace or span id.
     rejected_bad_ids,

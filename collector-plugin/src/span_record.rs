@@ -375,6 +375,15 @@ const MAX_TEXT: usize = 1024;
 /// The most stack frames kept.
 const MAX_FRAMES: usize = 64;
 
+/// `s`, cut to at most [`MAX_TEXT`] bytes at a character boundary.
+fn clipped(s: &str) -> String {
+    let mut end = s.len().min(MAX_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
 fn bounded(s: &str) -> Result<&str, String> {
     if s.len() > MAX_TEXT {
         Err(format!("longer than {MAX_TEXT} bytes"))
@@ -402,22 +411,26 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
             dei.stack_digest = Some(StackDigest::from_hex(s).map_err(|e| format!("malformed digest: {e}"))?);
         }
         key::STACK => {
+            // Only the first MAX_FRAMES frames are kept, and only they are copied: every value is checked, but
+            // a stack of millions of lines allocates no more than one of MAX_FRAMES.
             let frames: Vec<String> = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
                 Some(Value::StringValue(s)) => std::str::from_utf8(s)
                     .map_err(|_| "invalid UTF-8".to_string())?
                     .lines()
                     .filter(|l| !l.is_empty())
-                    .map(str::to_string)
+                    .take(MAX_FRAMES)
+                    .map(clipped)
                     .collect(),
                 Some(Value::ArrayValue(a)) => {
-                    let mut frames = Vec::with_capacity(a.values.len());
+                    let mut frames = Vec::with_capacity(a.values.len().min(MAX_FRAMES));
                     for v in &a.values {
                         match v.value.as_ref() {
-                            Some(Value::StringValue(s)) => frames.push(
-                                std::str::from_utf8(s)
-                                    .map_err(|_| "invalid UTF-8".to_string())?
-                                    .to_string(),
-                            ),
+                            Some(Value::StringValue(s)) => {
+                                let frame = std::str::from_utf8(s).map_err(|_| "invalid UTF-8".to_string())?;
+                                if frames.len() < MAX_FRAMES {
+                                    frames.push(clipped(frame));
+                                }
+                            }
                             _ => return Err("expected an array of strings".into()),
                         }
                     }
@@ -430,16 +443,7 @@ fn apply_attribute(dei: &mut DeiAttributes, kv: &KeyValue) -> Result<(), String>
                     ));
                 }
             };
-            dei.stack = Some(
-                frames
-                    .into_iter()
-                    .take(MAX_FRAMES)
-                    .map(|mut f| {
-                        f.truncate(MAX_TEXT);
-                        f
-                    })
-                    .collect(),
-            );
+            dei.stack = Some(frames);
         }
         key::COUNT => {
             let c = want_u32(kv)?;
@@ -565,6 +569,31 @@ mod tests {
         let req = decode_json_lite(json.as_bytes(), &arena).expect("a small request decodes");
         let mut issues = Vec::new();
         (extract_lite(&req, &mut issues), issues)
+    }
+
+    #[test]
+    fn a_stack_keeps_its_first_frames_each_cut_at_a_character_boundary() {
+        // a frame whose 1,024th byte falls inside a two-byte character, then thousands of lines more
+        let long = format!("{}\u{e9}tail", "a".repeat(MAX_TEXT - 1));
+        let lines = format!("{long}\n{}", "src/x.rs:1:1\n".repeat(5_000));
+        let as_string = serde_json::json!({"key": "dei.stack", "value": {"stringValue": lines}});
+        let frames: Vec<serde_json::Value> = std::iter::once(long.clone())
+            .chain(std::iter::repeat_n("src/x.rs:1:1".to_string(), 5_000))
+            .map(|f| serde_json::json!({"stringValue": f}))
+            .collect();
+        let as_array = serde_json::json!({"key": "dei.stack", "value": {"arrayValue": {"values": frames}}});
+        for attribute in [as_string, as_array] {
+            let (spans, issues) = one(&attribute.to_string(), "");
+            assert_eq!(issues, vec![]);
+            let stack = spans[0].dei.stack.as_ref().expect("the stack is read");
+            assert_eq!(stack.len(), MAX_FRAMES);
+            assert_eq!(
+                stack[0],
+                "a".repeat(MAX_TEXT - 1),
+                "cut before the character that crosses the limit"
+            );
+            assert_eq!(stack[1], "src/x.rs:1:1");
+        }
     }
 
     #[test]

@@ -235,3 +235,109 @@ async fn grpc_bodies_over_the_buffer_cap_are_refused_as_retryable() {
     assert_eq!(r.collector.buffered_bytes(), 0);
     r.shutdown().await;
 }
+
+/// POSTs an OTLP/HTTP body; returns the status and the body.
+async fn post(r: &Running, content_type: &str, gzipped: bool, body: Vec<u8>) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{}/v1/traces", r.http_addr))
+        .header("content-type", content_type)
+        .body(body);
+    if gzipped {
+        req = req.header("content-encoding", "gzip");
+    }
+    let resp = req.send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// An `ExportTraceServiceRequest` of `n` empty spans (2 bytes each on the wire, 160 decoded).
+fn empty_spans(n: usize) -> Vec<u8> {
+    let spans = [0x12, 0x00].repeat(n);
+    let mut scope = vec![0x12];
+    prost::encoding::encode_varint(spans.len() as u64, &mut scope);
+    scope.extend_from_slice(&spans);
+    let mut request = vec![0x0a];
+    prost::encoding::encode_varint(scope.len() as u64, &mut request);
+    request.extend_from_slice(&scope);
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_whose_decoded_view_would_pass_their_budget_are_refused_and_counted() {
+    let r = server::start(ServerConfig::ephemeral()).await.unwrap();
+    // 2 MB of empty spans: 8 KiB gzipped, about 160 MB decoded without a budget.
+    let body = empty_spans(1_000_000);
+    let zipped = gzip(&body);
+    assert!(zipped.len() < 16 * 1024, "{}", zipped.len());
+    let expected = "too many spans, attributes, events or array values for its size";
+
+    let (status, text) = post(&r, "application/x-protobuf", true, zipped.clone()).await;
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(counters(&r).rejected_too_large, 1);
+    let (code, msg) = raw_grpc(&r, Some("gzip"), frame(true, zipped.len() as u32, &zipped)).await;
+    assert_eq!(code, "3", "INVALID_ARGUMENT: {msg}");
+    assert!(msg.contains(expected), "{msg}");
+    assert_eq!(counters(&r).rejected_too_large, 2);
+    // OTLP/JSON: `{}` per span
+    let json = format!(
+        r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+        vec!["{}"; 500_000].join(",")
+    );
+    let (status, text) = post(&r, "application/json", false, json.into_bytes()).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains(expected), "{text}");
+    let c = counters(&r);
+    assert_eq!(
+        (
+            c.rejected_too_large,
+            c.rejected_bad_protobuf,
+            c.rejected_bad_json,
+            c.requests_accepted
+        ),
+        (3, 0, 0, 0),
+        "{c:?}"
+    );
+    assert_eq!(
+        r.collector.buffered_bytes(),
+        0,
+        "the refused bodies' bytes were given back"
+    );
+    r.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decompressed_bodies_take_their_share_of_the_buffer_cap() {
+    let mut config = ServerConfig::ephemeral();
+    config.ingest.max_buffered_bytes = 10_000;
+    let r = server::start(config).await.unwrap();
+    // A valid, empty request: an unknown field of 50,000 zero bytes, which the decoder skips.
+    let mut body = vec![0x12];
+    prost::encoding::encode_varint(50_000, &mut body);
+    body.resize(body.len() + 50_000, 0);
+    let zipped = gzip(&body);
+    assert!(zipped.len() < 1_000, "{}", zipped.len());
+
+    let (status, text) = post(&r, "application/x-protobuf", true, zipped.clone()).await;
+    assert_eq!(status, 503, "{text}");
+    let (code, msg) = raw_grpc(&r, Some("gzip"), frame(true, zipped.len() as u32, &zipped)).await;
+    assert_eq!(code, "14", "UNAVAILABLE: {msg}");
+    assert!(msg.contains("decompressed messages included"), "{msg}");
+    let c = counters(&r);
+    assert_eq!((c.rejected_overloaded, c.requests_accepted), (2, 0), "{c:?}");
+    assert_eq!(
+        r.collector.buffered_bytes(),
+        0,
+        "the refused bodies' bytes were given back"
+    );
+    // Within the cap, the same request compressed is accepted, and its bytes are given back after.
+    let mut small = vec![0x12];
+    prost::encoding::encode_varint(4_000, &mut small);
+    small.resize(small.len() + 4_000, 0);
+    let (status, text) = post(&r, "application/x-protobuf", true, gzip(&small)).await;
+    assert_eq!(status, 200, "{text}");
+    let zipped = gzip(&small);
+    let (code, msg) = raw_grpc(&r, Some("gzip"), frame(true, zipped.len() as u32, &zipped)).await;
+    assert_eq!(code, "0", "{msg}");
+    assert_eq!(counters(&r).requests_accepted, 2);
+    assert_eq!(r.collector.buffered_bytes(), 0);
+    r.shutdown().await;
+}

@@ -10,11 +10,16 @@
 //! a message field given twice is merged, and a `oneof` takes its last member (merged when it is the same
 //! message). Nesting of array values deeper than [`MAX_DEPTH`] is an error, as is a declared field with the
 //! wrong wire type.
+//!
+//! What the view allocates is bounded by the body's size ([`Budget`]): a body of tiny spans, attributes, events or
+//! array values (an empty span is 2 bytes on the wire and 160 in the view) is refused once its view would pass
+//! [`EXPANSION`] times the body, instead of taking hundreds of megabytes.
 
 pub mod json;
 
 use prost::bytes::Buf;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+use std::cell::Cell;
 
 /// Deepest nesting of array values accepted (`AnyValue` in `ArrayValue` in `AnyValue` …).
 pub const MAX_DEPTH: u32 = 32;
@@ -41,6 +46,107 @@ pub enum DecodeError {
     /// Array values nested deeper than [`MAX_DEPTH`].
     #[error("array values nested deeper than {MAX_DEPTH}")]
     TooDeep,
+    /// The view would take more than its [`Budget`].
+    #[error("{0}")]
+    Expanded(Expanded),
+}
+
+/// Bytes of view a decode may allocate per byte of body, spare capacity included. The densest valid values, arrays
+/// of one-byte integers (4 bytes on the wire, 24 in the view), take 6 times their size, 12 with the spare
+/// capacity of a vector that just grew; a span, 30 bytes or more on the wire, takes 160.
+pub const EXPANSION: usize = 16;
+
+/// Bytes of view a decode may allocate whatever the body's size.
+pub const EXPANSION_FLOOR: usize = 64 * 1024;
+
+/// A request whose view would take more than its [`Budget`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "decoded, the request would take more than {limit} bytes ({EXPANSION}\u{d7} its body of {body} bytes): too many spans, attributes, events or array values for its size"
+)]
+pub struct Expanded {
+    /// The budget, in bytes.
+    pub limit: usize,
+    /// The body's size, in bytes.
+    pub body: usize,
+}
+
+/// What a decode may allocate for the view: the vectors of spans, attributes, events and array values are
+/// charged for every byte of capacity they grow by (strings and ids borrow from the body and cost nothing).
+#[derive(Debug)]
+pub struct Budget {
+    left: Cell<usize>,
+    exceeded: Cell<bool>,
+    limit: usize,
+    body: usize,
+}
+
+impl Budget {
+    /// The budget of a body of `len` bytes: [`EXPANSION`] bytes per byte, plus [`EXPANSION_FLOOR`].
+    pub fn for_body(len: usize) -> Budget {
+        let limit = len.saturating_mul(EXPANSION).saturating_add(EXPANSION_FLOOR);
+        Budget {
+            left: Cell::new(limit),
+            exceeded: Cell::new(false),
+            limit,
+            body: len,
+        }
+    }
+
+    /// A budget that never runs out (a document that is not a request off the network: tests, files).
+    pub fn unlimited() -> Budget {
+        Budget {
+            left: Cell::new(usize::MAX),
+            exceeded: Cell::new(false),
+            limit: usize::MAX,
+            body: 0,
+        }
+    }
+
+    /// The budget, in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// What was refused, once a charge was.
+    pub fn exceeded(&self) -> Option<Expanded> {
+        self.exceeded.get().then(|| self.expanded())
+    }
+
+    fn expanded(&self) -> Expanded {
+        Expanded {
+            limit: self.limit(),
+            body: self.body,
+        }
+    }
+
+    /// Makes room for one more element in `to`, charging the capacity it grows by; refused (and then
+    /// [`Budget::exceeded`]) when that passes the budget.
+    pub(crate) fn room_for_one<T>(&self, to: &mut Vec<T>) -> Result<(), Expanded> {
+        if to.len() < to.capacity() {
+            return Ok(());
+        }
+        let grow = to.capacity().max(4);
+        let bytes = grow.saturating_mul(std::mem::size_of::<T>());
+        match self.left.get().checked_sub(bytes) {
+            Some(left) => {
+                self.left.set(left);
+                to.reserve_exact(grow);
+                Ok(())
+            }
+            None => {
+                self.exceeded.set(true);
+                Err(self.expanded())
+            }
+        }
+    }
+}
+
+/// Pushes `item` onto `to` within `budget`.
+fn push<T>(to: &mut Vec<T>, item: T, budget: &Budget) -> Result<(), DecodeError> {
+    budget.room_for_one(to).map_err(DecodeError::Expanded)?;
+    to.push(item);
+    Ok(())
 }
 
 /// `ExportTraceServiceRequest`.
@@ -160,14 +266,19 @@ pub struct ArrayValue<'a> {
 }
 
 impl<'a> Request<'a> {
-    /// Decodes a protobuf `ExportTraceServiceRequest`, borrowing from `body`.
+    /// Decodes a protobuf `ExportTraceServiceRequest`, borrowing from `body`, within the [`Budget`] of its size.
     pub fn decode(body: &'a [u8]) -> Result<Self, DecodeError> {
+        Self::decode_within(body, &Budget::for_body(body.len()))
+    }
+
+    /// [`Request::decode`] within `budget`.
+    pub fn decode_within(body: &'a [u8], budget: &Budget) -> Result<Self, DecodeError> {
         let mut r = Request::default();
         fields(body, |tag, wire, buf| match tag {
             1 => {
-                r.resource_spans.push(ResourceSpans::default());
+                push(&mut r.resource_spans, ResourceSpans::default(), budget)?;
                 let last = r.resource_spans.len() - 1;
-                r.resource_spans[last].merge(message(wire, buf)?)
+                r.resource_spans[last].merge(message(wire, buf)?, budget)
             }
             _ => skip(wire, tag, buf),
         })?;
@@ -185,17 +296,16 @@ impl<'a> Request<'a> {
 }
 
 impl<'a> ResourceSpans<'a> {
-    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+    fn merge(&mut self, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
         fields(body, |tag, wire, buf| match tag {
             1 => self
                 .resource
                 .get_or_insert_with(Default::default)
-                .merge(message(wire, buf)?),
+                .merge(message(wire, buf)?, budget),
             2 => {
                 let mut s = ScopeSpans::default();
-                s.merge(message(wire, buf)?)?;
-                self.scope_spans.push(s);
-                Ok(())
+                s.merge(message(wire, buf)?, budget)?;
+                push(&mut self.scope_spans, s, budget)
             }
             _ => skip(wire, tag, buf),
         })
@@ -203,22 +313,21 @@ impl<'a> ResourceSpans<'a> {
 }
 
 impl<'a> Resource<'a> {
-    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+    fn merge(&mut self, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
         fields(body, |tag, wire, buf| match tag {
-            1 => push_key_value(&mut self.attributes, message(wire, buf)?),
+            1 => push_key_value(&mut self.attributes, message(wire, buf)?, budget),
             _ => skip(wire, tag, buf),
         })
     }
 }
 
 impl<'a> ScopeSpans<'a> {
-    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+    fn merge(&mut self, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
         fields(body, |tag, wire, buf| match tag {
             2 => {
                 let mut s = Span::default();
-                s.merge(message(wire, buf)?)?;
-                self.spans.push(s);
-                Ok(())
+                s.merge(message(wire, buf)?, budget)?;
+                push(&mut self.spans, s, budget)
             }
             _ => skip(wire, tag, buf),
         })
@@ -226,7 +335,7 @@ impl<'a> ScopeSpans<'a> {
 }
 
 impl<'a> Span<'a> {
-    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+    fn merge(&mut self, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
         fields(body, |tag, wire, buf| {
             match tag {
                 1 => self.trace_id = bytes(wire, buf)?,
@@ -236,11 +345,11 @@ impl<'a> Span<'a> {
                 6 => self.kind = varint(wire, buf)? as i32,
                 7 => self.start_time_unix_nano = fixed64(wire, buf)?,
                 8 => self.end_time_unix_nano = fixed64(wire, buf)?,
-                9 => push_key_value(&mut self.attributes, message(wire, buf)?)?,
+                9 => push_key_value(&mut self.attributes, message(wire, buf)?, budget)?,
                 11 => {
                     let mut e = Event::default();
-                    e.merge(message(wire, buf)?)?;
-                    self.events.push(e);
+                    e.merge(message(wire, buf)?, budget)?;
+                    push(&mut self.events, e, budget)?;
                 }
                 15 => self
                     .status
@@ -254,12 +363,12 @@ impl<'a> Span<'a> {
 }
 
 impl<'a> Event<'a> {
-    fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
+    fn merge(&mut self, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
         fields(body, |tag, wire, buf| {
             match tag {
                 1 => self.time_unix_nano = fixed64(wire, buf)?,
                 2 => self.name = bytes(wire, buf)?,
-                3 => push_key_value(&mut self.attributes, message(wire, buf)?)?,
+                3 => push_key_value(&mut self.attributes, message(wire, buf)?, budget)?,
                 _ => skip(wire, tag, buf)?,
             }
             Ok(())
@@ -280,7 +389,7 @@ impl<'a> Status<'a> {
     }
 }
 
-fn push_key_value<'a>(to: &mut Vec<KeyValue<'a>>, body: &'a [u8]) -> Result<(), DecodeError> {
+fn push_key_value<'a>(to: &mut Vec<KeyValue<'a>>, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
     let mut kv = KeyValue::default();
     fields(body, |tag, wire, buf| {
         match tag {
@@ -288,17 +397,16 @@ fn push_key_value<'a>(to: &mut Vec<KeyValue<'a>>, body: &'a [u8]) -> Result<(), 
             2 => kv
                 .value
                 .get_or_insert_with(Default::default)
-                .merge(message(wire, buf)?, 0)?,
+                .merge(message(wire, buf)?, 0, budget)?,
             _ => skip(wire, tag, buf)?,
         }
         Ok(())
     })?;
-    to.push(kv);
-    Ok(())
+    push(to, kv, budget)
 }
 
 impl<'a> AnyValue<'a> {
-    fn merge(&mut self, body: &'a [u8], depth: u32) -> Result<(), DecodeError> {
+    fn merge(&mut self, body: &'a [u8], depth: u32, budget: &Budget) -> Result<(), DecodeError> {
         if depth > MAX_DEPTH {
             return Err(DecodeError::TooDeep);
         }
@@ -317,9 +425,8 @@ impl<'a> AnyValue<'a> {
                     fields(body, |tag, wire, buf| match tag {
                         1 => {
                             let mut v = AnyValue::default();
-                            v.merge(message(wire, buf)?, depth + 1)?;
-                            array.values.push(v);
-                            Ok(())
+                            v.merge(message(wire, buf)?, depth + 1, budget)?;
+                            push(&mut array.values, v, budget)
                         }
                         _ => skip(wire, tag, buf),
                     })?;

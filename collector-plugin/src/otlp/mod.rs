@@ -32,6 +32,10 @@ pub enum Rejection {
         /// The configured limit in bytes.
         limit: usize,
     },
+    /// Decoded, the body would take more memory than its size allows ([`lite::Budget`]): a body of
+    /// tiny spans, attributes, events or array values. Counted with [`Rejection::TooLarge`].
+    #[error("{0}")]
+    Expands(lite::Expanded),
     /// A span has an invalid trace id, span id or parent span id.
     #[error("invalid id: {0}")]
     BadIds(String),
@@ -71,7 +75,7 @@ impl Rejection {
             Rejection::BadProtobuf(_) => &c.rejected_bad_protobuf,
             Rejection::BadJson(_) => &c.rejected_bad_json,
             Rejection::ContentType(_) => &c.rejected_content_type,
-            Rejection::TooLarge { .. } => &c.rejected_too_large,
+            Rejection::TooLarge { .. } | Rejection::Expands(_) => &c.rejected_too_large,
             Rejection::BadIds(_) => &c.rejected_bad_ids,
             Rejection::BadAttributes(_) => &c.rejected_bad_attributes,
             Rejection::UnsupportedEncoding(_) => &c.rejected_unsupported_encoding,
@@ -161,9 +165,14 @@ pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, Rejection> 
 
 /// Decodes an OTLP/JSON body straight into the [`lite`] view ([`lite::json`]): strings borrow from `body`
 /// where they have no escapes, and what had to be decoded (escaped strings, hex ids, base64) goes into
-/// `arena`. Refused as [`Rejection::BadJson`], array values nested too deeply included.
+/// `arena`. Refused as [`Rejection::BadJson`], array values nested too deeply included, or as
+/// [`Rejection::Expands`] past the [`lite::Budget`] of its size.
 pub fn decode_json_lite<'a>(body: &'a [u8], arena: &'a bumpalo::Bump) -> Result<lite::Request<'a>, Rejection> {
-    lite::json::decode(body, arena).map_err(|e| Rejection::BadJson(e.to_string()))
+    let budget = arena.alloc(lite::Budget::for_body(body.len()));
+    lite::json::decode_within(body, arena, budget).map_err(|e| match budget.exceeded() {
+        Some(expanded) => Rejection::Expands(expanded),
+        None => Rejection::BadJson(e.to_string()),
+    })
 }
 
 /// [`decode_json_lite`] from a parsed JSON value (offline: a document read from a stream of them).
@@ -176,7 +185,10 @@ pub fn json_value_lite<'a>(
 
 /// Decodes a protobuf body into the [`lite`] view (zero-copy: string and bytes fields borrow `body`).
 pub fn decode_lite(body: &[u8]) -> Result<lite::Request<'_>, Rejection> {
-    lite::Request::decode(body).map_err(|e| Rejection::BadProtobuf(e.to_string()))
+    lite::Request::decode(body).map_err(|e| match e {
+        lite::DecodeError::Expanded(expanded) => Rejection::Expands(expanded),
+        e => Rejection::BadProtobuf(e.to_string()),
+    })
 }
 
 /// Runs `f` on the [`lite`] view of a request built in the generated types (re-encoded and decoded: for

@@ -38,18 +38,38 @@ impl tonic::server::NamedService for TraceExportService {
 }
 
 /// The unary handler; `called` says that tonic decoded a message and handed it over (so that an error
-/// status without it comes from tonic's framing and decompression, and is counted here).
-struct Export(Arc<Collector>, Arc<std::sync::atomic::AtomicBool>);
+/// status without it comes from tonic's framing and decompression, and is counted here); `compressed`, that
+/// the message came gzip-compressed (its decompressed bytes then take their own share of the cap).
+struct Export {
+    collector: Arc<Collector>,
+    called: Arc<std::sync::atomic::AtomicBool>,
+    compressed: bool,
+}
 
 impl tonic::server::UnaryService<Bytes> for Export {
     type Response = Bytes;
     type Future = BoxFuture<'static, Result<Response<Bytes>, Status>>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let collector = self.0.clone();
-        self.1.store(true, std::sync::atomic::Ordering::Relaxed);
+        let collector = self.collector.clone();
+        let compressed = self.compressed;
+        self.called.store(true, std::sync::atomic::Ordering::Relaxed);
         Box::pin(async move {
             let body = request.into_inner();
+            // held until the request is answered
+            let _decompressed = match compressed {
+                false => None,
+                true => match collector.reserve_buffer(body.len()) {
+                    Some(permit) => Some(permit),
+                    None => {
+                        let r = Rejection::Overloaded(format!(
+                            "the collector is buffering its limit of {} request bytes (decompressed messages included); retry later",
+                            collector.config().max_buffered_bytes
+                        ));
+                        return Err(status(&collector.reject(r)));
+                    }
+                },
+            };
             match collector.accept_protobuf(body).await {
                 Ok(accepted) => Ok(Response::new(Bytes::from(accepted.response().encode_to_vec()))),
                 Err(r) => Err(status(&r)),
@@ -170,7 +190,15 @@ where
                 overloaded: overloaded.clone(),
             });
             let timeout = collector.config().body_timeout;
-            let export = Export(collector.clone(), called.clone());
+            let compressed = req
+                .headers()
+                .get("grpc-encoding")
+                .is_some_and(|e| e.as_bytes() != b"identity");
+            let export = Export {
+                collector: collector.clone(),
+                called: called.clone(),
+                compressed,
+            };
             let resp = match tokio::time::timeout(timeout, grpc.unary(export, req)).await {
                 Ok(resp) => resp,
                 Err(_) => {

@@ -155,7 +155,23 @@ async fn export(State(collector): State<Arc<Collector>>, headers: HeaderMap, bod
     let body = match content_encoding.as_deref() {
         None | Some("") | Some("identity") => raw,
         Some("gzip") => match otlp::gunzip_limited(&raw, limit) {
-            Ok(b) => Bytes::from(b),
+            Ok(b) => {
+                // the decompressed bytes hold their share of the cap too, until the request is answered
+                match collector.reserve_buffer(b.len()) {
+                    Some(permit) => match held.as_mut() {
+                        Some(h) => h.merge(permit),
+                        None => drop(held.replace(permit)),
+                    },
+                    None => {
+                        let r = Rejection::Overloaded(format!(
+                            "the collector is buffering its limit of {} request bytes (decompressed bodies included); retry later",
+                            collector.config().max_buffered_bytes
+                        ));
+                        return error_response(Some(encoding), &collector.reject(r));
+                    }
+                }
+                Bytes::from(b)
+            }
             Err(r) => return error_response(Some(encoding), &collector.reject(r)),
         },
         Some(other) => {

@@ -9,28 +9,34 @@
 //! Strings borrow from the body when they have no escapes, as the protobuf decoder borrows; an escaped string,
 //! a decoded id and a decoded `bytesValue` are written once into an arena (`bumpalo::Bump`) that the caller
 //! owns and that lives as long as the body, so the view has one lifetime either way. Array values nested
-//! deeper than [`MAX_DEPTH`] are refused, as in protobuf.
+//! deeper than [`MAX_DEPTH`] are refused, as in protobuf, and so is a view that would pass its [`Budget`].
 
 use super::{
-    AnyValue, ArrayValue, Event, KeyValue, MAX_DEPTH, Request, Resource, ResourceSpans, ScopeSpans, Span, Status, Value,
+    AnyValue, ArrayValue, Budget, Event, KeyValue, MAX_DEPTH, Request, Resource, ResourceSpans, ScopeSpans, Span,
+    Status, Value,
 };
 use bumpalo::Bump;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
-/// Decodes an OTLP/JSON `ExportTraceServiceRequest` into the lite view. Strings without escapes borrow from
-/// `body`; what had to be decoded (escaped strings, ids, base64) is allocated in `arena`.
-pub fn decode<'a>(body: &'a [u8], arena: &'a Bump) -> Result<Request<'a>, serde_json::Error> {
+/// Decodes an OTLP/JSON `ExportTraceServiceRequest` into the lite view within `budget` (once it refused a
+/// charge, [`Budget::exceeded`] says so). Strings without escapes borrow from `body`; what had to be decoded
+/// (escaped strings, ids, base64) is allocated in `arena`.
+pub fn decode_within<'a>(
+    body: &'a [u8],
+    arena: &'a Bump,
+    budget: &'a Budget,
+) -> Result<Request<'a>, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let req = Message::<Request<'a>>::new(arena).deserialize(&mut de)?;
+    let req = Message::<Request<'a>>::new(arena, budget).deserialize(&mut de)?;
     de.end()?;
     Ok(req)
 }
 
-/// [`decode`] from an already parsed JSON value (a pretty-printed document read as a stream): strings borrow
-/// from `value`, decoded bytes go into `arena`.
+/// [`decode_within`] from an already parsed JSON value (a pretty-printed document read as a stream): strings borrow
+/// from `value`, decoded bytes go into `arena`. Not bounded: the value is parsed already.
 pub fn from_value<'a>(value: &'a serde_json::Value, arena: &'a Bump) -> Result<Request<'a>, serde_json::Error> {
-    Message::<Request<'a>>::new(arena).deserialize(value)
+    Message::<Request<'a>>::new(arena, arena.alloc(Budget::unlimited())).deserialize(value)
 }
 
 /// A message of the view, read field by field from a JSON object.
@@ -45,10 +51,11 @@ trait Fields<'a>: Default {
     fn field<'de: 'a, M: MapAccess<'de>>(&mut self, index: usize, map: &mut M, cx: Cx<'a>) -> Result<(), M::Error>;
 }
 
-/// What every seed carries: the arena and the nesting depth of array values.
+/// What every seed carries: the arena, the budget and the nesting depth of array values.
 #[derive(Clone, Copy)]
 struct Cx<'a> {
     arena: &'a Bump,
+    budget: &'a Budget,
     depth: u32,
 }
 
@@ -59,8 +66,12 @@ struct Message<'a, T> {
 }
 
 impl<'a, T> Message<'a, T> {
-    fn new(arena: &'a Bump) -> Self {
-        Self::at(Cx { arena, depth: 0 })
+    fn new(arena: &'a Bump, budget: &'a Budget) -> Self {
+        Self::at(Cx {
+            arena,
+            budget,
+            depth: 0,
+        })
     }
 
     fn at(cx: Cx<'a>) -> Self {
@@ -122,17 +133,17 @@ impl<'de> Visitor<'de> for Key {
     }
 }
 
-/// A repeated field: a JSON array of `S`'s values (`null` is empty).
-struct Repeated<S>(S);
+/// A repeated field: a JSON array of `S`'s values (`null` is empty), grown within the budget.
+struct Repeated<'a, S>(S, &'a Budget);
 
-impl<'de, S: DeserializeSeed<'de> + Copy> DeserializeSeed<'de> for Repeated<S> {
+impl<'de, S: DeserializeSeed<'de> + Copy> DeserializeSeed<'de> for Repeated<'_, S> {
     type Value = Vec<S::Value>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de, S: DeserializeSeed<'de> + Copy> Visitor<'de> for Repeated<S> {
+impl<'de, S: DeserializeSeed<'de> + Copy> Visitor<'de> for Repeated<'_, S> {
     type Value = Vec<S::Value>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array")
@@ -141,8 +152,9 @@ impl<'de, S: DeserializeSeed<'de> + Copy> Visitor<'de> for Repeated<S> {
         Ok(Vec::new())
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        let mut out = Vec::new();
         while let Some(v) = seq.next_element_seed(self.0)? {
+            self.1.room_for_one(&mut out).map_err(de::Error::custom)?;
             out.push(v);
         }
         Ok(out)
@@ -368,7 +380,7 @@ fn integer<'de, T: TryFrom<i128> + Default, M: MapAccess<'de>>(map: &mut M) -> R
 
 /// `map`'s next value as a repeated message field.
 fn repeated<'de: 'a, 'a, T: Fields<'a>, M: MapAccess<'de>>(map: &mut M, cx: Cx<'a>) -> Result<Vec<T>, M::Error> {
-    map.next_value_seed(Repeated(Message::<T>::at(cx)))
+    map.next_value_seed(Repeated(Message::<T>::at(cx), cx.budget))
 }
 
 /// `map`'s next value as an optional message field (`null` is absent).
@@ -628,6 +640,12 @@ impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Nullable<S> {
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         self.0.deserialize(d).map(Some)
     }
+}
+
+/// [`decode_within`] the [`Budget`] of the body's size (tests).
+#[cfg(test)]
+pub fn decode<'a>(body: &'a [u8], arena: &'a Bump) -> Result<Request<'a>, serde_json::Error> {
+    decode_within(body, arena, arena.alloc(Budget::for_body(body.len())))
 }
 
 #[cfg(test)]

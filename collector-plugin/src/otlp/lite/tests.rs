@@ -431,3 +431,77 @@ fn a_field_with_the_wrong_wire_type_is_refused() {
     assert!(Request::decode(&body).is_err());
     assert!(oracle::Request::decode(prost::bytes::Bytes::from(body)).is_err());
 }
+
+/// A protobuf `ExportTraceServiceRequest` of one scope whose spans are each `span` (an encoded `Span`).
+fn request_of_spans(span: &[u8], n: usize) -> Vec<u8> {
+    fn field(tag: u8, body: &[u8], out: &mut Vec<u8>) {
+        out.push(tag << 3 | 2);
+        prost::encoding::encode_varint(body.len() as u64, out);
+        out.extend_from_slice(body);
+    }
+    let mut spans = Vec::new();
+    for _ in 0..n {
+        field(2, span, &mut spans);
+    }
+    let mut scope = Vec::new();
+    field(2, &spans, &mut scope);
+    let mut request = Vec::new();
+    field(1, &scope, &mut request);
+    request
+}
+
+#[test]
+fn a_body_of_tiny_spans_is_refused_before_its_view_passes_the_budget() {
+    // 500,000 empty spans: 1 MB on the wire, 80 MB as a view.
+    let body = request_of_spans(&[], 500_000);
+    let budget = Budget::for_body(body.len());
+    match Request::decode_within(&body, &budget) {
+        Err(DecodeError::Expanded(e)) => {
+            assert_eq!(e.body, body.len());
+            assert_eq!(e.limit, body.len() * EXPANSION + EXPANSION_FLOOR);
+        }
+        other => panic!(
+            "expected the budget to refuse it, got {:?}",
+            other.map(|r| r.span_count())
+        ),
+    }
+    assert!(budget.exceeded().is_some());
+    // The same spans under no budget decode, as before.
+    assert_eq!(
+        Request::decode_within(&body, &Budget::unlimited()).map(|r| r.span_count()),
+        Ok(500_000)
+    );
+}
+
+#[test]
+fn dense_valid_values_fit_the_budget() {
+    // Valid spans (ids, name, times) each with an attribute holding 64 one-byte integers: the densest values.
+    let mut span = Vec::new();
+    span.extend_from_slice(&[1 << 3 | 2, 16]);
+    span.extend_from_slice(&[7; 16]);
+    span.extend_from_slice(&[2 << 3 | 2, 8]);
+    span.extend_from_slice(&[9; 8]);
+    span.extend_from_slice(&[5 << 3 | 2, 1, b'x']);
+    let mut array = Vec::new();
+    for i in 0..64u8 {
+        // values = 1: AnyValue { int_value = 3: i }
+        array.extend_from_slice(&[1 << 3 | 2, 2, 3 << 3, i & 0x7f]);
+    }
+    let mut value = vec![5 << 3 | 2];
+    prost::encoding::encode_varint(array.len() as u64, &mut value);
+    value.extend_from_slice(&array);
+    let mut kv = vec![1 << 3 | 2, 1, b'k', 2 << 3 | 2];
+    prost::encoding::encode_varint(value.len() as u64, &mut kv);
+    kv.extend_from_slice(&value);
+    span.push(9 << 3 | 2);
+    prost::encoding::encode_varint(kv.len() as u64, &mut span);
+    span.extend_from_slice(&kv);
+    let body = request_of_spans(&span, 20_000);
+    assert!(
+        body.len() > 50 * EXPANSION_FLOOR,
+        "a body well past the floor: {}",
+        body.len()
+    );
+    let request = Request::decode(&body).expect("dense but valid values fit the budget");
+    assert_eq!(request.span_count(), 20_000);
+}
