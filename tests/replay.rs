@@ -1,7 +1,7 @@
 //! Replaying a saved report with the corpus examples' real binaries (`--replay FILE N`): a faithful replay
 //! injects every planned fault and exits by the test's verdict; a plan whose indexes do not occur is never a
 //! pass: exit 3, naming the faults and the likely causes, unless `--allow-unreached`, which still reports
-//! them.
+//! them; a report of another test is refused: exit 2, naming both tests.
 //!
 //! The examples are built by `cargo test` (and `cargo build --examples`) next to the test executable's
 //! folder: `target/<profile>/examples/NAME`.
@@ -90,6 +90,18 @@ fn replays_inject_every_planned_fault_and_exit_by_the_verdict() {
     for n in [1, two] {
         assert_eq!(faithful_replay("fig2_loops", &path, &report, n), 0, "fig2 #{n}");
     }
+    // the same report given to another test's replay: refused before the test runs (exit 2), naming both tests
+    let out = run(
+        &example("cinema10"),
+        &["--replay", path.to_str().expect("utf-8 path"), "1"],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("written by test `fig2`") && stderr.contains("`cinema-10`"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "cinema10 ran fig2's plan: {stdout}");
     // Fig. 5: failing the stream or a message fails the test; its replay fails the same way (exit 1), with
     // the whole plan injected
     let (path, report) = search("fig5_streaming", &d);

@@ -12,8 +12,8 @@
 //! a fault plan of the request can reach. Where that can be seen, it is made loud:
 //!
 //! - a call made with no scope while the same thread is polling a request's handler (a scope-less `Context`
-//!   attached by hand, a nested executor) is counted ([`calls_without_scope_total`], `dei_calls_without_scope`)
-//!   and warned about once, with the fix;
+//!   attached by hand, a nested executor) is counted in the process (read with [`calls_without_scope_total`];
+//!   not exported as a metric) and warned about once, with the fix;
 //! - the first call checks that the global propagator writes the index at all, and warns once if it does not
 //!   (the default global propagator is a no-op: `dei_propagator::install_global_propagator()` was forgotten).
 //!
@@ -38,7 +38,8 @@ thread_local! {
     static SERVING: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Client calls made with no request scope while their thread was serving a request (`dei_calls_without_scope`).
+/// Client calls made with no request scope while their thread was serving a request, since the process started
+/// (an in-process count, not exported as a metric).
 pub fn calls_without_scope_total() -> u64 {
     CALLS_WITHOUT_SCOPE.load(Ordering::Relaxed)
 }
@@ -74,7 +75,8 @@ pub(crate) fn check_unscoped() {
                  starts a new root, so its index does not belong to the request and its planned faults are not \
                  applied. Keep the request's OpenTelemetry Context: spawn with dei_propagator::spawn (or \
                  spawn_blocking, spawn_thread), or with tokio::spawn(fut.in_current_span()); do not attach a \
-                 Context without the scope. Counted as dei_calls_without_scope; this warning is shown once"
+                 Context without the scope. Counted by dei_instrumentation::calls_without_scope_total(); this \
+                 warning is shown once"
             );
         }
     }

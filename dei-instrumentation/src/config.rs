@@ -6,9 +6,10 @@ use dei_propagator::Instantiation;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The environment variable that chooses [`Faults`] when the code does not: `1` (or `accept`) for
-/// [`Faults::Accept`], `relay` for [`Faults::Relay`], `0` or unset for [`Faults::Refuse`]. For test
-/// deployments; any other value is refused with a warning.
+/// The environment variable that chooses [`Faults`] when the code does not: `1`, `true` or `accept` for
+/// [`Faults::Accept`], `relay` for [`Faults::Relay`], `0`, `false`, `refuse`, empty or unset for
+/// [`Faults::Refuse`] (case and surrounding spaces ignored). For test deployments; any other value is refused
+/// with a warning.
 pub const ACCEPT_FAULTS_ENV: &str = "DEI_ACCEPT_FAULTS";
 
 /// What a service's layers do with fault plans (`dei-faults`). A caller that can reach a service can send a
@@ -31,13 +32,17 @@ pub enum Faults {
 }
 
 impl Faults {
-    /// The setting an [`ACCEPT_FAULTS_ENV`] value asks for; `None` for a value it does not know.
+    /// The setting an [`ACCEPT_FAULTS_ENV`] value asks for; `None` for a value it does not know. It takes `1`,
+    /// `true`, `accept`; `relay`; `0`, `false`, `refuse` and the empty string, in any case, with surrounding
+    /// spaces trimmed.
     ///
     /// ```
     /// use dei_instrumentation::config::Faults;
     /// assert_eq!(Faults::from_env_value("1"), Some(Faults::Accept));
     /// assert_eq!(Faults::from_env_value("relay"), Some(Faults::Relay));
     /// assert_eq!(Faults::from_env_value("0"), Some(Faults::Refuse));
+    /// assert_eq!(Faults::from_env_value(" True "), Some(Faults::Accept));
+    /// assert_eq!(Faults::from_env_value(""), Some(Faults::Refuse));
     /// assert_eq!(Faults::from_env_value("yes please"), None);
     /// ```
     pub fn from_env_value(value: &str) -> Option<Faults> {
@@ -56,7 +61,10 @@ impl Faults {
             return Faults::Refuse;
         };
         Faults::from_env_value(&value).unwrap_or_else(|| {
-            tracing::warn!("dei: {ACCEPT_FAULTS_ENV}={value:?} is not 1, relay or 0; fault plans are refused");
+            tracing::warn!(
+                "dei: {ACCEPT_FAULTS_ENV}={value:?} is not 1, true, accept, relay, 0, false, refuse or empty (in \
+                 any case); fault plans are refused"
+            );
             Faults::Refuse
         })
     }

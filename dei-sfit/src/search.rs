@@ -123,6 +123,18 @@ pub enum SearchError {
     /// A report's execution does not exist or its plan does not decode.
     #[error("cannot replay: {0}")]
     Replay(String),
+    /// A replay was given a report written by another functional test: its plans name that test's RPCs, so
+    /// replaying them under this test would carry out nothing and point at the wrong causes.
+    #[error(
+        "cannot replay: the report was written by test `{report_test}`, and the test being replayed is \
+         `{test}` (a report's plans name its own test's RPCs)"
+    )]
+    WrongTest {
+        /// The test named in the report (`Report::test`).
+        report_test: String,
+        /// The test being replayed ([`FunctionalTest::name`]).
+        test: String,
+    },
     /// A report file could not be read or written.
     #[error("report file: {0}")]
     Io(#[from] std::io::Error),
@@ -826,6 +838,9 @@ impl Search {
 
     /// Reruns execution `number` of a saved report, with the plan and instantiation recorded there.
     ///
+    /// The report must be `test`'s own: one written by another test (its `test` field names another
+    /// [`FunctionalTest::name`]) is refused with [`SearchError::WrongTest`] before anything runs.
+    ///
     /// A replay that does not inject every planned fault did not carry out the plan: it fails with
     /// [`SearchError::Unreached`], which names the faults and the likely causes, whatever the test's verdict.
     /// [`replay_allowing_unreached`](Search::replay_allowing_unreached) accepts such a run.
@@ -847,13 +862,20 @@ impl Search {
     }
 
     /// [`replay`](Search::replay), returning the record even when planned faults were not injected (listed
-    /// in its `unreached`): the explicit opt-out.
+    /// in its `unreached`): the explicit opt-out. A report of another test is still refused
+    /// ([`SearchError::WrongTest`]).
     pub async fn replay_allowing_unreached(
         test: &dyn FunctionalTest,
         report: &Report,
         number: usize,
         source: Arc<dyn SpanSource>,
     ) -> Result<ExecutionRecord, SearchError> {
+        if report.test != test.name() {
+            return Err(SearchError::WrongTest {
+                report_test: report.test.clone(),
+                test: test.name().to_string(),
+            });
+        }
         let exec = report.executions.iter().find(|e| e.number == number).ok_or_else(|| {
             SearchError::Replay(format!(
                 "no execution #{number} in the report (it has {})",

@@ -386,6 +386,49 @@ async fn failing_execution_replays_from_its_report_file() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_of_another_test_is_refused_before_anything_runs() {
+    // fig2's report, saved and loaded
+    let fig2 = programs::FIG2;
+    let report = search(&fig2, opts(&fig2, Instantiation::dei())).await;
+    let path = std::env::temp_dir().join(format!("sfit-wrong-test-{}.json", std::process::id()));
+    report.save(&path).expect("save");
+    let loaded = Report::load(&path).expect("load");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(loaded.test, "fig2");
+    // given to cinema-10's replay: refused with both names, and the test never runs
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let cinema10 = test_fn(programs::CINEMA10.name, move |_run| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { Ok(()) }
+    });
+    let rec = Recorder::new();
+    for allowing_unreached in [false, true] {
+        let replayed = if allowing_unreached {
+            Search::replay_allowing_unreached(&cinema10, &loaded, 1, Arc::new(rec.clone())).await
+        } else {
+            Search::replay(&cinema10, &loaded, 1, Arc::new(rec.clone())).await
+        };
+        let err = replayed.expect_err("a report of another test");
+        let SearchError::WrongTest { report_test, test } = &err else {
+            panic!("not a WrongTest error: {err}");
+        };
+        assert_eq!((report_test.as_str(), test.as_str()), ("fig2", "cinema-10"));
+        let message = err.to_string();
+        assert!(
+            message.contains("`fig2`") && message.contains("`cinema-10`"),
+            "{message}"
+        );
+    }
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0, "the test ran");
+    // the report's own test still replays it
+    let again = Search::replay(&fig2.test(&rec), &loaded, 1, Arc::new(rec.clone()))
+        .await
+        .expect("fig2's own replay");
+    assert!(again.unreached.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_and_single_fault_mode() {
     let p = programs::CINEMA3;
     let single = search(
