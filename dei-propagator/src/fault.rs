@@ -171,6 +171,15 @@ pub enum FaultPlanError {
         /// 0-based entry position.
         entry: usize,
     },
+    /// An entry names the index of an earlier one: one call cannot take two faults, and the later entry
+    /// would never be carried out.
+    #[error("entry {entry}: its index is entry {first}'s too")]
+    RepeatedIndex {
+        /// 0-based position of the repeated entry.
+        entry: usize,
+        /// 0-based position of the entry that named the index first.
+        first: usize,
+    },
 }
 
 impl FromStr for Fault {
@@ -244,13 +253,19 @@ impl FaultPlan {
         FaultPlan { entries }
     }
 
-    /// A plan of these entries, or [`FaultPlanError::BadFault`] for the first fault whose wire form would not
-    /// decode back to it (see [`Fault::is_valid`]).
+    /// A plan of these entries, or the error its wire form would decode to: [`FaultPlanError::BadFault`] for
+    /// the first fault whose wire form would not decode back to it (see [`Fault::is_valid`]),
+    /// [`FaultPlanError::RepeatedIndex`] for the first entry whose index an earlier one names.
     pub fn try_new(entries: Vec<(Index, Fault)>) -> Result<Self, FaultPlanError> {
-        match entries.iter().position(|(_, fault)| !fault.is_valid()) {
-            Some(entry) => Err(FaultPlanError::BadFault { entry }),
-            None => Ok(FaultPlan { entries }),
+        for (entry, (index, fault)) in entries.iter().enumerate() {
+            if !fault.is_valid() {
+                return Err(FaultPlanError::BadFault { entry });
+            }
+            if let Some(first) = entries[..entry].iter().position(|(i, _)| i == index) {
+                return Err(FaultPlanError::RepeatedIndex { entry, first });
+            }
         }
+        Ok(FaultPlan { entries })
     }
 
     /// The entries.
@@ -312,6 +327,9 @@ impl FaultPlan {
             let index =
                 wire::decode(index_text, &index_limits).map_err(|source| FaultPlanError::BadIndex { entry, source })?;
             let fault = fault_text.parse().map_err(|()| FaultPlanError::BadFault { entry })?;
+            if let Some(first) = entries.iter().position(|(i, _)| *i == index) {
+                return Err(FaultPlanError::RepeatedIndex { entry, first });
+            }
             entries.push((index, fault));
         }
         Ok(FaultPlan { entries })
@@ -382,12 +400,24 @@ mod tests {
             FaultPlan::decode("1*1:zz"),
             Err(FaultPlanError::BadFault { .. })
         ));
-        let many = format!("1{}", "*1:c".repeat(65));
+        let many = FaultPlan::new(
+            (0..65u8)
+                .map(|i| {
+                    let element = crate::Element::new(crate::ElementDigest([i; 8]), 1);
+                    (Index::root().child(element), Fault::Connection)
+                })
+                .collect(),
+        )
+        .encode();
         assert!(matches!(
             FaultPlan::decode(&many),
             Err(FaultPlanError::TooManyEntries { .. })
         ));
         let long = format!("1*1{}:c", ".AAAAAAAAAAA1".repeat(400));
         assert!(matches!(FaultPlan::decode(&long), Err(FaultPlanError::TooLong { .. })));
+        assert_eq!(
+            FaultPlan::decode("1*1:c*1.AAAAAAAAAAA1:g14*1:l5"),
+            Err(FaultPlanError::RepeatedIndex { entry: 2, first: 0 })
+        );
     }
 }

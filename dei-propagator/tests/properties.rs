@@ -150,6 +150,15 @@ fn arb_index(max_depth: usize) -> impl Strategy<Value = Index> {
     })
 }
 
+/// Plan entries naming distinct indexes (a plan names each index once).
+fn distinct_entries(max_depth: usize, len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<(Index, Fault)>> {
+    prop::collection::vec((arb_index(max_depth), arb_fault()), len).prop_map(|mut entries| {
+        let mut seen = std::collections::HashSet::new();
+        entries.retain(|(index, _)| seen.insert(index.clone()));
+        entries
+    })
+}
+
 fn arb_fault() -> impl Strategy<Value = Fault> {
     prop_oneof![
         (1u8..=16).prop_map(Fault::Grpc),
@@ -315,7 +324,7 @@ proptest! {
     }
 
     #[test]
-    fn fault_plan_round_trip(entries in prop::collection::vec((arb_index(6), arb_fault()), 0..8)) {
+    fn fault_plan_round_trip(entries in distinct_entries(6, 0..8)) {
         let plan = FaultPlan::try_new(entries).expect("valid faults");
         let text = plan.encode();
         prop_assert!(wire_safe(&text), "{}", text);
@@ -330,7 +339,7 @@ proptest! {
     }
 
     #[test]
-    fn propagator_round_trip_through_either_carrier(index in arb_index(20), plan in prop::collection::vec((arb_index(3), arb_fault()), 1..4)) {
+    fn propagator_round_trip_through_either_carrier(index in arb_index(20), plan in distinct_entries(3, 1..4)) {
         let plan = FaultPlan::try_new(plan).expect("valid");
         let cx = Context::new().with_dei_index(index.clone()).with_fault_plan(plan.clone());
         for carriers in [
@@ -347,6 +356,23 @@ proptest! {
             prop_assert_eq!(out.fault_plan(), Some(&plan));
         }
     }
+}
+
+#[test]
+fn a_plan_names_each_index_once() {
+    let first = Index::root().child(Element::new(ElementDigest([1; 8]), 1));
+    let second = first.child(Element::new(ElementDigest([2; 8]), 3));
+    let entries = vec![
+        (first.clone(), Fault::UNAVAILABLE),
+        (second.clone(), Fault::Connection),
+        (first.clone(), Fault::Connection),
+    ];
+    let refused = Err(dei_propagator::FaultPlanError::RepeatedIndex { entry: 2, first: 0 });
+    assert_eq!(FaultPlan::try_new(entries.clone()), refused);
+    assert_eq!(FaultPlan::decode(&FaultPlan::new(entries).encode()), refused);
+    let distinct =
+        FaultPlan::try_new(vec![(first, Fault::UNAVAILABLE), (second, Fault::Connection)]).expect("distinct");
+    assert_eq!(FaultPlan::decode(&distinct.encode()), Ok(distinct));
 }
 
 #[test]
