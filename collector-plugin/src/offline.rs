@@ -2,7 +2,7 @@
 //!
 //! A file is either JSON lines — one `ExportTraceServiceRequest` per line, as the OpenTelemetry Collector's
 //! file exporter writes — or a single (possibly pretty-printed) JSON document, or several concatenated.
-//! `.gz` files are decompressed. Jaeger's JSON download (`{"data":[{"traceID":..,"spans":[..],
+//! `.gz` files are decompressed (every member of a concatenated one). Jaeger's JSON download (`{"data":[{"traceID":..,"spans":[..],
 //! "processes":{..}}]}`) is read too (module `jaeger`). A document that is neither — malformed JSON, invalid ids,
 //! another format — is counted as bad, with what was wrong in [`Summary::problems`], and skipped; a file
 //! that cannot be read is counted in [`Summary::unreadable_files`]. The binary fails on either unless
@@ -305,8 +305,10 @@ fn ingest_file(
         inner: file,
         read: read.clone(),
     };
+    // every member of a concatenated .gz (`gzip -c a >> f.gz`, pigz, bgzip); data after the last member
+    // that is not another member is an error naming the file
     let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(flate2::read::GzDecoder::new(counting))
+        Box::new(flate2::read::MultiGzDecoder::new(counting))
     } else {
         Box::new(counting)
     };

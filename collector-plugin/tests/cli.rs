@@ -125,6 +125,43 @@ fn analyze_fails_on_bad_documents_unless_keep_going() {
     std::fs::remove_dir_all(&d).expect("cleanup");
 }
 
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).expect("gzip");
+    e.finish().expect("gzip")
+}
+
+#[test]
+fn analyze_reads_every_member_of_a_concatenated_gz_and_refuses_trailing_garbage() {
+    let d = dir("multigz");
+    let first = serde_json::to_string(&tagged(1, 1)).expect("json");
+    let second = serde_json::to_string(&tagged(2, 2)).expect("json");
+    // what `gzip -c a > f.gz; gzip -c b >> f.gz` writes
+    let mut multi = gzip(format!("{first}\n").as_bytes());
+    multi.extend(gzip(format!("{second}\n").as_bytes()));
+    let path = d.join("multi.jsonl.gz");
+    std::fs::write(&path, &multi).expect("write");
+    let o = run(&["analyze", "-q", "--format", "json", path.to_str().expect("path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).expect("report");
+    assert_eq!(report["summary"]["documents"], 2, "{}", report["summary"]);
+    assert_eq!(report["summary"]["spans"], (3 * SPANS_PER_TRACE) as u64);
+    // a member followed by what is not one: an unreadable file, named
+    let mut trailing = gzip(format!("{first}\n").as_bytes());
+    trailing.extend(b"garbage\n");
+    let path = d.join("trailing.jsonl.gz");
+    std::fs::write(&path, &trailing).expect("write");
+    let o = run(&["analyze", "-q", "--format", "json", path.to_str().expect("path")]);
+    assert!(!o.status.success(), "{o:?}");
+    let e = stderr(&o);
+    assert!(
+        e.contains("1 unreadable file(s)") && e.contains("trailing.jsonl.gz"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}
+
 /// An OTLP value as Jaeger's JSON tag (`key`, `type`, `value`).
 fn tag(kv: &KeyValue) -> Value {
     let (kind, value) = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
