@@ -291,8 +291,13 @@ fn a_saved_report_replays_to_the_same_indexes_and_faults_from_any_directory() {
     let dir = work_dir().join("replay");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("mkdir");
-    // Fig. 2 passes under every plan (fallbacks); Fig. 5 has failing executions.
-    for (name, want_failing) in [("fig2_loops", false), ("fig5_streaming", true)] {
+    // Fig. 2 passes under every plan (fallbacks); Fig. 5 has failing executions. Fig. 1 calls over HTTP, to
+    // servers on ports chosen at run time.
+    for (name, want_failing) in [
+        ("fig2_loops", false),
+        ("fig5_streaming", true),
+        ("fig1_fallbacks", false),
+    ] {
         let binary = example(name);
         let report_path = dir.join(format!("{name}.json"));
         let report_arg = report_path.to_str().expect("UTF-8");

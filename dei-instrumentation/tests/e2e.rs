@@ -187,11 +187,8 @@ async fn fig1_call_sites_and_fig2_loop_iterations() {
         .iter()
         .find(|s| attr(s, "http.request.method").is_some())
         .expect("the HTTP call");
-    let sig = attr(http, "dei.signature").unwrap_or_default();
-    assert!(
-        sig.starts_with("GET 127.0.0.1:") && sig.ends_with("/items/x-p"),
-        "{sig}"
-    );
+    // The host names the service; the server's port, chosen at run time, is not part of the signature.
+    assert_eq!(attr(http, "dei.signature").as_deref(), Some("GET 127.0.0.1/items/x-p"));
     let http_server = spans
         .iter()
         .find(|s| is_server(s) && s.parent_span_id == http.span_context.span_id())

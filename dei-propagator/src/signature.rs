@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// Its identity is the SHA-256 of its readable [`name`](Signature::name), which is exactly what instrumentation
 /// records as the `dei.signature` span attribute:
 /// `pkg.Service/Method` for gRPC, `METHOD /route/{template}` for an HTTP server route and
-/// `METHOD authority/path` for an outgoing HTTP call.
+/// `METHOD host/path` for an outgoing HTTP call (the URL's host without its port).
 ///
 /// The digest is computed once, when the signature is made; clones share the name.
 #[derive(Clone)]
@@ -75,7 +75,7 @@ impl Signature {
         Signature::from_name(path.strip_prefix('/').unwrap_or(path))
     }
 
-    /// An HTTP signature from a method and a route template (server) or `authority/path` (client).
+    /// An HTTP signature from a method and a route template (server) or `host/path` (client: the URL's host, without its port).
     ///
     /// ```
     /// use dei_propagator::Signature;

@@ -8,7 +8,9 @@
 //! # let _ = client;
 //! ```
 //!
-//! The signature is `METHOD authority/path`; the payload is `query` + `?` + the body, at most
+//! The signature is `METHOD host/path`: the URL's host without its port, so that a server on a port chosen at
+//! run time (an ephemeral port on loopback, a port from service discovery) gives the same index from run to
+//! run. The payload is `query` + `?` + the body, at most
 //! [`payload_digest_cap`](crate::DeiConfig::payload_digest_cap) bytes of it. A streaming request body cannot
 //! be read without consuming it, so it counts as empty. Faults: see [`crate::fault`]. The index counts as in
 //! flight until the response head arrives.
@@ -56,13 +58,9 @@ impl Middleware for DeiReqwestMiddleware {
     ) -> reqwest_middleware::Result<reqwest::Response> {
         // This runs on the first poll of the caller's `send().await`: the stack and Context are the caller's.
         let url = request.url();
-        let authority = match (url.host_str(), url.port()) {
-            (Some(h), Some(p)) => format!("{h}:{p}"),
-            (Some(h), None) => h.to_string(),
-            _ => String::new(),
-        };
         let method = request.method().as_str().to_string();
-        let signature = Signature::http(&method, &format!("{authority}{}", url.path()));
+        // The host names the service; the port does not (it may change from run to run).
+        let signature = Signature::http(&method, &format!("{}{}", url.host_str().unwrap_or(""), url.path()));
         // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
         // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(

@@ -1,7 +1,7 @@
 //! HTTP integration: axum server middleware (feature `axum`) and reqwest client middleware (feature
 //! `reqwest`).
 //!
-//! Signatures: `METHOD /route/{template}` on the server (axum's `MatchedPath`), `METHOD authority/path` on the
+//! Signatures: `METHOD /route/{template}` on the server (axum's `MatchedPath`), `METHOD host/path` (no port) on the
 //! client. Payload: `query` + `?` + body, at most [`payload_digest_cap`](crate::DeiConfig::payload_digest_cap)
 //! bytes of the body; the body always passes on untouched.
 

@@ -13,7 +13,7 @@
 //! | attribute | value | client span | server span |
 //! |---|---|---|---|
 //! | [`INDEX`] | string, index wire form | the outgoing index | the incoming index (`1` for a root) |
-//! | [`SIGNATURE`] | string | `pkg.Service/Method`, `METHOD authority/path` | `pkg.Service/Method`, `METHOD /route/{template}` |
+//! | [`SIGNATURE`] | string | `pkg.Service/Method`, `METHOD host/path` (no port) | `pkg.Service/Method`, `METHOD /route/{template}` |
 //! | [`PAYLOAD_DIGEST`] | string, 64 hex | SHA-256 of the payload | the same, digested from the received body |
 //! | [`PAYLOAD`] | string | the raw payload, only when turned on | the same |
 //! | [`STACK_DIGEST`], [`STACK_MODE`], [`STACK_WALKER`] | string | the caller's application stack | — |
@@ -53,8 +53,8 @@ pub use streams::{Rewrite, StreamRewriter};
 /// on a server span the incoming one (`1` for a root); on a [`STREAM_MESSAGE_EVENT`], the message's final
 /// index.
 pub const INDEX: &str = "dei.index";
-/// `dei.signature` (string): the readable RPC signature, `pkg.Service/Method` for gRPC, `METHOD authority/path`
-/// on an HTTP client and `METHOD /route/{template}` on an HTTP server.
+/// `dei.signature` (string): the readable RPC signature, `pkg.Service/Method` for gRPC, `METHOD host/path` (the
+/// host without its port) on an HTTP client and `METHOD /route/{template}` on an HTTP server.
 pub const SIGNATURE: &str = "dei.signature";
 /// `dei.payload.digest` (string): SHA-256 of the payload, 64 hex characters.
 pub const PAYLOAD_DIGEST: &str = "dei.payload.digest";
