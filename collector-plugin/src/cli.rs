@@ -202,9 +202,9 @@ struct AnalyzeArgs {
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
-    /// Analyze what could be read even when some documents are bad or some files unreadable (they are
-    /// listed on stderr and counted in the report); without it, any of them fails the run. A run that read
-    /// no document fails either way.
+    /// Analyze what could be read even when some documents are bad or some files unreadable or empty (they
+    /// are listed on stderr and counted in the report); without it, any of them fails the run. A run that
+    /// read no document fails either way.
     #[arg(long)]
     keep_going: bool,
 }
@@ -426,7 +426,7 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
     let problems = || {
         let mut listed: String = summary.problems.iter().map(|p| format!("\n  {p}")).collect();
         let shown = summary.problems.len() as u64;
-        let total = summary.bad_documents + summary.unreadable_files as u64;
+        let total = summary.bad_documents + (summary.unreadable_files + summary.empty_files) as u64;
         if total > shown {
             listed.push_str(&format!("\n  ... and {} more", total - shown));
         }
@@ -437,16 +437,20 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
         return Err(format!(
             "no document could be read from {} file(s); nothing to analyze{}",
             summary.files,
-            if listed.is_empty() {
-                ": the files are empty".to_string()
+            if listed.is_empty() || summary.empty_files == summary.files {
+                format!(": the files are empty{listed}")
             } else {
                 format!(":{listed}")
             }
         ));
     }
-    if summary.bad_documents > 0 || summary.unreadable_files > 0 {
+    if summary.bad_documents > 0 || summary.unreadable_files > 0 || summary.empty_files > 0 {
+        let empty = match summary.empty_files {
+            0 => String::new(),
+            n => format!(", and {n} empty file(s)"),
+        };
         let what = format!(
-            "{} bad document(s) and {} unreadable file(s) (read {} good document(s)):{}",
+            "{} bad document(s) and {} unreadable file(s){empty} (read {} good document(s)):{}",
             summary.bad_documents,
             summary.unreadable_files,
             summary.documents,

@@ -4,9 +4,10 @@
 //! file exporter writes — or a single (possibly pretty-printed) JSON document, or several concatenated.
 //! `.gz` files are decompressed (every member of a concatenated one). Jaeger's JSON download (`{"data":[{"traceID":..,"spans":[..],
 //! "processes":{..}}]}`) is read too (module `jaeger`). A document that is neither — malformed JSON, invalid ids,
-//! another format — is counted as bad, with what was wrong in [`Summary::problems`], and skipped; a file
-//! that cannot be read is counted in [`Summary::unreadable_files`]. The binary fails on either unless
-//! `--keep-going`, and always when no document was read. Progress goes to a writer (stderr in the binary)
+//! another format, a Jaeger download with no trace — is counted as bad, with what was wrong in
+//! [`Summary::problems`], and skipped; a file that cannot be read is counted in [`Summary::unreadable_files`],
+//! one with no document at all (empty or blank) in [`Summary::empty_files`]. The binary fails on any of them
+//! unless `--keep-going`, and always when no document was read. Progress goes to a writer (stderr in the binary)
 //! at most once a second.
 
 pub(crate) mod jaeger;
@@ -44,7 +45,9 @@ pub struct Summary {
     pub jaeger_documents: u64,
     /// Files that could not be opened or read.
     pub unreadable_files: usize,
-    /// What was wrong with the bad documents and unreadable files (the first [`MAX_PROBLEMS`]).
+    /// Files read to the end that held no document at all (empty, or only blank lines).
+    pub empty_files: usize,
+    /// What was wrong with the bad documents, unreadable and empty files (the first [`MAX_PROBLEMS`]).
     pub problems: Vec<String>,
 }
 
@@ -121,6 +124,7 @@ fn ingest_classified(a: &mut CollectorState, doc: Doc, s: &mut Summary, at: &dyn
         }
         Doc::Jaeger(requests) => {
             if requests.is_empty() {
+                bad(a, s);
                 s.problem(format!("{}: a Jaeger JSON download with no trace", at()));
             }
             for req in requests {
@@ -248,8 +252,9 @@ fn ingest_doc(a: &mut CollectorState, req: &lite::Request<'_>, s: &mut Summary) 
 }
 
 /// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer. A file that
-/// cannot be read is counted in [`Summary::unreadable_files`] (with the reason in the problems) and the
-/// others are still read; the caller decides whether that, or bad documents, fail the run.
+/// cannot be read is counted in [`Summary::unreadable_files`], one without any document in
+/// [`Summary::empty_files`] (each with the reason in the problems), and the others are still read; the
+/// caller decides whether that, or bad documents, fail the run.
 pub fn ingest_files(
     a: &mut CollectorState,
     paths: &[PathBuf],
@@ -266,9 +271,17 @@ pub fn ingest_files(
     for (i, path) in paths.iter().enumerate() {
         let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut total = 0;
-        if let Err(e) = ingest_file(a, path, &mut s, &mut p, (i, paths.len()), &read, &mut total) {
-            s.unreadable_files += 1;
-            s.problem(e.to_string());
+        let before = s.documents + s.bad_documents;
+        match ingest_file(a, path, &mut s, &mut p, (i, paths.len()), &read, &mut total) {
+            Err(e) => {
+                s.unreadable_files += 1;
+                s.problem(e.to_string());
+            }
+            Ok(()) if s.documents + s.bad_documents == before => {
+                s.empty_files += 1;
+                s.problem(format!("{}: empty: the file holds no document", path.display()));
+            }
+            Ok(()) => {}
         }
         p.tick(
             true,
@@ -402,7 +415,7 @@ pub fn text_report(a: &CollectorState, s: &Summary, tree_depth: usize, extra: &[
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "read {} file(s): {} documents ({} bad, {} from Jaeger JSON), {} spans, {} ignored dei attributes{}",
+        "read {} file(s): {} documents ({} bad, {} from Jaeger JSON), {} spans, {} ignored dei attributes{}{}",
         s.files,
         s.documents,
         s.bad_documents,
@@ -411,6 +424,11 @@ pub fn text_report(a: &CollectorState, s: &Summary, tree_depth: usize, extra: &[
         s.ignored_attributes,
         if s.unreadable_files > 0 {
             format!(", {} unreadable file(s)", s.unreadable_files)
+        } else {
+            String::new()
+        },
+        if s.empty_files > 0 {
+            format!(", {} empty file(s)", s.empty_files)
         } else {
             String::new()
         }

@@ -125,6 +125,50 @@ fn analyze_fails_on_bad_documents_unless_keep_going() {
     std::fs::remove_dir_all(&d).expect("cleanup");
 }
 
+#[test]
+fn analyze_counts_empty_files_and_empty_jaeger_downloads_among_good_ones() {
+    let d = dir("empties");
+    let good = write(&d.join("good.json"), &serde_json::to_string(&request(1)).expect("json"));
+    let empty = write(&d.join("empty.json"), "");
+    let blank = write(&d.join("blank.json"), "\n\n \n");
+    let jempty = write(&d.join("jempty.json"), "{\"data\":[]}\n");
+    let o = run(&["analyze", "-q", "--format", "json", &good, &empty, &blank, &jempty]);
+    assert!(!o.status.success(), "{o:?}");
+    let e = stderr(&o);
+    assert!(
+        e.contains("1 bad document(s) and 0 unreadable file(s), and 2 empty file(s)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("empty.json: empty") && e.contains("blank.json: empty"),
+        "{e}"
+    );
+    assert!(
+        e.contains("jempty.json: line 1: a Jaeger JSON download with no trace"),
+        "{e}"
+    );
+    let o = run(&[
+        "analyze",
+        "-q",
+        "--keep-going",
+        "--format",
+        "json",
+        &good,
+        &empty,
+        &blank,
+        &jempty,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning (--keep-going)"), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).expect("report");
+    let summary = &report["summary"];
+    assert_eq!(summary["documents"], 1, "{summary}");
+    assert_eq!(summary["bad_documents"], 1, "{summary}");
+    assert_eq!(summary["empty_files"], 2, "{summary}");
+    assert_eq!(summary["problems"].as_array().map(Vec::len), Some(3), "{summary}");
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}
+
 fn gzip(data: &[u8]) -> Vec<u8> {
     use std::io::Write as _;
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
