@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 /// ```
 /// use dei_sfit::catalog::Pattern;
 /// assert!(Pattern::new("cinema.Movies/*").matches("cinema.Movies/Get"));
-/// assert!(Pattern::new("GET */bookings/*").matches("GET 127.0.0.1:80/bookings/7"));
+/// assert!(Pattern::new("GET */bookings/*").matches("GET bookings.internal/bookings/7"));
 /// assert!(!Pattern::new("cinema.Movies/*").matches("cinema.Users/Get"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
