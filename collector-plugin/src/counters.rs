@@ -102,7 +102,7 @@ counters! {
     forward_requests_sent,
     /// Failed downstream attempts that were retried.
     forward_retries,
-    /// Spans dropped because the downstream rejected them permanently.
+    /// Spans dropped because the downstream rejected them (a refused request's, or a partial success's).
     forward_spans_dropped_rejected,
     /// Spans still queued when shutdown's drain deadline passed.
     forward_spans_dropped_shutdown,

@@ -11,14 +11,16 @@
 //! downstream fails with a retryable error, so no span within the queue's capacity is lost during an outage;
 //! a batch that does not fit is refused ([`QueueFull`]) so that the receiver can tell its client to retry,
 //! and nothing is dropped on arrival. A permanent rejection (e.g. `INVALID_ARGUMENT`, HTTP 400) drops the
-//! batch and counts it. [`Forwarder::shutdown`]
+//! batch and counts it; so are the `rejected_spans` of a success's OTLP `partial_success`. [`Forwarder::shutdown`]
 //! stops accepting, drains the queue until a deadline, and counts what is left.
 
 pub mod parts;
 
 use crate::counters::Counters;
 use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use parts::PartsBody;
+use prost::Message as _;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -310,6 +312,76 @@ enum SendError {
     Permanent(String),
 }
 
+/// What a downstream that answered with success says it did not take: OTLP's `partial_success`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Rejected {
+    /// `rejected_spans`: spans it refused (0 when it took them all).
+    spans: u64,
+    /// `error_message`: why, or a warning.
+    message: String,
+}
+
+/// The most bytes of a downstream's response body read: an `ExportTraceServiceResponse` is a count and a
+/// message.
+const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+
+impl Rejected {
+    fn from_response(r: ExportTraceServiceResponse) -> Rejected {
+        match r.partial_success {
+            Some(p) => Rejected {
+                spans: u64::try_from(p.rejected_spans).unwrap_or(0),
+                message: p.error_message,
+            },
+            None => Rejected::default(),
+        }
+    }
+
+    /// An OTLP/HTTP success body: protobuf, or JSON when the content type says so (`rejectedSpans` is an
+    /// int64, a string or a number in JSON). A body that is neither is read as "nothing rejected": the
+    /// 2xx status is OTLP's success, and `partial_success` is optional.
+    fn from_http_body(content_type: Option<&str>, body: &[u8]) -> Rejected {
+        let is_json = content_type.is_some_and(|t| t.trim_start().starts_with("application/json"));
+        if !is_json {
+            return ExportTraceServiceResponse::decode(body)
+                .map(Rejected::from_response)
+                .unwrap_or_default();
+        }
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return Rejected::default();
+        };
+        let Some(partial) = value.get("partialSuccess").or_else(|| value.get("partial_success")) else {
+            return Rejected::default();
+        };
+        let field = |camel: &str, snake: &str| partial.get(camel).or_else(|| partial.get(snake));
+        let spans = match field("rejectedSpans", "rejected_spans") {
+            Some(serde_json::Value::Number(n)) => n.as_u64().unwrap_or(0),
+            Some(serde_json::Value::String(s)) => s.parse().unwrap_or(0),
+            _ => 0,
+        };
+        let message = field("errorMessage", "error_message")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        Rejected { spans, message }
+    }
+
+    /// A gRPC response body: one length-prefixed, uncompressed `ExportTraceServiceResponse`.
+    fn from_grpc_body(body: &[u8]) -> Rejected {
+        match body {
+            [0, len @ ..] if len.len() >= 4 => {
+                let n = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+                match len[4..].get(..n) {
+                    Some(message) => ExportTraceServiceResponse::decode(message)
+                        .map(Rejected::from_response)
+                        .unwrap_or_default(),
+                    None => Rejected::default(),
+                }
+            }
+            _ => Rejected::default(),
+        }
+    }
+}
+
 #[derive(Clone)]
 enum Client {
     /// The channel, and the request headers (gRPC's, then the configured extra ones).
@@ -468,8 +540,9 @@ impl Client {
         }
     }
 
-    /// Sends one export request given as its parts (see [`Request`]).
-    async fn send(&mut self, parts: Vec<Bytes>) -> Result<(), SendError> {
+    /// Sends one export request given as its parts (see [`Request`]); on success, what the downstream said
+    /// it rejected.
+    async fn send(&mut self, parts: Vec<Bytes>) -> Result<Rejected, SendError> {
         match self {
             Client::Grpc(channel, headers) => {
                 use tower::{Service, ServiceExt};
@@ -502,10 +575,19 @@ impl Client {
                     Err(_) => return Err(SendError::Retryable(format!("no answer within {:?}", c.timeout))),
                 };
                 let status = response.status();
-                // read the body, so that the connection can carry the next request
-                let _ = tokio::time::timeout(c.timeout, http_body_util::BodyExt::collect(response.into_body())).await;
+                let content_type = response
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                // read the body (so that the connection can carry the next request), bounded
+                let body = http_body_util::Limited::new(response.into_body(), MAX_RESPONSE_BYTES);
+                let body = tokio::time::timeout(c.timeout, http_body_util::BodyExt::collect(body)).await;
                 if status.is_success() {
-                    Ok(())
+                    Ok(match body {
+                        Ok(Ok(collected)) => Rejected::from_http_body(content_type.as_deref(), &collected.to_bytes()),
+                        _ => Rejected::default(),
+                    })
                 } else if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
                     Err(SendError::Retryable(format!("HTTP {status}")))
                 } else {
@@ -519,12 +601,12 @@ impl Client {
 /// What a gRPC export response says: its status is in the trailers, or in the headers of a trailers-only
 /// response; an HTTP status other than 200 maps to a gRPC code as the gRPC specification says (429, 502, 503
 /// and 504 to `UNAVAILABLE`, which is retried).
-async fn grpc_outcome(response: http::Response<tonic::body::Body>) -> Result<(), SendError> {
+async fn grpc_outcome(response: http::Response<tonic::body::Body>) -> Result<Rejected, SendError> {
     use tonic::Code::*;
     let classify = |status: tonic::Status| {
         let msg = format!("{:?}: {}", status.code(), status.message());
         match status.code() {
-            Ok => Result::Ok(()),
+            Ok => Result::Ok(Rejected::default()),
             Unavailable | ResourceExhausted | DeadlineExceeded | Aborted | Cancelled | OutOfRange | DataLoss
             | Unknown => Err(SendError::Retryable(msg)),
             _ => Err(SendError::Permanent(msg)),
@@ -545,11 +627,13 @@ async fn grpc_outcome(response: http::Response<tonic::body::Body>) -> Result<(),
     if let Some(status) = tonic::Status::from_header_map(&head.headers) {
         return classify(status);
     }
-    // the response message is small; its trailers carry the status
-    let collected = http_body_util::BodyExt::collect(body)
+    // the response message is small (read up to a bound); its trailers carry the status
+    let collected = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_RESPONSE_BYTES))
         .await
-        .map_err(|e| SendError::Retryable(format!("response: {}", error_chain(&e))))?;
-    match collected.trailers().and_then(tonic::Status::from_header_map) {
+        .map_err(|e| SendError::Retryable(format!("response: {}", error_chain(e.as_ref()))))?;
+    let status = collected.trailers().and_then(tonic::Status::from_header_map);
+    match status {
+        Some(status) if status.code() == Ok => Result::Ok(Rejected::from_grpc_body(&collected.to_bytes())),
         Some(status) => classify(status),
         None => Err(SendError::Retryable("the response carried no grpc-status".into())),
     }
@@ -566,6 +650,9 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+/// The most characters of a downstream's `error_message` logged.
+const MAX_LOGGED_MESSAGE: usize = 500;
 
 /// How often a forwarding failure is logged at most: the first failure is, then one warning per interval
 /// with the number of failures since the last one.
@@ -807,10 +894,24 @@ async fn deliver(
     let mut backoff = config.initial_backoff;
     loop {
         match client.send(batch.parts.clone()).await {
-            Ok(()) => {
+            Ok(rejected) => {
+                // a partial success: the spans it refused were not delivered
+                let dropped = usize::try_from(rejected.spans).unwrap_or(usize::MAX).min(batch.spans);
                 Counters::add(&counters.forward_requests_sent, 1);
                 Counters::add(&counters.forward_batches_sent, batch.parts.len() as u64);
-                Counters::add(&counters.forward_spans_sent, batch.spans as u64);
+                Counters::add(&counters.forward_spans_sent, (batch.spans - dropped) as u64);
+                if dropped > 0 {
+                    Counters::add(&counters.forward_spans_dropped_rejected, dropped as u64);
+                    let message: String = rejected.message.chars().take(MAX_LOGGED_MESSAGE).collect();
+                    warnings.failed(
+                        &format!(
+                            "partial success: the downstream rejected {} of {} span(s): {message}",
+                            rejected.spans, batch.spans
+                        ),
+                        "the rejected spans are dropped",
+                        dropped,
+                    );
+                }
                 return;
             }
             Err(SendError::Permanent(e)) => {
@@ -863,7 +964,8 @@ mod tests {
 
     async fn outcome(r: http::Response<tonic::body::Body>) -> &'static str {
         match grpc_outcome(r).await {
-            Ok(()) => "ok",
+            Ok(r) if r.spans > 0 => "partial",
+            Ok(_) => "ok",
             Err(SendError::Retryable(_)) => "retry",
             Err(SendError::Permanent(_)) => "drop",
         }

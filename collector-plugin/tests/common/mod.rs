@@ -23,6 +23,8 @@ use tokio::sync::oneshot;
 #[derive(Debug, Default)]
 pub struct Received {
     pub requests: Vec<ExportTraceServiceRequest>,
+    /// When set, every export is answered with this `partial_success` (rejected spans, error message).
+    pub answer_partial: Option<(i64, String)>,
 }
 
 impl Received {
@@ -50,10 +52,15 @@ impl TraceService for Store {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.0.lock().unwrap().requests.push(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
+        let mut received = self.0.lock().unwrap();
+        received.requests.push(request.into_inner());
+        let partial_success = received.answer_partial.as_ref().map(|(rejected, message)| {
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTracePartialSuccess {
+                rejected_spans: *rejected,
+                error_message: message.clone(),
+            }
+        });
+        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success }))
     }
 }
 

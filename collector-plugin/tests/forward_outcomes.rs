@@ -1,0 +1,214 @@
+//! What the forwarder makes of the downstream's answers, with the real binary: a success that carries OTLP's
+//! `partial_success` counts its rejected spans as dropped (not sent) and logs the downstream's message, over
+//! OTLP/HTTP (protobuf and JSON answers) and OTLP/gRPC.
+
+mod common;
+
+use common::Downstream;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The collector binary with its stderr read into a channel, killed on drop.
+struct Collector {
+    child: std::process::Child,
+    http: String,
+    api: String,
+    log: mpsc::Receiver<String>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Collector {
+    fn start(extra: &[&str]) -> Collector {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
+            .args([
+                "serve",
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--api-listen",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start dei-collector");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("listening line");
+        let addr = |name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| panic!("{name} in {line:?}"))
+                .to_string()
+        };
+        let (tx, log) = mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        std::thread::spawn(move || {
+            for l in stderr.lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Collector {
+            http: addr("http"),
+            api: addr("api"),
+            child,
+            log,
+        }
+    }
+
+    async fn export(&self, request: &ExportTraceServiceRequest) {
+        let r = reqwest::Client::new()
+            .post(format!("http://{}/v1/traces", self.http))
+            .header("content-type", "application/x-protobuf")
+            .body(request.encode_to_vec())
+            .send()
+            .await
+            .expect("export");
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+
+    async fn get(&self, path: &str) -> String {
+        reqwest::get(format!("http://{}{path}", self.api))
+            .await
+            .expect("api")
+            .text()
+            .await
+            .expect("api body")
+    }
+
+    async fn counters(&self) -> Value {
+        let stats: Value = serde_json::from_str(&self.get("/api/v1/stats").await).expect("stats json");
+        stats["counters"].clone()
+    }
+
+    /// Waits until sent and dropped spans add up to `spans` and returns the counters.
+    async fn settled(&self, spans: u64) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let c = self.counters().await;
+            let n = |k: &str| c[k].as_u64().unwrap_or(0);
+            if n("forward_spans_sent") + n("forward_spans_dropped_rejected") >= spans || Instant::now() > deadline {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The first log line containing `what`, waiting up to `timeout`.
+    fn logged(&self, what: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.log.recv_timeout(left) {
+                Ok(l) if l.contains(what) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// A request of `n` spans of one trace.
+fn spans(n: u8, trace: u8) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: (1..=n)
+                    .map(|i| Span {
+                        trace_id: vec![trace; 16],
+                        span_id: vec![0, 0, 0, 0, 0, 0, 1, i],
+                        name: "op".into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// An OTLP/HTTP receiver that answers every export 200 with `body` as `content_type`.
+async fn http_downstream(content_type: &'static str, body: Vec<u8>) -> String {
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move || {
+            let body = body.clone();
+            async move { ([(http::header::CONTENT_TYPE, content_type)], body) }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    format!("http://{addr}/v1/traces")
+}
+
+/// Checks that of 10 spans, the 4 the downstream rejected are counted as dropped, in the stats and on
+/// `/metrics`, and that its message is logged.
+async fn check_partial(c: &Collector) {
+    c.export(&spans(10, 7)).await;
+    let counters = c.settled(10).await;
+    assert_eq!(counters["forward_spans_sent"], 6, "{counters}");
+    assert_eq!(counters["forward_spans_dropped_rejected"], 4, "{counters}");
+    let metrics = c.get("/metrics").await;
+    assert!(
+        metrics.contains("dei_collector_forward_spans_dropped_rejected_total 4"),
+        "{metrics}"
+    );
+    let warning = c
+        .logged("partial success", Duration::from_secs(10))
+        .expect("a warning about the partial success");
+    assert!(
+        warning.contains("WARN") && warning.contains("rejected 4 of 10") && warning.contains("quota exceeded"),
+        "{warning}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_success_over_http_is_counted_as_dropped_and_logged() {
+    let answer = ExportTraceServiceResponse {
+        partial_success: Some(ExportTracePartialSuccess {
+            rejected_spans: 4,
+            error_message: "quota exceeded".into(),
+        }),
+    };
+    let protobuf = http_downstream("application/x-protobuf", answer.encode_to_vec()).await;
+    let c = Collector::start(&["--forward-http", &protobuf]);
+    check_partial(&c).await;
+    // OTLP/JSON: rejectedSpans is an int64, a string in proto3 JSON
+    let json = br#"{"partialSuccess":{"rejectedSpans":"4","errorMessage":"quota exceeded"}}"#.to_vec();
+    let json = http_downstream("application/json", json).await;
+    let c = Collector::start(&["--forward-http", &json]);
+    check_partial(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_success_over_grpc_is_counted_as_dropped_and_logged() {
+    let downstream = Downstream::start().await;
+    downstream.received.lock().expect("lock").answer_partial = Some((4, "quota exceeded".into()));
+    let c = Collector::start(&["--forward-grpc", &downstream.endpoint()]);
+    check_partial(&c).await;
+    assert_eq!(downstream.received.lock().expect("lock").span_ids().len(), 10);
+}
