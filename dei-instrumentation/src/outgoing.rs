@@ -264,6 +264,11 @@ pub(crate) fn stream_message(
     // Messages of one stream are sent in order, so they are never in flight together: the issued index is
     // released at once.
     let issued = scope.issue(&invocation);
+    if let Some(opened) = preliminary.last() {
+        // The callee serves this message under the preliminary count + k: a later stream from the same site
+        // must not be served there unflagged.
+        scope.stream_message_sent(opened, k);
+    }
     let fault = faults.fault_for(&issued);
     let final_index = issued.index().clone();
     if record {

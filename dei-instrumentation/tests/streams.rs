@@ -341,3 +341,44 @@ async fn a_fault_planned_on_a_stream_message_fails_exactly_that_message() {
     assert_eq!(events, finals);
     assert_eq!(echoed_messages(&delayed.spans, &preliminary), [1, 2, 3]);
 }
+
+/// Opens `streams` client streams one after another from one site, each sending `messages` messages, and
+/// returns each stream's `dei.ambiguous`, in order.
+async fn sequential_streams(sys: &System, streams: usize, messages: usize) -> Vec<Option<String>> {
+    let leaf = sys.leaf_client().await;
+    let config = sys.config.clone();
+    let (_, trace) = in_root(&sys.config.clone(), |cx| cx, async move {
+        for _ in 0..streams {
+            let (tx, request) = channel::<pb::Msg>(&config, 4);
+            let mut client = leaf.clone();
+            let call = dei_propagator::spawn(async move { client.collect(request).await });
+            for m in 0..messages {
+                tx.send(msg(&format!("m{m}"))).await.expect("queued");
+            }
+            drop(tx);
+            call.await.expect("task").expect("Collect");
+        }
+    })
+    .await;
+    // test.run, per stream a client and a server span, per message C's /echo client and server spans.
+    let spans = spans_of(trace, 1 + streams * (2 + 2 * messages)).await;
+    let mut collects: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| is_client(s) && attr(s, "dei.signature").as_deref() == Some("deitest.Leaf/Collect"))
+        .collect();
+    collects.sort_by_key(|s| s.start_time);
+    assert_eq!(collects.len(), streams);
+    collects.iter().map(|s| attr(s, "dei.ambiguous")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_opened_where_an_earlier_streams_messages_were_served_is_ambiguous() {
+    let sys = System::start().await;
+    // One message each: message 1 of the stream opened with x is served under x + 1, the next stream opens
+    // with x + 1 and serves under x + 2: nothing overlaps.
+    let single = sequential_streams(&sys, 2, 1).await;
+    assert_eq!(single, vec![Some("false".into()), Some("false".into())]);
+    // Two messages each: the first stream's message 2 is served under x + 2, where the second's message 1 is.
+    let double = sequential_streams(&sys, 2, 2).await;
+    assert_eq!(double, vec![Some("false".into()), Some("true".into())]);
+}

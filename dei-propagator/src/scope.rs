@@ -68,6 +68,10 @@ struct SignatureState {
     /// flight makes every RPC in flight ambiguous. Read only while `live > 0`: the issue that finds `live == 0`
     /// sets it, so nothing needs to clear it when that RPC completes.
     lone_unflagged: bool,
+    /// For a stream's preliminary signature: the highest count under which a callee serves a message of a
+    /// stream opened with it, from message 2 on (`x + k`, k ≥ 2). A later stream opened with a count below it
+    /// has its message 1 served where an earlier stream's message was (paper §4.2 counts messages implicitly).
+    served_to: u32,
 }
 
 impl RequestScope {
@@ -151,8 +155,39 @@ impl RequestScope {
 
     /// Takes a preliminary index for a stream (paper §4.2): `invocation` should carry the empty payload and
     /// the stream's creation site.
+    ///
+    /// A callee serves message k of a stream opened with count x under count x + k, so a stream opened from
+    /// the same site after one that sent two or more messages would have its messages served where that
+    /// stream's were: such a stream's index is ambiguous ([`IssuedIndex::is_ambiguous`]), as are streams from
+    /// one site that are open at the same time. The scope learns what a stream sent from
+    /// [`RequestScope::stream_message_sent`].
+    ///
+    /// ```
+    /// use dei_propagator::{InvocationSignature, Instantiation, PayloadDigest, RequestScope, Signature, StackDigest};
+    /// let scope = RequestScope::root(Instantiation::dei());
+    /// let open = InvocationSignature::new(Signature::grpc_path("/s.S/Chat"), PayloadDigest::empty(), StackDigest([7; 32]));
+    /// let first = scope.issue_preliminary(&open);
+    /// scope.stream_message_sent(&first.element(), 1);
+    /// scope.stream_message_sent(&first.element(), 2);
+    /// assert!(!first.complete());
+    /// // Its message 2 was served under count 3, where the next stream's message 1 would be.
+    /// let second = scope.issue_preliminary(&open);
+    /// assert!(second.complete());
+    /// ```
     pub fn issue_preliminary(&self, invocation: &InvocationSignature) -> IssuedIndex {
         self.issue_element(invocation.element_digest(&self.inner.instantiation), true)
+    }
+
+    /// Notes that message `k` (1-based) of the stream opened with `preliminary` (an element this scope issued
+    /// with [`RequestScope::issue_preliminary`]) was sent: see there.
+    pub fn stream_message_sent(&self, preliminary: &Element, k: u32) {
+        if k < 2 || !preliminary.preliminary || !self.inner.instantiation.count {
+            return;
+        }
+        let mut state = self.lock();
+        if let Some(signature) = state.signatures.get_mut(&preliminary.digest) {
+            signature.served_to = signature.served_to.max(preliminary.count.saturating_add(k));
+        }
     }
 
     fn issue_element(&self, digest: ElementDigest, preliminary: bool) -> IssuedIndex {
@@ -169,12 +204,15 @@ impl RequestScope {
         };
         // Another RPC with this signature in flight: it and this one are ambiguous (the one in flight that was
         // not yet is counted now).
-        let flagged = signature.live > 0;
-        let newly_ambiguous = if flagged {
+        let concurrent = signature.live > 0;
+        // A stream whose messages the callee would serve where an earlier stream's were: ambiguous too.
+        let overlapping = preliminary && inst.count && count < signature.served_to;
+        let flagged = concurrent || overlapping;
+        let newly_ambiguous = if concurrent {
             1 + u64::from(std::mem::take(&mut signature.lone_unflagged))
         } else {
-            signature.lone_unflagged = true;
-            0
+            signature.lone_unflagged = !overlapping;
+            u64::from(overlapping)
         };
         signature.live += 1;
         if newly_ambiguous > 0 {
