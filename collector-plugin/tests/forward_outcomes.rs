@@ -212,3 +212,54 @@ async fn a_partial_success_over_grpc_is_counted_as_dropped_and_logged() {
     check_partial(&c).await;
     assert_eq!(downstream.received.lock().expect("lock").span_ids().len(), 10);
 }
+
+/// An OTLP/HTTP receiver that answers its first export 503 (retried) and every later one 400 (dropped).
+async fn unavailable_then_rejecting_downstream() -> String {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move || {
+            let calls = calls.clone();
+            async move {
+                if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    (http::StatusCode::SERVICE_UNAVAILABLE, "busy")
+                } else {
+                    (http::StatusCode::BAD_REQUEST, "unexpected EOF")
+                }
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    format!("http://{addr}/v1/traces")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_right_after_a_retry_warning_is_logged_and_so_is_one_within_the_window() {
+    let url = unavailable_then_rejecting_downstream().await;
+    let c = Collector::start(&["--forward-http", &url, "--forward-workers", "1"]);
+    c.export(&spans(10, 7)).await;
+    let retried = c
+        .logged("forwarding to", Duration::from_secs(10))
+        .expect("the retry's warning");
+    assert!(retried.contains("retrying with backoff"), "{retried}");
+    // the drop follows the retry by one backoff (50 ms): it is logged all the same
+    let dropped = c
+        .logged("forwarding to", Duration::from_secs(5))
+        .expect("the drop's warning, right after the retry's");
+    assert!(
+        dropped.contains("the downstream rejected the batch, dropped") && dropped.contains("HTTP 400"),
+        "{dropped}"
+    );
+    // a second drop within the window is logged when the window ends
+    c.export(&spans(10, 8)).await;
+    let counters = c.settled(20).await;
+    assert_eq!(counters["forward_spans_dropped_rejected"], 20, "{counters}");
+    let again = c
+        .logged("forwarding to", Duration::from_secs(15))
+        .expect("the second drop's warning, when the window ends");
+    assert!(again.contains("dropped"), "{again}");
+}

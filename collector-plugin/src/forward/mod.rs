@@ -654,41 +654,103 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// The most characters of a downstream's `error_message` logged.
 const MAX_LOGGED_MESSAGE: usize = 500;
 
-/// How often a forwarding failure is logged at most: the first failure is, then one warning per interval
-/// with the number of failures since the last one.
+/// How often a forwarding failure of one kind (retried, or dropped) is logged at most: the first failure
+/// is, then the failures that follow within the interval are logged together when it ends (the last one,
+/// with the number of similar failures since the last warning).
 pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What became of a failed send: retried, or its spans dropped. Each kind has its own warning window, so
+/// that a drop is never hidden behind a retry's warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    Retried,
+    Dropped,
+}
 
 /// Rate-limited warnings about failed sends, shared by the workers.
 #[derive(Debug)]
 struct Warnings {
     endpoint: String,
-    state: Mutex<WarnState>,
+    retried: Mutex<WarnState>,
+    dropped: Mutex<WarnState>,
 }
 
+/// One kind's warning window.
 #[derive(Debug, Default)]
 struct WarnState {
+    /// When its last warning went out.
     last: Option<Instant>,
+    /// Failures since then not logged yet.
     suppressed: u64,
+    /// The last of them: error, what was done, spans.
+    pending: Option<(String, &'static str, usize)>,
+    /// Whether a task will log the suppressed failures when the window ends.
+    flush_scheduled: bool,
 }
 
 impl Warnings {
-    /// Logs `error` unless a warning went out less than [`WARN_INTERVAL`] ago (then counts it for the next).
-    fn failed(&self, error: &str, what: &str, spans: usize) {
+    fn new(endpoint: String) -> Warnings {
+        Warnings {
+            endpoint,
+            retried: Mutex::default(),
+            dropped: Mutex::default(),
+        }
+    }
+
+    fn state(&self, kind: Failure) -> std::sync::MutexGuard<'_, WarnState> {
+        let m = match kind {
+            Failure::Retried => &self.retried,
+            Failure::Dropped => &self.dropped,
+        };
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Logs `error` unless a warning of this kind went out less than [`WARN_INTERVAL`] ago; then it is
+    /// logged (with the others of the window) when the window ends.
+    fn failed(self: &Arc<Self>, kind: Failure, error: &str, what: &'static str, spans: usize) {
         let now = Instant::now();
         let suppressed = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            if st.last.is_some_and(|t| now.duration_since(t) < WARN_INTERVAL) {
+            let mut st = self.state(kind);
+            if let Some(last) = st.last
+                && now.duration_since(last) < WARN_INTERVAL
+            {
                 st.suppressed += 1;
+                st.pending = Some((error.to_string(), what, spans));
+                if !std::mem::replace(&mut st.flush_scheduled, true) {
+                    let warnings = self.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(last + WARN_INTERVAL).await;
+                        warnings.flush(kind);
+                    });
+                }
                 return;
             }
             st.last = Some(now);
+            st.pending = None;
             std::mem::take(&mut st.suppressed)
         };
+        self.log(error, what, spans, suppressed);
+    }
+
+    /// Logs the failures suppressed in a window that has ended: the last one, and how many others.
+    fn flush(&self, kind: Failure) {
+        let (pending, suppressed) = {
+            let mut st = self.state(kind);
+            st.flush_scheduled = false;
+            let Some(pending) = st.pending.take() else { return };
+            st.last = Some(Instant::now());
+            (pending, std::mem::take(&mut st.suppressed))
+        };
+        let (error, what, spans) = pending;
+        self.log(&error, what, spans, suppressed.saturating_sub(1));
+    }
+
+    fn log(&self, error: &str, what: &str, spans: usize, similar: u64) {
         tracing::warn!(
             endpoint = %self.endpoint,
             error = %error,
             spans,
-            similar_failures_since_last_warning = suppressed,
+            similar_failures_since_last_warning = similar,
             "forwarding to {} failed: {error}; {what} (at most one such warning per {:?}; every failure \
              is counted: dei_collector_forward_retries_total, dei_collector_forward_spans_dropped_*_total)",
             self.endpoint,
@@ -712,10 +774,7 @@ impl Forwarder {
     /// Starts the workers (on the current tokio runtime).
     pub fn start(config: ForwardConfig, counters: Arc<Counters>) -> Result<Forwarder, String> {
         let client = Client::new(&config)?;
-        let warnings = Arc::new(Warnings {
-            endpoint: config.downstream.endpoint().to_string(),
-            state: Mutex::default(),
-        });
+        let warnings = Arc::new(Warnings::new(config.downstream.endpoint().to_string()));
         let queue = Arc::new(Queue {
             state: Mutex::new(QueueState::default()),
             notify: Notify::new(),
@@ -888,7 +947,7 @@ async fn deliver(
     client: &mut Client,
     config: &ForwardConfig,
     counters: &Counters,
-    warnings: &Warnings,
+    warnings: &Arc<Warnings>,
     batch: Request,
 ) {
     let mut backoff = config.initial_backoff;
@@ -904,6 +963,7 @@ async fn deliver(
                     Counters::add(&counters.forward_spans_dropped_rejected, dropped as u64);
                     let message: String = rejected.message.chars().take(MAX_LOGGED_MESSAGE).collect();
                     warnings.failed(
+                        Failure::Dropped,
                         &format!(
                             "partial success: the downstream rejected {} of {} span(s): {message}",
                             rejected.spans, batch.spans
@@ -915,7 +975,12 @@ async fn deliver(
                 return;
             }
             Err(SendError::Permanent(e)) => {
-                warnings.failed(&e, "the downstream rejected the batch, dropped", batch.spans);
+                warnings.failed(
+                    Failure::Dropped,
+                    &e,
+                    "the downstream rejected the batch, dropped",
+                    batch.spans,
+                );
                 Counters::add(&counters.forward_spans_dropped_rejected, batch.spans as u64);
                 return;
             }
@@ -927,7 +992,7 @@ async fn deliver(
                     Counters::add(&counters.forward_spans_dropped_shutdown, batch.spans as u64);
                     return;
                 }
-                warnings.failed(&e, "retrying with backoff", batch.spans);
+                warnings.failed(Failure::Retried, &e, "retrying with backoff", batch.spans);
                 Counters::add(&counters.forward_retries, 1);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(config.max_backoff);
