@@ -379,6 +379,15 @@ async fn trace(State(c): State<Arc<Collector>>, Path(trace_id): Path<String>) ->
                 "trace {trace_id} is not retained by the shards that answered; these did not: {}",
                 errors.join("; ")
             )),
+            crate::shards::peers::Found::BadAnswer(errors) => (
+                StatusCode::BAD_GATEWAY,
+                Json(json!({ "error": format!(
+                    "trace {trace_id}: no shard gave its view; these answered with what is not one, or did not \
+                     answer: {}",
+                    errors.join("; ")
+                ) })),
+            )
+                .into_response(),
         };
     }
     let a = c.state();

@@ -203,53 +203,110 @@ pub(crate) struct TraceLookup {
     urls: Vec<String>,
     client: reqwest::Client,
     owners: std::sync::Mutex<std::collections::HashMap<[u8; 16], usize>>,
+    /// Largest answer read from a shard (`--max-snapshot-bytes`).
+    max_bytes: usize,
+    /// Per shard: answers that were too large or not the trace's view.
+    bad_answers: Vec<std::sync::atomic::AtomicU64>,
+    bad_answer_log: crate::counters::RateLimitedLog,
 }
 
 /// What a shard answered to a trace lookup.
 pub(crate) enum Found {
-    /// The trace view's JSON, as the shard sent it.
+    /// The trace view's JSON, as the shard sent it (checked to be the trace's view).
     Trace(bytes::Bytes),
     /// No shard that answered holds it; the others did not answer (their URLs and errors).
     Missing(Vec<String>),
+    /// No shard gave the trace, and these answered with what is not its view, or too much (their URLs and
+    /// why).
+    BadAnswer(Vec<String>),
+}
+
+/// Why a shard gave no trace view.
+enum AskError {
+    /// It could not be reached, timed out, or answered an error status.
+    Unreachable(String),
+    /// It answered success with a body over the limit or not the trace's view.
+    BadAnswer(String),
 }
 
 impl TraceLookup {
     /// Finds the trace on its shard.
     pub(crate) async fn trace(&self, id: [u8; 16]) -> Found {
         let owner = self.owners.lock().unwrap_or_else(|p| p.into_inner()).get(&id).copied();
-        if let Some(i) = owner
-            && let Ok(Some(body)) = self.ask(i, &id).await
-        {
-            return Found::Trace(body);
+        let mut answers = Vec::with_capacity(self.urls.len());
+        if let Some(i) = owner {
+            match self.ask(i, &id).await {
+                Ok(Some(body)) => return Found::Trace(body),
+                answer => answers.push((i, answer)),
+            }
         }
-        let asks = (0..self.urls.len()).map(|i| self.ask(i, &id));
-        let mut errors = Vec::new();
-        for (i, answer) in futures::future::join_all(asks).await.into_iter().enumerate() {
+        let asks = (0..self.urls.len())
+            .filter(|i| Some(*i) != owner)
+            .map(|i| async move { (i, self.ask(i, &id).await) });
+        answers.extend(futures::future::join_all(asks).await);
+        let (mut unreachable, mut bad) = (Vec::new(), Vec::new());
+        for (i, answer) in answers {
             match answer {
                 Ok(Some(body)) => {
                     self.owners.lock().unwrap_or_else(|p| p.into_inner()).insert(id, i);
                     return Found::Trace(body);
                 }
                 Ok(None) => {}
-                Err(e) => errors.push(format!("{}: {e}", self.urls[i])),
+                Err(AskError::Unreachable(e)) => unreachable.push(format!("{}: {e}", self.urls[i])),
+                Err(AskError::BadAnswer(e)) => bad.push(format!("{}: {e}", self.urls[i])),
             }
         }
-        Found::Missing(errors)
+        if bad.is_empty() {
+            Found::Missing(unreachable)
+        } else {
+            bad.extend(unreachable);
+            Found::BadAnswer(bad)
+        }
     }
 
-    /// Shard `i`'s view of the trace: `None` when it does not hold it.
-    async fn ask(&self, i: usize, id: &[u8; 16]) -> Result<Option<bytes::Bytes>, String> {
-        let url = format!(
-            "{}/api/v1/traces/{}",
-            self.urls[i].trim_end_matches('/'),
-            ::hex::encode(id)
-        );
-        let response = self.client.get(&url).send().await.map_err(|e| chain(&e))?;
+    /// Trace lookups shard `i` answered with too much or with what is not the trace's view.
+    pub(crate) fn bad_answers(&self, i: usize) -> u64 {
+        self.bad_answers
+            .get(i)
+            .map_or(0, |n| n.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Shard `i`'s view of the trace: `None` when it does not hold it. The answer is read up to
+    /// `max_bytes` and must be the trace's view; otherwise it is counted, logged and an error.
+    async fn ask(&self, i: usize, id: &[u8; 16]) -> Result<Option<bytes::Bytes>, AskError> {
+        let trace_id = ::hex::encode(id);
+        let url = format!("{}/api/v1/traces/{trace_id}", self.urls[i].trim_end_matches('/'));
+        let unreachable = |e: &reqwest::Error| AskError::Unreachable(chain(e));
+        let mut response = self.client.get(&url).send().await.map_err(|e| unreachable(&e))?;
         match response.status() {
-            s if s.is_success() => response.bytes().await.map(Some).map_err(|e| chain(&e)),
-            reqwest::StatusCode::NOT_FOUND => Ok(None),
-            s => Err(format!("HTTP {s}")),
+            s if s.is_success() => {}
+            reqwest::StatusCode::NOT_FOUND => return Ok(None),
+            s => return Err(AskError::Unreachable(format!("HTTP {s}"))),
         }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| unreachable(&e))? {
+            if body.len() + chunk.len() > self.max_bytes {
+                return Err(self.bad_answer(i, format!("the answer is larger than {} bytes", self.max_bytes)));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        match cpu_bound(|| serde_json::from_slice::<crate::views::TraceView>(&body)) {
+            Ok(view) if view.trace_id == trace_id => Ok(Some(body.into())),
+            Ok(view) => Err(self.bad_answer(i, format!("the answer is the view of trace {:?}", view.trace_id))),
+            Err(e) => Err(self.bad_answer(i, format!("the answer is not a trace view: {e}"))),
+        }
+    }
+
+    /// Counts and logs shard `i`'s bad answer.
+    fn bad_answer(&self, i: usize, why: String) -> AskError {
+        if let Some(n) = self.bad_answers.get(i) {
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.bad_answer_log.warn(&format!(
+            "a shard answered a trace lookup with what is not a trace view: {}: {why}",
+            self.urls[i]
+        ));
+        AskError::BadAnswer(why)
     }
 }
 
@@ -283,6 +340,9 @@ impl PeerSet {
             urls: config.peers.clone(),
             client: client.clone(),
             owners: Default::default(),
+            max_bytes: config.max_snapshot_bytes,
+            bad_answers: config.peers.iter().map(|_| Default::default()).collect(),
+            bad_answer_log: crate::counters::RateLimitedLog::new(Duration::from_secs(5)),
         });
         let mirrors = (0..config.peers.len()).map(|_| None).collect();
         Ok(PeerSet {
@@ -390,6 +450,7 @@ impl PeerSet {
                 traces,
                 tree_nodes,
                 spans_received,
+                bad_trace_answers: self.lookup.bad_answers(i),
             });
         }
         let view = PeersView {

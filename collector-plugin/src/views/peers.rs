@@ -34,4 +34,8 @@ pub struct PeerStatus {
     pub tree_nodes: usize,
     /// Spans it had received at its last answer.
     pub spans_received: u64,
+    /// Trace lookups it answered with more than `--max-snapshot-bytes` or with what is not the trace's view
+    /// (each answered 502), as of the last pull.
+    #[serde(default)]
+    pub bad_trace_answers: u64,
 }
