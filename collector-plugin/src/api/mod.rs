@@ -390,9 +390,10 @@ async fn trace(State(c): State<Arc<Collector>>, Path(trace_id): Path<String>) ->
                 .into_response(),
         };
     }
-    let a = c.state();
-    match a.trace(&id) {
-        Some(t) => Json(views::trace_view(t)).into_response(),
+    // the view is built under the state's lock and serialized after it is released
+    let view = c.state().trace(&id).map(views::trace_view);
+    match view {
+        Some(view) => Json(view).into_response(),
         None => not_found(format!("trace {trace_id} is not retained")),
     }
 }

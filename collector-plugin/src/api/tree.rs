@@ -7,7 +7,7 @@ use crate::tree::traces::TraceRecord;
 use crate::tree::{Node, NodeId};
 use crate::views::{Diff, DiffSide, NodeView, SubtreeView, TraceNode, TraceView};
 use dei_propagator::Index;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 /// The innermost readable frame: the first with a source location (`(path:line…)`) that is not in the
 /// standard library or a dependency from cargo's registry, or else the first frame.
@@ -87,37 +87,39 @@ pub fn subtree(a: &CollectorState, id: NodeId, max_depth: usize, budget: &mut us
     })
 }
 
-/// The tree of one retained trace.
+/// The tree of one retained trace: each occurrence appears once, under the occurrence of its parent index.
+/// When several occurrences share an index (a collision), the occurrences under that index are listed
+/// under the first of them (by start); the others have no children. Linear in the occurrences (plus the
+/// sort).
 pub fn trace_view(t: &TraceRecord) -> TraceView {
     let mut order: Vec<usize> = (0..t.occurrences.len()).collect();
     order.sort_by_key(|&i| (t.occurrences[i].index.depth(), t.occurrences[i].start_ns(), i));
-    let known: BTreeSet<&Index> = t.occurrences.iter().map(|o| &o.index).collect();
-    fn build(t: &TraceRecord, me: usize, order: &[usize], depth_guard: usize) -> TraceNode {
-        let idx = &t.occurrences[me].index;
-        let mut children = Vec::new();
-        if depth_guard > 0 {
-            for &j in order {
-                let o = &t.occurrences[j];
-                if o.index.depth() == idx.depth() + 1 && o.index.starts_with(idx) {
-                    children.push(build(t, j, order, depth_guard - 1));
-                }
-            }
-        }
-        TraceNode {
-            occurrence: t.occurrences[me].clone(),
-            children,
+    // the first occurrence (in `order`) of each index: where that index's children go
+    let mut first: HashMap<&Index, usize> = HashMap::with_capacity(order.len());
+    for &i in &order {
+        first.entry(&t.occurrences[i].index).or_insert(i);
+    }
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); t.occurrences.len()];
+    let mut tops = Vec::new();
+    for &i in &order {
+        let parent = t.occurrences[i].index.parent().and_then(|p| first.get(&p).copied());
+        match parent {
+            Some(p) => children[p].push(i),
+            None => tops.push(i),
         }
     }
-    let tops: Vec<usize> = order
-        .iter()
-        .copied()
-        .filter(|&i| t.occurrences[i].index.parent().is_none_or(|p| !known.contains(&p)))
-        .collect();
+    fn build(t: &TraceRecord, me: usize, children: &[Vec<usize>]) -> TraceNode {
+        TraceNode {
+            occurrence: t.occurrences[me].clone(),
+            children: children[me].iter().map(|&c| build(t, c, children)).collect(),
+        }
+    }
     TraceView {
         trace_id: trace_hex(&t.trace_id),
         start_unix_nano: t.start_ns,
         rpcs: t.occurrences.len(),
-        tree: tops.into_iter().map(|i| build(t, i, &order, 128)).collect(),
+        // an index is at most 64 elements deep, so is the recursion
+        tree: tops.into_iter().map(|i| build(t, i, &children)).collect(),
         pending_preliminary: t.pending.len() + t.pending_messages.len(),
     }
 }
