@@ -102,6 +102,8 @@ counters! {
     forward_requests_sent,
     /// Failed downstream attempts that were retried.
     forward_retries,
+    /// Combined export requests the downstream rejected, then sent again batch by batch.
+    forward_requests_split,
     /// Spans dropped because the downstream rejected them (a refused request's, or a partial success's).
     forward_spans_dropped_rejected,
     /// Spans still queued when shutdown's drain deadline passed.

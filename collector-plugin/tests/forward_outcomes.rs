@@ -261,5 +261,95 @@ async fn a_drop_right_after_a_retry_warning_is_logged_and_so_is_one_within_the_w
     let again = c
         .logged("forwarding to", Duration::from_secs(15))
         .expect("the second drop's warning, when the window ends");
-    assert!(again.contains("dropped"), "{again}");
+    assert!(again.contains("the downstream rejected the batch, dropped"), "{again}");
+}
+
+/// An OTLP/HTTP receiver that answers 503 until `open` is set, then 400 to a request holding a span named
+/// `poison` and 200 to the others, keeping their spans.
+struct Picky {
+    url: String,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    kept: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+async fn picky_downstream() -> Picky {
+    use std::sync::atomic::Ordering;
+    let (open, calls, kept) = (
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        std::sync::Arc::new(std::sync::Mutex::new(Vec::new())),
+    );
+    let (o, c, k) = (open.clone(), calls.clone(), kept.clone());
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let (open, calls, kept) = (o.clone(), c.clone(), k.clone());
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                if !open.load(Ordering::SeqCst) {
+                    return (http::StatusCode::SERVICE_UNAVAILABLE, "down");
+                }
+                let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+                    return (http::StatusCode::BAD_REQUEST, "not protobuf");
+                };
+                let spans: Vec<&Span> = request
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .flat_map(|s| &s.spans)
+                    .collect();
+                if spans.iter().any(|s| s.name == "poison") {
+                    return (http::StatusCode::BAD_REQUEST, "a poisoned span");
+                }
+                let mut kept = kept.lock().expect("lock");
+                kept.extend(spans.iter().map(|s| s.span_id.clone()));
+                (http::StatusCode::OK, "")
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    Picky {
+        url: format!("http://{addr}/v1/traces"),
+        open,
+        calls,
+        kept,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_request_combined_with_others_drops_only_itself() {
+    use std::sync::atomic::Ordering;
+    let downstream = picky_downstream().await;
+    let c = Collector::start(&["--forward-http", &downstream.url, "--forward-workers", "1"]);
+    // the one worker takes the first request and retries it while the downstream is down
+    c.export(&spans(10, 1)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while downstream.calls.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // these wait in the queue, then go out as one combined request: a poisoned one and three good ones
+    let mut poison = spans(10, 2);
+    poison.resource_spans[0].scope_spans[0].spans[0].name = "poison".into();
+    c.export(&poison).await;
+    for trace in 3..=5 {
+        c.export(&spans(10, trace)).await;
+    }
+    downstream.open.store(true, Ordering::SeqCst);
+    let counters = c.settled(50).await;
+    assert_eq!(counters["forward_spans_sent"], 40, "{counters}");
+    assert_eq!(counters["forward_spans_dropped_rejected"], 10, "{counters}");
+    assert_eq!(counters["forward_requests_split"], 1, "{counters}");
+    assert_eq!(downstream.kept.lock().expect("lock").len(), 40);
+    let warning = c
+        .logged("the downstream rejected the batch", Duration::from_secs(10))
+        .expect("the poisoned request's drop is logged");
+    assert!(
+        warning.contains("HTTP 400") && warning.contains("spans=10"),
+        "{warning}"
+    );
 }

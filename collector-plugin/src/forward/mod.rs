@@ -10,8 +10,9 @@
 //! trip per incoming request. Workers send them with retry and exponential backoff for as long as the
 //! downstream fails with a retryable error, so no span within the queue's capacity is lost during an outage;
 //! a batch that does not fit is refused ([`QueueFull`]) so that the receiver can tell its client to retry,
-//! and nothing is dropped on arrival. A permanent rejection (e.g. `INVALID_ARGUMENT`, HTTP 400) drops the
-//! batch and counts it; so are the `rejected_spans` of a success's OTLP `partial_success`. [`Forwarder::shutdown`]
+//! and nothing is dropped on arrival. A permanent rejection (e.g. `INVALID_ARGUMENT`, HTTP 400) of a
+//! combined request sends its batches again one by one; a batch rejected alone is dropped and counted, and
+//! so are the `rejected_spans` of a success's OTLP `partial_success`. [`Forwarder::shutdown`]
 //! stops accepting, drains the queue until a deadline, and counts what is left.
 
 pub mod parts;
@@ -926,6 +927,8 @@ impl Forwarder {
 /// One downstream export request: one or more batches, whose concatenation is the request.
 struct Request {
     parts: Vec<Bytes>,
+    /// Spans in each part.
+    part_spans: Vec<usize>,
     spans: usize,
 }
 
@@ -933,6 +936,7 @@ impl Request {
     fn combine(batches: Vec<Batch>) -> Request {
         Request {
             spans: batches.iter().map(|b| b.spans).sum(),
+            part_spans: batches.iter().map(|b| b.spans).collect(),
             parts: batches.into_iter().map(|b| b.body).collect(),
         }
     }
@@ -940,16 +944,67 @@ impl Request {
     fn bytes(&self) -> usize {
         self.parts.iter().map(Bytes::len).sum()
     }
+
+    /// Each part as a request of its own.
+    fn split(self) -> impl Iterator<Item = Request> {
+        self.parts
+            .into_iter()
+            .zip(self.part_spans)
+            .map(|(part, spans)| Request {
+                parts: vec![part],
+                part_spans: vec![spans],
+                spans,
+            })
+    }
 }
 
+/// Sends a request until it is delivered, rejected, or shutdown's deadline passes. When the downstream
+/// rejects a combined request, each of its batches is sent alone, so that only the batches it rejects are
+/// dropped (a client's bad request does not take the others down with it).
 async fn deliver(
     queue: &Queue,
     client: &mut Client,
     config: &ForwardConfig,
     counters: &Counters,
     warnings: &Arc<Warnings>,
-    batch: Request,
+    request: Request,
 ) {
+    let Some(error) = attempt(queue, client, config, counters, warnings, &request).await else {
+        return;
+    };
+    if request.parts.len() == 1 {
+        return dropped(counters, warnings, &error, request.spans);
+    }
+    Counters::add(&counters.forward_requests_split, 1);
+    for part in request.split() {
+        if let Some(error) = attempt(queue, client, config, counters, warnings, &part).await {
+            dropped(counters, warnings, &error, part.spans);
+        }
+    }
+}
+
+/// Counts and logs spans the downstream rejected.
+fn dropped(counters: &Counters, warnings: &Arc<Warnings>, error: &str, spans: usize) {
+    warnings.failed(
+        Failure::Dropped,
+        error,
+        "the downstream rejected the batch, dropped",
+        spans,
+    );
+    Counters::add(&counters.forward_spans_dropped_rejected, spans as u64);
+}
+
+/// Sends a request, retrying retryable failures with backoff: `None` when it was delivered (its spans, and
+/// a partial success's rejected ones, counted) or dropped at shutdown (counted), the downstream's error when
+/// it rejected the request (not counted yet).
+async fn attempt(
+    queue: &Queue,
+    client: &mut Client,
+    config: &ForwardConfig,
+    counters: &Counters,
+    warnings: &Arc<Warnings>,
+    batch: &Request,
+) -> Option<String> {
     let mut backoff = config.initial_backoff;
     loop {
         match client.send(batch.parts.clone()).await {
@@ -972,25 +1027,16 @@ async fn deliver(
                         dropped,
                     );
                 }
-                return;
+                return None;
             }
-            Err(SendError::Permanent(e)) => {
-                warnings.failed(
-                    Failure::Dropped,
-                    &e,
-                    "the downstream rejected the batch, dropped",
-                    batch.spans,
-                );
-                Counters::add(&counters.forward_spans_dropped_rejected, batch.spans as u64);
-                return;
-            }
+            Err(SendError::Permanent(e)) => return Some(e),
             Err(SendError::Retryable(e)) => {
                 let now = Instant::now();
                 if let Some(deadline) = queue.deadline()
                     && now + backoff > deadline
                 {
                     Counters::add(&counters.forward_spans_dropped_shutdown, batch.spans as u64);
-                    return;
+                    return None;
                 }
                 warnings.failed(Failure::Retried, &e, "retrying with backoff", batch.spans);
                 Counters::add(&counters.forward_retries, 1);
