@@ -210,13 +210,11 @@ impl Search {
             Err(e) => panic!("sfit: {}: the search could not run: {e}", test.name()),
         };
         // written aside and renamed: another process saving the same test's report never leaves a torn file
-        let aside = path.with_extension(format!("json.{}.tmp", std::process::id()));
         let saved = path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| report.to_json().map_err(std::io::Error::other))
-            .and_then(|json| std::fs::write(&aside, json))
-            .and_then(|()| std::fs::rename(&aside, &path));
+            .and_then(|json| crate::report::write_atomically(&path, json.as_bytes()));
         let saved = match saved {
             Ok(()) => format!("report: {}", path.display()),
             Err(e) => format!(

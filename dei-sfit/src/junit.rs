@@ -325,9 +325,10 @@ impl Report {
         x
     }
 
-    /// Writes [`to_junit`](Report::to_junit) to `path`.
+    /// Writes [`to_junit`](Report::to_junit) to `path`, whole or not at all
+    /// ([`write_atomically`](crate::report::write_atomically)).
     pub fn write_junit(&self, path: impl AsRef<Path>, replay: &ReplayCommand) -> std::io::Result<()> {
-        std::fs::write(path, self.to_junit(replay))
+        crate::report::write_atomically(path.as_ref(), self.to_junit(replay).as_bytes())
     }
 }
 

@@ -432,9 +432,10 @@ impl Report {
         Ok(serde_json::to_string_pretty(self)?)
     }
 
-    /// Writes the JSON form to `path`.
+    /// Writes the JSON form to `path`, whole or not at all ([`write_atomically`]): a failed write leaves the
+    /// previous file in place.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), SearchError> {
-        std::fs::write(path, self.to_json()?)?;
+        write_atomically(path.as_ref(), self.to_json()?.as_bytes())?;
         Ok(())
     }
 
@@ -442,6 +443,36 @@ impl Report {
     pub fn load(path: impl AsRef<Path>) -> Result<Report, SearchError> {
         Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
     }
+}
+
+/// Writes `contents` to `path` whole or not at all: into a temporary file in the same directory, synced, then
+/// renamed over `path`. A failed write (a full disk, a file size limit) removes the temporary file and leaves
+/// whatever was at `path` untouched, never a torn file; two writers of one path leave one of their files whole.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
+    let mut aside_name = std::ffi::OsString::from(".");
+    aside_name.push(name);
+    aside_name.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let aside = path.with_file_name(aside_name);
+    let written = std::fs::File::create(&aside).and_then(|mut file| {
+        file.write_all(contents)?;
+        file.sync_all()
+    });
+    let renamed = written.and_then(|()| std::fs::rename(&aside, path));
+    if renamed.is_err() {
+        // best effort: the error that matters is the write's
+        let _ = std::fs::remove_file(&aside);
+    }
+    renamed
 }
 
 impl fmt::Display for Report {
@@ -549,5 +580,33 @@ impl fmt::Display for Report {
             writeln!(f)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_writes_replace_whole_files_and_leave_nothing_aside() {
+        let d = std::env::temp_dir().join(format!("dei-sfit-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        let path = d.join("r.json");
+        write_atomically(&path, b"first").expect("write");
+        write_atomically(&path, b"second").expect("overwrite");
+        assert_eq!(std::fs::read(&path).expect("read"), b"second");
+        // a write that cannot be carried out (its target is a directory) keeps what was there
+        let sub = d.join("sub");
+        std::fs::create_dir(&sub).expect("dir");
+        assert!(write_atomically(&sub, b"x").is_err());
+        assert!(sub.is_dir());
+        let mut left: Vec<_> = std::fs::read_dir(&d)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["r.json", "sub"]);
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
