@@ -4,8 +4,8 @@
 //! command that replays it), as `proptest` prints its minimal case.
 //!
 //! The test fails when an execution failed, when an execution did not carry out its plan (unreached faults),
-//! when an execution's spans did not settle, when nothing was injected at all, or when the execution limit
-//! stopped the search before the fault space was exhausted.
+//! when an execution's spans did not settle, when nothing was injected at all, when the execution limit
+//! stopped the search before the fault space was exhausted, or when the report could not be saved.
 //!
 //! The report is saved as `<dir>/<test name>.json`, where `<dir>` is `DEI_SFIT_REPORT_DIR` or
 //! `<temp dir>/dei-sfit/<package>` (the package from cargo's `CARGO_PKG_NAME`). The path must outlive the
@@ -161,7 +161,8 @@ pub fn check_exhaustive(report: &Report, replay: &ReplayCommand) -> Result<(), S
 impl Search {
     /// Searches `test` exhaustively, saves the report ([`report_path`]) and returns it; panics with one block
     /// per failing execution (faults, assertion, replay command) when [`check_exhaustive`] finds a problem,
-    /// or when the search cannot run. With `DEI_SFIT_REPLAY=N` set, it replays execution `N` of the saved
+    /// when the search cannot run, or when the report cannot be saved (a clean search too: without the file,
+    /// `DEI_SFIT_REPLAY` would read a stale report or none). With `DEI_SFIT_REPLAY=N` set, it replays execution `N` of the saved
     /// report instead (and panics when that execution fails or does not carry out its plan).
     ///
     /// ```should_panic
@@ -215,15 +216,20 @@ impl Search {
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| report.to_json().map_err(std::io::Error::other))
             .and_then(|json| crate::report::write_atomically(&path, json.as_bytes()));
-        let saved = match saved {
-            Ok(()) => format!("report: {}", path.display()),
-            Err(e) => format!(
+        let saved = saved.map_err(|e| {
+            format!(
                 "the report could not be saved to {} ({e}): replays need it",
                 path.display()
-            ),
-        };
+            )
+        });
         if let Err(text) = check_exhaustive(&report, &replay) {
-            panic!("{text}{saved}");
+            match saved {
+                Ok(()) => panic!("{text}report: {}", path.display()),
+                Err(why) => panic!("{text}{why}"),
+            }
+        }
+        if let Err(why) = saved {
+            panic!("sfit: {}: the search was exhaustive and clean, but {why}", test.name());
         }
         report
     }

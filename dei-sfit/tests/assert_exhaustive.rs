@@ -160,3 +160,42 @@ async fn a_search_that_injected_nothing_or_stopped_early_is_not_exhaustive() {
     let err = check_exhaustive(&report, &dei_sfit::ReplayCommand::Api).expect_err("truncated");
     assert!(err.contains("the fault space was not exhausted"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_search_whose_report_cannot_be_saved_fails_the_test() {
+    let rec = Recorder::new();
+    let r = rec.clone();
+    // Fig. 1 with correct fallbacks: every execution passes
+    let test = test_fn("clean-fig1-unsavable-report", move |run| {
+        let a = Caller::root(&run, &r);
+        async move {
+            let hello = a
+                .call("B/echo", "Hello", &[3, 10], |_| async { Ok("Hello") })
+                .await
+                .unwrap_or("Hello");
+            let world = a
+                .call("B/echo", "World", &[4, 10], |_| async { Ok("World") })
+                .await
+                .unwrap_or("World");
+            if format!("{hello} {world}") == "Hello World" {
+                Ok(())
+            } else {
+                Err("wrong".to_string())
+            }
+        }
+    });
+    // a directory where the report should go: the report cannot be renamed over it
+    let path = dei_sfit::assert::report_path("clean-fig1-unsavable-report");
+    let _ = std::fs::remove_file(&path);
+    std::fs::create_dir_all(&path).expect("a directory in the report's place");
+    let search = Search::new(options(), rec);
+    let result = AssertUnwindSafe(search.assert_exhaustive(&test)).catch_unwind().await;
+    let _ = std::fs::remove_dir(&path);
+    let text = panic_text(result.expect_err("a report that could not be saved fails the test"));
+    assert!(
+        text.contains("exhaustive and clean")
+            && text.contains("could not be saved to")
+            && text.contains("replays need it"),
+        "{text}"
+    );
+}
