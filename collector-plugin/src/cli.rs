@@ -207,6 +207,10 @@ struct AnalyzeArgs {
     /// read no document fails either way.
     #[arg(long)]
     keep_going: bool,
+    /// Largest document read, decompressed: a JSON line, or the whole of a file that is not JSON lines. A
+    /// longer one is a bad document, and is not held in memory.
+    #[arg(long, default_value_t = offline::DEFAULT_MAX_DOCUMENT_BYTES)]
+    max_document_bytes: usize,
 }
 
 fn init_logging() {
@@ -422,7 +426,8 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
     let mut sink = std::io::sink();
     let mut stderr = std::io::stderr();
     let progress: &mut dyn std::io::Write = if a.quiet { &mut sink } else { &mut stderr };
-    let summary = offline::ingest_files(&mut analyzer, &a.files, progress).map_err(|e| e.to_string())?;
+    let summary =
+        offline::ingest_files(&mut analyzer, &a.files, a.max_document_bytes, progress).map_err(|e| e.to_string())?;
     let problems = || {
         let mut listed: String = summary.problems.iter().map(|p| format!("\n  {p}")).collect();
         let shown = summary.problems.len() as u64;

@@ -54,6 +54,10 @@ pub struct Summary {
 /// Most problems kept in a [`Summary`].
 pub const MAX_PROBLEMS: usize = 20;
 
+/// The default of the largest document read (`analyze --max-document-bytes`): a JSON line, or the whole of a
+/// file that is not JSON lines, decompressed. 64 MiB.
+pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 64 * 1024 * 1024;
+
 impl Summary {
     fn problem(&mut self, what: String) {
         if self.problems.len() < MAX_PROBLEMS {
@@ -251,13 +255,16 @@ fn ingest_doc(a: &mut CollectorState, req: &lite::Request<'_>, s: &mut Summary) 
     Ok(())
 }
 
-/// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer. A file that
+/// Reads every file into `a`, reporting progress to `progress`, then finishes the analyzer. A JSON line
+/// longer than `max_document_bytes`, or a file that is not JSON lines and longer than that (decompressed), is
+/// a bad document, and not held in memory. A file that
 /// cannot be read is counted in [`Summary::unreadable_files`], one without any document in
 /// [`Summary::empty_files`] (each with the reason in the problems), and the others are still read; the
 /// caller decides whether that, or bad documents, fail the run.
 pub fn ingest_files(
     a: &mut CollectorState,
     paths: &[PathBuf],
+    max_document_bytes: usize,
     progress: &mut dyn Write,
 ) -> Result<Summary, OfflineError> {
     let mut s = Summary {
@@ -272,7 +279,13 @@ pub fn ingest_files(
         let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut total = 0;
         let before = s.documents + s.bad_documents;
-        match ingest_file(a, path, &mut s, &mut p, (i, paths.len()), &read, &mut total) {
+        let file = FileRead {
+            path,
+            position: (i, paths.len()),
+            read: &read,
+            max_document_bytes,
+        };
+        match ingest_file(a, &file, &mut s, &mut p, &mut total) {
             Err(e) => {
                 s.unreadable_files += 1;
                 s.problem(e.to_string());
@@ -299,15 +312,61 @@ pub fn ingest_files(
     Ok(s)
 }
 
+/// One file of a run: which, where it is in the run, the bytes read so far, the document size limit.
+struct FileRead<'a> {
+    path: &'a Path,
+    position: (usize, usize),
+    read: &'a Arc<std::sync::atomic::AtomicU64>,
+    max_document_bytes: usize,
+}
+
+/// Reads one line (through its `\n`) into `line`, keeping at most `max` bytes: `None` at the end of the
+/// input, `Some(true)` when the line was longer (then the rest of it is read and dropped, and `line` is
+/// empty).
+fn read_line_within(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> std::io::Result<Option<bool>> {
+    let (mut read_any, mut over) = (false, false);
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(read_any.then_some(over));
+        }
+        read_any = true;
+        let (n, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        if !over {
+            if line.len() + n > max {
+                over = true;
+                *line = Vec::new();
+            } else {
+                line.extend_from_slice(&available[..n]);
+            }
+        }
+        reader.consume(n);
+        if done {
+            return Ok(Some(over));
+        }
+    }
+}
+
 fn ingest_file(
     a: &mut CollectorState,
-    path: &Path,
+    file: &FileRead<'_>,
     s: &mut Summary,
     p: &mut Progress<'_>,
-    (i, files): (usize, usize),
-    read: &Arc<std::sync::atomic::AtomicU64>,
     total: &mut u64,
 ) -> Result<(), OfflineError> {
+    let FileRead {
+        path,
+        position: (i, files),
+        read,
+        max_document_bytes: max,
+    } = *file;
     let io = |source| OfflineError::Io {
         path: path.to_path_buf(),
         source,
@@ -326,20 +385,32 @@ fn ingest_file(
         Box::new(counting)
     };
     let mut reader = BufReader::new(reader);
-    let mut line = String::new();
+    let mut raw = Vec::new();
     let mut first = true;
     let mut number = 0usize;
     let mut whole: Option<String> = None;
     // what the lines' lite views could not borrow from them (escaped strings, ids), emptied for each line
     let mut arena = bumpalo::Bump::new();
     loop {
-        line.clear();
+        raw.clear();
         arena.reset();
-        let n = reader.read_line(&mut line).map_err(io)?;
-        if n == 0 {
+        let Some(over) = read_line_within(&mut reader, &mut raw, max).map_err(io)? else {
             break;
-        }
+        };
         number += 1;
+        if over {
+            let at = || format!("{}: line {number}", path.display());
+            let why = format!("longer than {max} bytes (--max-document-bytes); skipped");
+            ingest_classified(a, Doc::Bad(why), s, &at);
+            first = false;
+            continue;
+        }
+        let line = std::str::from_utf8(&raw).map_err(|e| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("line {number}: {e}"),
+            ))
+        })?;
         let trimmed = line.trim();
         if trimmed.is_empty() {
             continue;
@@ -360,9 +431,20 @@ fn ingest_file(
             match serde_json::from_str::<serde_json::Value>(trimmed) {
                 Ok(value) => ingest_classified(a, classify(value), s, &at),
                 Err(_) if first => {
-                    // Not JSON lines: a pretty-printed document (or several); read the rest as a stream.
-                    let mut rest = std::mem::take(&mut line);
-                    reader.read_to_string(&mut rest).map_err(io)?;
+                    // Not JSON lines: a pretty-printed document (or several); read the rest as a stream,
+                    // up to the limit
+                    let mut rest = line.to_string();
+                    let room = (max - rest.len()) as u64 + 1;
+                    reader.by_ref().take(room).read_to_string(&mut rest).map_err(io)?;
+                    if rest.len() > max {
+                        let at = || format!("{}: document 1", path.display());
+                        let why = format!(
+                            "not JSON lines, and longer than {max} bytes (--max-document-bytes); the rest of the \
+                             file is skipped"
+                        );
+                        ingest_classified(a, Doc::Bad(why), s, &at);
+                        return Ok(());
+                    }
                     whole = Some(rest);
                     break;
                 }

@@ -206,6 +206,46 @@ fn analyze_reads_every_member_of_a_concatenated_gz_and_refuses_trailing_garbage(
     std::fs::remove_dir_all(&d).expect("cleanup");
 }
 
+#[test]
+fn analyze_skips_a_document_over_the_size_limit_without_holding_it() {
+    let d = dir("limit");
+    let good = serde_json::to_string(&request(1)).expect("json");
+    // a gzip bomb: a good line, then a line of 70 MiB of spaces (about 70 KB compressed)
+    let mut bomb = format!("{good}\n").into_bytes();
+    bomb.extend(std::iter::repeat_n(b' ', 70 << 20));
+    bomb.push(b'\n');
+    let path = d.join("bomb.jsonl.gz");
+    std::fs::write(&path, gzip(&bomb)).expect("write");
+    drop(bomb);
+    let bomb = path.to_str().expect("path");
+    let o = run(&["analyze", "-q", "--format", "json", bomb]);
+    assert!(!o.status.success(), "{o:?}");
+    let e = stderr(&o);
+    assert!(
+        e.contains("1 bad document(s)")
+            && e.contains("bomb.jsonl.gz: line 2: longer than 67108864 bytes (--max-document-bytes)"),
+        "{e}"
+    );
+    let o = run(&["analyze", "-q", "--keep-going", "--format", "json", bomb]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).expect("report");
+    assert_eq!(report["summary"]["documents"], 1, "{}", report["summary"]);
+    assert_eq!(report["summary"]["bad_documents"], 1, "{}", report["summary"]);
+    // a pretty-printed document (not JSON lines) is read whole, up to the limit
+    let pretty = serde_json::to_string_pretty(&request(1)).expect("json");
+    let pretty = write(&d.join("pretty.json"), &pretty);
+    let o = run(&["analyze", "-q", "--max-document-bytes", "1000", &pretty]);
+    assert!(!o.status.success(), "{o:?}");
+    let e = stderr(&o);
+    assert!(
+        e.contains("pretty.json: document 1: not JSON lines, and longer than 1000 bytes"),
+        "{e}"
+    );
+    let o = run(&["analyze", "-q", "--max-document-bytes", "100000", &pretty]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}
+
 /// An OTLP value as Jaeger's JSON tag (`key`, `type`, `value`).
 fn tag(kv: &KeyValue) -> Value {
     let (kind, value) = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
