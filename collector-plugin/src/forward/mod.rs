@@ -323,8 +323,9 @@ struct Rejected {
 }
 
 /// The most bytes of a downstream's response body read: an `ExportTraceServiceResponse` is a count and a
-/// message.
-const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+/// message; 4 MiB is gRPC's default message limit. (A gRPC body over it is a failed attempt, retried; an
+/// HTTP one is read as a success with nothing rejected.)
+const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
 impl Rejected {
     fn from_response(r: ExportTraceServiceResponse) -> Rejected {
