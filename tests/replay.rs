@@ -199,3 +199,39 @@ fn a_plan_whose_indexes_do_not_occur_is_never_a_pass() {
     assert!(text(&out.stderr).contains("no execution #999"), "{}", text(&out.stderr));
     std::fs::remove_dir_all(&d).expect("cleanup");
 }
+
+#[test]
+fn a_report_whose_records_contradict_each_other_is_refused() {
+    let d = dir("inconsistent");
+    let (_, report) = search("fig2_loops", &d);
+    let one = report
+        .executions
+        .iter()
+        .position(|e| e.plan.len() == 1)
+        .expect("a one-fault plan");
+    let n = report.executions[one].number;
+    // the readable plan names an index plan_wire does not
+    let mut plan_changed = report.clone();
+    plan_changed.executions[one].plan[0].index = Index::decode("1.AAAAAAAAAAA1").expect("an index");
+    // a second execution numbered n, before the real one
+    let mut duplicate = report.clone();
+    let mut copy = duplicate.executions[0].clone();
+    copy.number = n;
+    duplicate.executions.insert(one, copy);
+    for (name, tampered, field) in [("plan", plan_changed, "plan_wire"), ("dup", duplicate, "number")] {
+        let path = d.join(format!("{name}.json"));
+        tampered.save(&path).expect("save");
+        let out = run(
+            &example("fig2_loops"),
+            &["--replay", path.to_str().expect("utf-8 path"), &n.to_string()],
+        );
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(2), "{name}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("the report is inconsistent: execution #{n}, field `{field}`")),
+            "{name}: {stderr}"
+        );
+        assert!(stdout.is_empty(), "{name}: the replay ran: {stdout}");
+    }
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}

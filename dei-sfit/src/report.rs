@@ -427,6 +427,51 @@ impl Report {
         self.executions.iter().filter_map(|e| e.reference_set()).collect()
     }
 
+    /// Checks that the records agree with each other, as a search writes them: every execution number names
+    /// one execution, and each execution's `plan_wire` decodes to the faults its readable `plan` lists. A
+    /// hand-edited or corrupt report fails with [`SearchError::Inconsistent`], naming the execution and the
+    /// field: replaying it could run a plan the report does not show.
+    pub fn check_consistent(&self) -> Result<(), SearchError> {
+        let mut seen = std::collections::HashSet::new();
+        for e in &self.executions {
+            let inconsistent = |field, why| SearchError::Inconsistent {
+                execution: e.number,
+                field,
+                why,
+            };
+            if !seen.insert(e.number) {
+                let count = self.executions.iter().filter(|o| o.number == e.number).count();
+                return Err(inconsistent(
+                    "number",
+                    format!("{count} executions have this number, which must name one"),
+                ));
+            }
+            let wire = dei_propagator::FaultPlan::decode(&e.plan_wire)
+                .map_err(|err| inconsistent("plan_wire", format!("does not decode: {err}")))?;
+            let wire: BTreeSet<(Index, Fault)> = wire.entries().iter().cloned().collect();
+            let readable: BTreeSet<(Index, Fault)> = e.plan.iter().map(|p| (p.index.clone(), p.fault)).collect();
+            if wire != readable {
+                let show = |set: &BTreeSet<(Index, Fault)>, other: &BTreeSet<(Index, Fault)>| {
+                    let only: Vec<String> = set.difference(other).map(|(i, f)| format!("{i}:{f}")).collect();
+                    if only.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        only.join(", ")
+                    }
+                };
+                return Err(inconsistent(
+                    "plan_wire",
+                    format!(
+                        "it disagrees with `plan`: only in `plan_wire`: {}; only in `plan`: {}",
+                        show(&wire, &readable),
+                        show(&readable, &wire)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The JSON form.
     pub fn to_json(&self) -> Result<String, SearchError> {
         Ok(serde_json::to_string_pretty(self)?)

@@ -135,6 +135,17 @@ pub enum SearchError {
         /// The test being replayed ([`FunctionalTest::name`]).
         test: String,
     },
+    /// A report whose records contradict each other (hand-edited or corrupt): refused before a replay runs,
+    /// since it cannot say which plan the execution ran.
+    #[error("cannot replay: the report is inconsistent: execution #{execution}, field `{field}`: {why}")]
+    Inconsistent {
+        /// The execution's number.
+        execution: usize,
+        /// The field that disagrees.
+        field: &'static str,
+        /// How.
+        why: String,
+    },
     /// A report file could not be read or written.
     #[error("report file: {0}")]
     Io(#[from] std::io::Error),
@@ -839,7 +850,8 @@ impl Search {
     /// Reruns execution `number` of a saved report, with the plan and instantiation recorded there.
     ///
     /// The report must be `test`'s own: one written by another test (its `test` field names another
-    /// [`FunctionalTest::name`]) is refused with [`SearchError::WrongTest`] before anything runs.
+    /// [`FunctionalTest::name`]) is refused with [`SearchError::WrongTest`] before anything runs, and so is
+    /// one whose records contradict each other ([`Report::check_consistent`]).
     ///
     /// A replay that does not inject every planned fault did not carry out the plan: it fails with
     /// [`SearchError::Unreached`], which names the faults and the likely causes, whatever the test's verdict.
@@ -876,6 +888,7 @@ impl Search {
                 test: test.name().to_string(),
             });
         }
+        report.check_consistent()?;
         let exec = report.executions.iter().find(|e| e.number == number).ok_or_else(|| {
             SearchError::Replay(format!(
                 "no execution #{number} in the report (it has {})",

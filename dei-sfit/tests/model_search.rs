@@ -482,3 +482,89 @@ async fn conditional_assertions_see_where_faults_were_injected() {
     assert_eq!(report.executions.len(), 2);
     assert!(report.failing().is_empty(), "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_whose_records_contradict_each_other_is_refused_before_anything_runs() {
+    let fig2 = programs::FIG2;
+    let report = search(&fig2, opts(&fig2, Instantiation::dei())).await;
+    let two = report
+        .executions
+        .iter()
+        .position(|e| e.plan.len() == 2)
+        .expect("a two-fault execution");
+    let one = report
+        .executions
+        .iter()
+        .position(|e| e.plan.len() == 1)
+        .expect("a one-fault execution");
+    let other = Index::decode("1.AAAAAAAAAAA1").expect("an index");
+    // the readable plan names another index than plan_wire
+    let mut plan_changed = report.clone();
+    plan_changed.executions[one].plan[0].index = other.clone();
+    // plan_wire names another fault than the readable plan
+    let mut wire_changed = report.clone();
+    let e = &mut wire_changed.executions[one];
+    let wrong = if e.plan[0].fault == Fault::Connection {
+        Fault::UNAVAILABLE
+    } else {
+        Fault::Connection
+    };
+    e.plan_wire = dei_propagator::FaultPlan::new(vec![(e.plan[0].index.clone(), wrong)]).encode();
+    // garbage in plan_wire
+    let mut wire_garbage = report.clone();
+    wire_garbage.executions[one].plan_wire = "!!!garbage".into();
+    // a second execution with the two-fault execution's number, before it
+    let mut duplicate = report.clone();
+    let mut copy = duplicate.executions[one].clone();
+    copy.number = duplicate.executions[two].number;
+    duplicate.executions.insert(two, copy);
+    let cases = [
+        (
+            plan_changed,
+            report.executions[one].number,
+            "plan_wire",
+            "only in `plan`: 1.AAAAAAAAAAA1",
+        ),
+        (
+            wire_changed,
+            report.executions[one].number,
+            "plan_wire",
+            "disagrees with `plan`",
+        ),
+        (
+            wire_garbage,
+            report.executions[one].number,
+            "plan_wire",
+            "does not decode",
+        ),
+        (
+            duplicate,
+            report.executions[two].number,
+            "number",
+            "2 executions have this number",
+        ),
+    ];
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let test = test_fn(fig2.name, move |_run| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { Ok(()) }
+    });
+    for (tampered, number, field_expected, why_expected) in cases {
+        let replayed = Search::replay_allowing_unreached(&test, &tampered, number, Arc::new(Recorder::new())).await;
+        let err = replayed.expect_err("an inconsistent report");
+        let message = err.to_string();
+        let SearchError::Inconsistent { execution, field, .. } = &err else {
+            panic!("not an Inconsistent error: {message}");
+        };
+        assert_eq!((*execution, *field), (number, field_expected), "{message}");
+        assert!(
+            message.contains(why_expected) && message.contains(&format!("execution #{number}")),
+            "{message}"
+        );
+    }
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0, "the test ran");
+    report
+        .check_consistent()
+        .expect("the search's own report is consistent");
+}
