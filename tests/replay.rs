@@ -235,3 +235,46 @@ fn a_report_whose_records_contradict_each_other_is_refused() {
     }
     std::fs::remove_dir_all(&d).expect("cleanup");
 }
+
+#[test]
+fn a_replay_whose_faults_hit_other_rpcs_than_recorded_is_never_a_pass() {
+    let d = dir("other-rpc");
+    let (_, mut report) = search("fig2_loops", &d);
+    let exec = report
+        .executions
+        .iter_mut()
+        .find(|e| e.plan.len() == 1)
+        .expect("a one-fault plan");
+    let n = exec.number;
+    let real = exec.plan[0].signature.clone();
+    // the report says the fault hit another RPC than the one the replay's index names
+    exec.plan[0].signature = "other.Service/Method".into();
+    for p in &mut exec.effective {
+        p.signature = "other.Service/Method".into();
+    }
+    let path = d.join("other.json");
+    report.save(&path).expect("save");
+    let path = path.to_str().expect("utf-8 path");
+    let fig2 = example("fig2_loops");
+    let out = run(&fig2, &["--replay", path, &n.to_string()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("DIFFERS from the recorded execution")
+            && stdout.contains(&format!("hit {real}, where the report recorded other.Service/Method")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!("replay of execution #{n} did not run the recorded execution")),
+        "{stderr}"
+    );
+    // the explicit opt-out: exits by the verdict, and still says so
+    let out = run(&fig2, &["--replay", path, &n.to_string(), "--allow-unreached"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("warning (--allow-unreached)") && stdout.contains("DIFFERS"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}

@@ -70,7 +70,7 @@ pub use junit::ReplayCommand;
 pub use observation::{FaultSet, Observation, ObservedRpc, Outcome};
 pub use oracle::{Oracle, OracleError, OracleResult};
 pub use report::{ExecutionRecord, Report, TestOutcome};
-pub use search::{Progress, Reduction, Search, SearchError, SearchOptions, Strategy, Unreached};
+pub use search::{Deviation, Progress, Reduction, Search, SearchError, SearchOptions, Strategy, Unreached};
 pub use source::collector::CollectorSpans;
 pub use source::{ExecutionKey, InMemorySpans, Recorder, Settled, SourceError, SpanRouter, SpanSource};
 pub use test::{FunctionalTest, PlannedFault, TestRun, Verdict, test_fn};

@@ -472,6 +472,56 @@ impl Report {
         Ok(())
     }
 
+    /// How `replayed`, a replay of this report's execution `replayed.number`, differed from the recorded
+    /// execution besides its unreached faults ([`ExecutionRecord::unreached`]): empty for a faithful replay,
+    /// and for an execution the report does not have.
+    pub fn deviations(&self, replayed: &ExecutionRecord) -> Vec<crate::search::Deviation> {
+        use crate::search::Deviation;
+        let Some(recorded) = self.executions.iter().find(|e| e.number == replayed.number) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let planned: BTreeSet<(Index, Fault)> = replayed.plan.iter().map(|p| (p.index.clone(), p.fault)).collect();
+        for p in &replayed.effective {
+            if !planned.contains(&(p.index.clone(), p.fault)) {
+                out.push(Deviation::Extra(p.clone()));
+            }
+        }
+        for i in &replayed.multiply_injected {
+            if !recorded.multiply_injected.contains(i) {
+                out.push(Deviation::MultiplyInjected(i.clone()));
+            }
+        }
+        for p in &replayed.effective {
+            let recorded_signature = recorded
+                .effective
+                .iter()
+                .chain(&recorded.plan)
+                .find(|r| r.index == p.index && !r.signature.is_empty())
+                .map(|r| r.signature.as_str());
+            match recorded_signature {
+                Some(sig) if !p.signature.is_empty() && sig != p.signature => out.push(Deviation::OtherSignature {
+                    fault: p.clone(),
+                    recorded: sig.to_string(),
+                }),
+                _ => {}
+            }
+        }
+        let effective = |e: &ExecutionRecord| -> BTreeSet<(Index, Fault)> {
+            e.effective.iter().map(|p| (p.index.clone(), p.fault)).collect()
+        };
+        if effective(recorded) == effective(replayed)
+            && let (Some(a), Some(b)) = (recorded.reference_set(), replayed.reference_set())
+            && a != b
+        {
+            out.push(Deviation::OtherReference {
+                recorded: a.into_iter().collect(),
+                replayed: b.into_iter().collect(),
+            });
+        }
+        out
+    }
+
     /// The JSON form.
     pub fn to_json(&self) -> Result<String, SearchError> {
         Ok(serde_json::to_string_pretty(self)?)

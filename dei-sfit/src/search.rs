@@ -157,8 +157,64 @@ pub enum SearchError {
     Unreached(Box<Unreached>),
 }
 
-/// A replay that did not carry out its plan: the planned faults no RPC of the run had the index of. Its
-/// [`Display`](std::fmt::Display) names the faults and the likely causes.
+/// How a replay's run differed from the execution the report recorded, beyond planned faults it did not
+/// inject ([`Report::deviations`]): each means the replay tested another fault set than the recorded one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Deviation {
+    /// A fault was injected that the plan does not name (a request carried another plan).
+    Extra(PlannedFault),
+    /// A planned index was injected on more than one RPC, which the recorded execution was not.
+    MultiplyInjected(Index),
+    /// A fault hit an RPC with another signature than the one the report recorded for its index.
+    OtherSignature {
+        /// The fault, with the signature of the RPC it hit in the replay.
+        fault: PlannedFault,
+        /// The signature the report recorded.
+        recorded: String,
+    },
+    /// The same indexes were injected, but on other RPCs by reference index (full DEI): a coarser
+    /// instantiation's index named another call (another payload, say) in the replay.
+    OtherReference {
+        /// The recorded effective faults by reference index.
+        recorded: Vec<(Index, dei_propagator::Fault)>,
+        /// The replay's.
+        replayed: Vec<(Index, dei_propagator::Fault)>,
+    },
+}
+
+impl std::fmt::Display for Deviation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pairs = |v: &[(Index, dei_propagator::Fault)]| {
+            v.iter().map(|(i, x)| format!("{i}:{x}")).collect::<Vec<_>>().join(", ")
+        };
+        match self {
+            Deviation::Extra(p) => write!(
+                f,
+                "injected {} on {} at index {}, which the plan does not name",
+                p.fault, p.signature, p.index
+            ),
+            Deviation::MultiplyInjected(i) => write!(
+                f,
+                "index {i} was injected on more than one RPC (the recorded execution injected it once)"
+            ),
+            Deviation::OtherSignature { fault, recorded } => write!(
+                f,
+                "{} at index {} hit {}, where the report recorded {recorded}",
+                fault.fault, fault.index, fault.signature
+            ),
+            Deviation::OtherReference { recorded, replayed } => write!(
+                f,
+                "the faults hit other RPCs by reference index: recorded [{}], replayed [{}]",
+                pairs(recorded),
+                pairs(replayed)
+            ),
+        }
+    }
+}
+
+/// A replay that did not carry out its plan: the planned faults no RPC of the run had the index of, and how
+/// else the run differed from the recorded execution. Its [`Display`](std::fmt::Display) names them and the
+/// likely causes.
 #[derive(Clone, Debug)]
 pub struct Unreached {
     /// The replayed execution's record (its `unreached` lists the faults; its outcome is the test's verdict,
@@ -166,11 +222,36 @@ pub struct Unreached {
     pub record: ExecutionRecord,
     /// The instantiation the report was recorded with.
     pub instantiation: String,
+    /// How else the run differed from the recorded execution ([`Report::deviations`]).
+    pub deviations: Vec<Deviation>,
 }
 
 impl std::fmt::Display for Unreached {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let r = &self.record;
+        if !self.deviations.is_empty() {
+            writeln!(
+                f,
+                "replay of execution #{} did not run the recorded execution: {} difference(s) (the test said \
+                 {}, which does not test the recorded plan):",
+                r.number,
+                self.deviations.len(),
+                if r.outcome.passed() { "pass" } else { "fail" },
+            )?;
+            for d in &self.deviations {
+                writeln!(f, "  {d}")?;
+            }
+            write!(
+                f,
+                "Likely causes: non-determinism in the system under test (an RPC whose payload or call order \
+                 changes between runs), a test that retries or repeats calls, requests carrying another \
+                 execution's plan (a stale plan), or a different build"
+            )?;
+            if r.unreached.is_empty() {
+                return Ok(());
+            }
+            writeln!(f, ";")?;
+        }
         writeln!(
             f,
             "replay of execution #{} did not carry out its plan: {} of {} planned fault(s) were not injected \
@@ -855,6 +936,9 @@ impl Search {
     ///
     /// A replay that does not inject every planned fault did not carry out the plan: it fails with
     /// [`SearchError::Unreached`], which names the faults and the likely causes, whatever the test's verdict.
+    /// So does a replay that ran another fault set than the recorded execution ([`Report::deviations`]): an
+    /// injected fault the plan does not name, a planned index hit more than once (and not in the recording),
+    /// a fault on an RPC of another signature or reference index than recorded.
     /// [`replay_allowing_unreached`](Search::replay_allowing_unreached) accepts such a run.
     pub async fn replay(
         test: &dyn FunctionalTest,
@@ -863,19 +947,22 @@ impl Search {
         source: Arc<dyn SpanSource>,
     ) -> Result<ExecutionRecord, SearchError> {
         let record = Self::replay_allowing_unreached(test, report, number, source).await?;
-        if record.unreached.is_empty() {
+        let deviations = report.deviations(&record);
+        if record.unreached.is_empty() && deviations.is_empty() {
             Ok(record)
         } else {
             Err(SearchError::Unreached(Box::new(Unreached {
                 record,
                 instantiation: report.options.instantiation.name.to_string(),
+                deviations,
             })))
         }
     }
 
     /// [`replay`](Search::replay), returning the record even when planned faults were not injected (listed
-    /// in its `unreached`): the explicit opt-out. A report of another test is still refused
-    /// ([`SearchError::WrongTest`]).
+    /// in its `unreached`) or the run differed from the recorded execution otherwise ([`Report::deviations`]
+    /// says how): the explicit opt-out. A report of another test is still refused
+    /// ([`SearchError::WrongTest`]), and so is an inconsistent one.
     pub async fn replay_allowing_unreached(
         test: &dyn FunctionalTest,
         report: &Report,

@@ -270,3 +270,105 @@ async fn collector_settle_reports_a_trace_that_never_arrived() {
     }
     collector.shutdown().await;
 }
+
+/// How [`deviating`] runs: as recorded, its two echoes swapped, with a request under another execution's
+/// plan, or twice.
+const AS_RECORDED: usize = 0;
+const SWAPPED: usize = 1;
+const STALE_PLAN: usize = 2;
+const TWICE: usize = 3;
+
+/// A calls B/echo("x") then B/echo("y") from one call site, then C/c, each with a fallback; `mode` changes how
+/// a run departs from the recorded one.
+fn deviating(
+    recorder: &Recorder,
+    mode: Arc<AtomicUsize>,
+    stale: Arc<std::sync::Mutex<Option<String>>>,
+) -> impl dei_sfit::FunctionalTest + use<> {
+    let r = recorder.clone();
+    test_fn("deviating", move |run| {
+        let mode = mode.load(Ordering::SeqCst);
+        let roots = if mode == TWICE { 2 } else { 1 };
+        let callers: Vec<Caller> = (0..roots).map(|_| Caller::root(&run, &r)).collect();
+        let stale_caller = (mode == STALE_PLAN).then(|| {
+            let wire = stale.lock().expect("lock").clone().expect("a stale plan");
+            let plan = dei_propagator::FaultPlan::decode(&wire).expect("a plan");
+            Caller::with_plan(plan, run.instantiation().clone(), &r.for_run(&run))
+        });
+        async move {
+            for a in callers {
+                let (first, second) = if mode == SWAPPED { ("y", "x") } else { ("x", "y") };
+                let _ = a.call("B/echo", first, &[1], |_| async { Ok(()) }).await;
+                let _ = a.call("B/echo", second, &[1], |_| async { Ok(()) }).await;
+                let _ = a.call("C/c", "", &[2], |_| async { Ok(()) }).await;
+            }
+            if let Some(s) = stale_caller {
+                let _ = s.call("C/c", "", &[2], |_| async { Ok(()) }).await;
+            }
+            Ok(())
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_that_tested_another_fault_set_than_recorded_fails() {
+    let rec = Recorder::new();
+    let mode = Arc::new(AtomicUsize::new(AS_RECORDED));
+    let stale = Arc::new(std::sync::Mutex::new(None));
+    let test = deviating(&rec, mode.clone(), stale.clone());
+    // Filibuster's instantiation: no payload, so swapping x and y keeps the indexes and changes the RPCs
+    let options = SearchOptions {
+        instantiation: dei_propagator::Instantiation::filibuster(),
+        ..options()
+    };
+    let report = Search::new(options, rec.clone()).run(&test).await.expect("search");
+    let first = report.executions[0].rpcs[0].index.clone();
+    let on_x = report
+        .executions
+        .iter()
+        .find(|e| e.plan.len() == 1 && e.plan[0].index == first)
+        .expect("the plan failing echo(x)")
+        .number;
+    let on_c = report
+        .executions
+        .iter()
+        .find(|e| e.plan.len() == 1 && e.plan[0].signature == "C/c")
+        .expect("the plan failing C/c");
+    *stale.lock().expect("lock") = Some(on_c.plan_wire.clone());
+    let source = || -> Arc<dyn SpanSource> { Arc::new(rec.clone()) };
+    // as recorded: a faithful replay
+    let again = Search::replay(&test, &report, on_x, source())
+        .await
+        .expect("a faithful replay");
+    assert!(report.deviations(&again).is_empty());
+    for (m, expected) in [
+        (SWAPPED, "hit other RPCs by reference index"),
+        (STALE_PLAN, "which the plan does not name"),
+        (TWICE, "was injected on more than one RPC"),
+    ] {
+        mode.store(m, Ordering::SeqCst);
+        let err = Search::replay(&test, &report, on_x, source())
+            .await
+            .expect_err("a replay that ran another fault set");
+        let SearchError::Unreached(u) = &err else {
+            panic!("mode {m}: not an Unreached error: {err}");
+        };
+        assert!(
+            u.record.unreached.is_empty(),
+            "mode {m}: every planned fault was injected"
+        );
+        assert!(!u.deviations.is_empty(), "mode {m}: {err}");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!(
+                "replay of execution #{on_x} did not run the recorded execution"
+            )) && message.contains(expected),
+            "mode {m}: {message}"
+        );
+        // the explicit opt-out returns the record, and the report says how it differs
+        let allowed = Search::replay_allowing_unreached(&test, &report, on_x, source())
+            .await
+            .expect("allowed");
+        assert_eq!(report.deviations(&allowed), u.deviations, "mode {m}");
+    }
+}

@@ -163,8 +163,9 @@ pointing at the newest); with --replay, reruns execution N of a saved report ins
   --junit PATH       also write the report as JUnit XML (one test case per execution)
   --quiet            no per-execution progress on stderr
   --replay FILE N    rerun execution N of report FILE; exits 1 when the test fails, and 3 when a planned
-                     fault was not injected (the plan was not carried out, whatever the verdict)
-  --allow-unreached  with --replay: report unreached faults but do not fail for them
+                     fault was not injected or the run differed from the recorded one (an extra fault, an
+                     index hit twice, a fault on another RPC): the plan was not carried out, whatever the verdict
+  --allow-unreached  with --replay: report such faults and differences but do not fail for them
   -h, --help         this text"
     )
 }
@@ -174,7 +175,8 @@ pointing at the newest); with --replay, reruns execution N of a saved report ins
 pub struct Args {
     /// `--replay FILE N`: rerun execution N of a saved report instead of searching.
     pub replay: Option<(String, usize)>,
-    /// `--allow-unreached`: a replay that does not inject every planned fault still exits by the verdict.
+    /// `--allow-unreached`: a replay that does not inject every planned fault, or differs otherwise from the
+    /// recorded execution, still exits by the verdict (and says so).
     pub allow_unreached: bool,
     /// `--bfs`: breadth-first.
     pub bfs: bool,
@@ -261,14 +263,16 @@ impl Args {
     }
 }
 
-/// Exit code of a replay whose plan was not carried out (a planned fault was not injected).
+/// Exit code of a replay whose plan was not carried out (a planned fault was not injected, or the run
+/// differed from the recorded execution).
 pub const EXIT_UNREACHED: i32 = 3;
 
 /// Searches `test` (or replays one execution of a saved report), prints the report and writes it as JSON.
 ///
 /// Exit codes: 0 done (a search, or a replay that injected every planned fault and passed), 1 the replayed
 /// execution failed, 2 a bad command line or a search or replay that could not run, [`EXIT_UNREACHED`] a
-/// replay that did not inject every planned fault (unless `--allow-unreached`).
+/// replay that did not inject every planned fault or differed otherwise from the recorded execution
+/// ([`dei_sfit::Report::deviations`]; unless `--allow-unreached`).
 pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: dei_sfit::SearchOptions) {
     let args = Args::parse(name);
     let source: std::sync::Arc<dyn dei_sfit::SpanSource> = std::sync::Arc::new(spans());
@@ -303,19 +307,26 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
         for p in &e.unreached {
             println!("  NOT injected {} on {} ({})", p.fault, p.index, p.signature);
         }
+        let deviations = report.deviations(&e);
+        for d in &deviations {
+            println!("  DIFFERS from the recorded execution: {d}");
+        }
         if let Some(what) = &e.unsettled {
             eprintln!("warning: the execution's spans did not settle: {what}");
         }
-        if !e.unreached.is_empty() {
+        if !e.unreached.is_empty() || !deviations.is_empty() {
             let unreached = dei_sfit::Unreached {
                 record: e.clone(),
                 instantiation: report.options.instantiation.name.to_string(),
+                deviations,
             };
             if args.allow_unreached {
                 eprintln!("warning (--allow-unreached): {unreached}");
             } else {
                 eprintln!("error: {unreached}");
-                eprintln!("(--allow-unreached accepts such a replay; its verdict still does not test the plan)");
+                eprintln!(
+                    "(--allow-unreached accepts such a replay; its verdict still does not test the recorded plan)"
+                );
                 std::process::exit(EXIT_UNREACHED);
             }
         }
