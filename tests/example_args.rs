@@ -110,6 +110,30 @@ fn missing_or_malformed_values_are_refused() {
         &["--allow-unreached"],
         "--allow-unreached applies to --replay only",
     );
+    // a replay writes no file and runs under the report's options: search options are refused, not dropped
+    for (flag, value) in [
+        ("--json", Some("x.json")),
+        ("--junit", Some("x.xml")),
+        ("--parallel", Some("4")),
+        ("--max", Some("1")),
+        ("--bfs", None),
+        ("--single", None),
+        ("--encapsulation", None),
+        ("--quiet", None),
+    ] {
+        let mut args = vec!["--replay", "report.json", "2", flag];
+        args.extend(value);
+        refused(
+            "fig2_loops",
+            &args,
+            &format!("{flag} cannot be used with --replay: a replay reruns one execution"),
+        );
+    }
+    refused(
+        "fig5_streaming",
+        &["--junit", "rj.xml", "--replay", "report.json", "2", "--json", "rj.json"],
+        "--json, --junit cannot be used with --replay",
+    );
     refused("demo", &["--report"], "--report needs a value");
     refused(
         "demo",

@@ -148,7 +148,7 @@ pub fn numbers(args: impl IntoIterator<Item = String>) -> Result<Vec<usize>, Cli
 pub fn search_usage(name: &str) -> String {
     format!(
         "usage: {name} [--bfs] [--max N] [--single] [--encapsulation] [--parallel N] [--json PATH] [--junit PATH] [--quiet]
-       {name} --replay FILE N [--allow-unreached]
+       {name} --replay FILE N [--allow-unreached]   (no other option: a replay writes no file)
 
 Searches the example's functional test exhaustively, prints the report and writes it as JSON
 (default target/sfit/{name}/<UTC time>.json, one file per run, and target/sfit/{name}/latest.json
@@ -230,6 +230,30 @@ impl Args {
         }
         if parsed.allow_unreached && parsed.replay.is_none() {
             return Err(CliStop::Bad("--allow-unreached applies to --replay only".into()));
+        }
+        if parsed.replay.is_some() {
+            // a replay reruns one execution under the report's options and writes no file: these would be
+            // dropped without effect
+            let ignored: Vec<&str> = [
+                ("--bfs", parsed.bfs),
+                ("--max", parsed.max.is_some()),
+                ("--single", parsed.single),
+                ("--encapsulation", parsed.encapsulation),
+                ("--parallel", parsed.parallel.is_some()),
+                ("--json", parsed.json.is_some()),
+                ("--junit", parsed.junit.is_some()),
+                ("--quiet", parsed.quiet),
+            ]
+            .into_iter()
+            .filter_map(|(flag, given)| given.then_some(flag))
+            .collect();
+            if !ignored.is_empty() {
+                return Err(CliStop::Bad(format!(
+                    "{} cannot be used with --replay: a replay reruns one execution under the report's options \
+                     and writes no report file",
+                    ignored.join(", ")
+                )));
+            }
         }
         Ok(parsed)
     }
