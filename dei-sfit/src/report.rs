@@ -166,7 +166,8 @@ pub struct Report {
     /// was); [`Report::tested_faults`] is the check for a test to assert.
     #[serde(default)]
     pub nothing_injected: bool,
-    /// Why those counts matter, one sentence each (empty when both are zero and faults were injected).
+    /// Why those counts matter, one sentence each (empty when both are zero and faults were injected); a
+    /// search stopped by its execution limit has one too ([`TRUNCATED_WHY`]).
     #[serde(default)]
     pub warnings: Vec<String>,
     /// How the search ran, when it did not run as asked (a parallelism it could not use, and why).
@@ -205,6 +206,10 @@ its outcome (even a pass) says nothing about that fault. The search plans only f
 points at non-determinism in the system under test (an RPC whose payload or call path changes between runs), \
 a request scope lost by a spawn (tokio::spawn without dei_propagator::spawn or in_current_span), or spans \
 that did not arrive";
+
+/// Why a search stopped by its execution limit matters.
+pub const TRUNCATED_WHY: &str = "the fault space was not exhausted: the plans still queued never ran, so the \
+faults they would have tested are untested (raise max_executions, --max, or drop it)";
 
 /// Why an execution whose spans did not settle matters.
 pub const UNSETTLED_WHY: &str = "the span source gave up waiting for some executions' spans: their observed RPCs \
@@ -269,6 +274,12 @@ impl Report {
         if unsettled_executions > 0 {
             warnings.push(format!(
                 "{unsettled_executions} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            ));
+        }
+        if truncated {
+            warnings.push(format!(
+                "stopped at the execution limit ({} execution(s)) with {pending} plan(s) pending: {TRUNCATED_WHY}",
+                executions.len()
             ));
         }
         let malformed_executions = executions.iter().filter(|e| e.malformed_spans > 0).count();
@@ -604,6 +615,13 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  WARNING: {unsettled} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            )?;
+        }
+        if self.truncated {
+            writeln!(
+                f,
+                "  WARNING: stopped at the execution limit with {} plan(s) pending: {TRUNCATED_WHY}",
+                self.pending
             )?;
         }
         if self.unattributed_spans > 0 {

@@ -159,6 +159,17 @@ async fn a_search_that_injected_nothing_or_stopped_early_is_not_exhaustive() {
     let report = Search::new(limited, rec).run(&test).await.expect("search");
     let err = check_exhaustive(&report, &dei_sfit::ReplayCommand::Api).expect_err("truncated");
     assert!(err.contains("the fault space was not exhausted"), "{err}");
+    // a reader of the JSON's warnings alone sees it too, and so does the terminal
+    let json: serde_json::Value = serde_json::from_str(&report.to_json().expect("json")).expect("parse");
+    let warnings = json["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings.iter().any(|w| w.as_str().is_some_and(|w| w
+            .starts_with("stopped at the execution limit (2 execution(s)) with ")
+            && w.contains("the fault space was not exhausted"))),
+        "{json}"
+    );
+    let text = report.to_string();
+    assert!(text.contains("WARNING: stopped at the execution limit"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
