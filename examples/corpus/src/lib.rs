@@ -91,6 +91,45 @@ pub fn update_latest(report: &Path) -> std::io::Result<PathBuf> {
     Ok(latest)
 }
 
+/// Standard output that a reader who went away (`| head`) does not turn into a panic: after a failed write
+/// nothing more is written to it. A broken pipe stops the output quietly; any other error is reported once on
+/// stderr and makes the run exit 2 at its end ([`Stdout::exit_code`]). The report files are written either way.
+#[derive(Debug, Default)]
+pub struct Stdout {
+    stopped: bool,
+    failed: bool,
+}
+
+impl Stdout {
+    /// Writes `args` (and flushes), unless an earlier write failed.
+    pub fn print(&mut self, args: std::fmt::Arguments<'_>) {
+        use std::io::Write as _;
+        if self.stopped {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+            self.stopped = true;
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                self.failed = true;
+                eprintln!("cannot write to standard output: {e}");
+            }
+        }
+    }
+
+    /// `code`, or 2 when a write failed other than by a broken pipe (a full disk, say) and `code` is 0.
+    pub fn exit_code(&self, code: i32) -> i32 {
+        if self.failed && code == 0 { 2 } else { code }
+    }
+}
+
+/// Writes a line to a [`Stdout`].
+macro_rules! outln {
+    ($out:expr, $($arg:tt)*) => {
+        $out.print(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 /// Why a command line gives no arguments to run with.
 #[derive(Debug, PartialEq, Eq)]
 pub enum CliStop {
@@ -106,8 +145,9 @@ pub fn or_exit<T>(parsed: Result<T, CliStop>, usage: &str) -> T {
     match parsed {
         Ok(a) => a,
         Err(CliStop::Help) => {
-            println!("{usage}");
-            std::process::exit(0)
+            let mut out = Stdout::default();
+            outln!(out, "{usage}");
+            std::process::exit(out.exit_code(0))
         }
         Err(CliStop::Bad(message)) => {
             eprintln!("{message}\n{usage}");
@@ -299,6 +339,7 @@ pub const EXIT_UNREACHED: i32 = 3;
 /// ([`dei_sfit::Report::deviations`]; unless `--allow-unreached`).
 pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: dei_sfit::SearchOptions) {
     let args = Args::parse(name);
+    let mut out = Stdout::default();
     let source: std::sync::Arc<dyn dei_sfit::SpanSource> = std::sync::Arc::new(spans());
     if let Some((file, n)) = &args.replay {
         let report = match dei_sfit::Report::load(file) {
@@ -320,20 +361,21 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
             dei_sfit::TestOutcome::Pass => "pass".to_string(),
             dei_sfit::TestOutcome::Fail { message } => format!("FAIL: {message}"),
         };
-        println!(
+        outln!(
+            out,
             "replayed #{n} of {file}: {verdict}; {} of {} planned fault(s) injected",
             e.plan.len() - e.unreached.len(),
             e.plan.len()
         );
         for p in &e.effective {
-            println!("  injected {} on {} ({})", p.fault, p.index, p.signature);
+            outln!(out, "  injected {} on {} ({})", p.fault, p.index, p.signature);
         }
         for p in &e.unreached {
-            println!("  NOT injected {} on {} ({})", p.fault, p.index, p.signature);
+            outln!(out, "  NOT injected {} on {} ({})", p.fault, p.index, p.signature);
         }
         let deviations = report.deviations(&e);
         for d in &deviations {
-            println!("  DIFFERS from the recorded execution: {d}");
+            outln!(out, "  DIFFERS from the recorded execution: {d}");
         }
         if let Some(what) = &e.unsettled {
             eprintln!("warning: the execution's spans did not settle: {what}");
@@ -354,8 +396,9 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
                 std::process::exit(EXIT_UNREACHED);
             }
         }
-        if !e.outcome.passed() {
-            std::process::exit(1);
+        let code = out.exit_code(if e.outcome.passed() { 0 } else { 1 });
+        if code != 0 {
+            std::process::exit(code);
         }
         return;
     }
@@ -367,7 +410,7 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
             std::process::exit(2);
         }
     };
-    print!("{report}");
+    out.print(format_args!("{report}"));
     let path = args
         .json
         .clone()
@@ -379,7 +422,7 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
         std::process::exit(2);
     }
     match report.save(&path) {
-        Ok(()) => println!("report: {path} (replay a failing execution: --replay {path} N)"),
+        Ok(()) => outln!(out, "report: {path} (replay a failing execution: --replay {path} N)"),
         Err(e) => {
             eprintln!("cannot write {path}: {e}");
             std::process::exit(2);
@@ -387,7 +430,7 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
     }
     if args.json.is_none() {
         match update_latest(Path::new(&path)) {
-            Ok(latest) => println!("latest report: {}", latest.display()),
+            Ok(latest) => outln!(out, "latest report: {}", latest.display()),
             Err(e) => {
                 eprintln!("cannot point latest.json at {path}: {e}");
                 std::process::exit(2);
@@ -408,12 +451,16 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
             std::process::exit(2);
         }
         match report.write_junit(junit, &replay) {
-            Ok(()) => println!("JUnit report: {junit}"),
+            Ok(()) => outln!(out, "JUnit report: {junit}"),
             Err(e) => {
                 eprintln!("cannot write {junit}: {e}");
                 std::process::exit(2);
             }
         }
+    }
+    let code = out.exit_code(0);
+    if code != 0 {
+        std::process::exit(code);
     }
 }
 
