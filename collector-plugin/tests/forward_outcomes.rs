@@ -4,74 +4,32 @@
 
 mod common;
 
-use common::Downstream;
+use common::{CollectorProcess, Downstream};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The collector binary with its stderr read into a channel, killed on drop.
+/// The collector binary with its log (stderr) read into a channel, killed on drop.
 struct Collector {
-    child: std::process::Child,
+    /// Held for its lifetime: the process is killed when it is dropped.
+    _process: CollectorProcess,
     http: String,
     api: String,
     log: mpsc::Receiver<String>,
 }
 
-impl Drop for Collector {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Collector {
     fn start(extra: &[&str]) -> Collector {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
-            .args([
-                "serve",
-                "--grpc-listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-                "--api-listen",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start dei-collector");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("listening line");
-        let addr = |name: &str| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| panic!("{name} in {line:?}"))
-                .to_string()
-        };
-        let (tx, log) = mpsc::channel();
-        let stderr = BufReader::new(child.stderr.take().expect("stderr"));
-        std::thread::spawn(move || {
-            for l in stderr.lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
+        let (process, log) = CollectorProcess::start_logged(extra);
         Collector {
-            http: addr("http"),
-            api: addr("api"),
-            child,
+            http: process.http.to_string(),
+            api: process.api.to_string(),
+            _process: process,
             log,
         }
     }

@@ -5,12 +5,10 @@
 
 mod common;
 
-use common::{CollectorProcess, get_json};
+use common::{CollectorProcess, QueryNodeProcess, get_json};
 use dei_collector_bench::loadgen::template;
 use prost::Message;
-use std::io::BufRead;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A stand-in shard: no snapshot (404), and every trace lookup answered 200 with `body`.
@@ -25,46 +23,6 @@ async fn fake_shard(body: &'static [u8]) -> String {
         let _ = axum::serve(l, app).await;
     });
     format!("http://{addr}")
-}
-
-/// `dei-collector query` over `peers`, killed on drop.
-struct QueryNode {
-    child: Child,
-    api: SocketAddr,
-}
-
-impl Drop for QueryNode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl QueryNode {
-    fn over(peers: &[&str], max_bytes: usize) -> QueryNode {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
-            .args(["query", "--api-listen", "127.0.0.1:0", "--interval-ms", "200"])
-            .arg("--max-snapshot-bytes")
-            .arg(max_bytes.to_string())
-            .arg("--peers")
-            .arg(peers.join(","))
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start dei-collector query");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("its first line");
-        let api = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("api="))
-            .unwrap_or_else(|| panic!("api= in {line:?}"))
-            .parse()
-            .expect("api address");
-        QueryNode { child, api }
-    }
 }
 
 /// GET `path`: status and body.
@@ -92,7 +50,10 @@ async fn a_shards_garbage_or_oversized_trace_answer_is_a_502_naming_it() {
     let garbage = fake_shard(b"<html>not json</html>").await;
     let huge: &'static [u8] = Box::leak(vec![b'x'; 200_000].into_boxed_slice());
     let oversized = fake_shard(huge).await;
-    let q = QueryNode::over(&[&real, &garbage, &oversized], 100_000);
+    let q = QueryNodeProcess::start(
+        &[real.clone(), garbage.clone(), oversized.clone()],
+        &["--max-snapshot-bytes", "100000"],
+    );
     // a trace no shard holds: two shards answered 200 with what is not its view
     let missing = "0102030405060708090a0b0c0d0e0fff";
     let (status, text) = get(q.api, &format!("/api/v1/traces/{missing}")).await;

@@ -19,7 +19,7 @@
 mod common;
 
 use common::chain::peers;
-use common::{CollectorProcess, eventually, get_text};
+use common::{CollectorProcess, QueryNodeProcess, eventually, get_text};
 use dei_propagator::{Element, Index, Instantiation, InvocationSignature, PayloadDigest, Signature, StackDigest};
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
@@ -29,9 +29,8 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLink
 use peers::{Peer, Sample, deploy_file, otelcol_bin, parse_prometheus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::BufRead as _;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 const CONFIG: &str = "otelcol-loadbalancing.yaml";
@@ -424,16 +423,13 @@ fn run(routing_key: &str) -> Option<(CollectorProcess, Vec<CollectorProcess>)> {
     Some((single, shards))
 }
 
-/// `dei-collector query` over the shards, killed on drop.
-struct QueryNode {
-    child: Child,
-    api: SocketAddr,
-}
+/// `dei-collector query` over the shards.
+struct QueryNode(QueryNodeProcess);
 
-impl Drop for QueryNode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for QueryNode {
+    type Target = QueryNodeProcess;
+    fn deref(&self) -> &QueryNodeProcess {
+        &self.0
     }
 }
 
@@ -444,34 +440,7 @@ impl QueryNode {
 
     /// A query node over these API base URLs (shards, or other query nodes).
     fn over(peers: Vec<String>) -> QueryNode {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
-            .args([
-                "query",
-                "--api-listen",
-                "127.0.0.1:0",
-                "--interval-ms",
-                "200",
-                "--timeout-ms",
-                "2000",
-            ])
-            .arg("--peers")
-            .arg(peers.join(","))
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start dei-collector query");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("its first line");
-        let api = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("api="))
-            .unwrap_or_else(|| panic!("no api= in {line:?}"))
-            .parse()
-            .expect("an address");
-        QueryNode { child, api }
+        QueryNode(QueryNodeProcess::start(&peers, &["--timeout-ms", "2000"]))
     }
 
     fn get(&self, path: &str) -> Value {

@@ -9,10 +9,11 @@ use futures::FutureExt as _;
 use std::panic::AssertUnwindSafe;
 use std::process::Command;
 
-/// Fig. 1 where World's fallback is wrong: the executions that fail World's call fail the test.
-fn buggy_fig1(rec: &Recorder) -> impl dei_sfit::FunctionalTest + use<> {
+/// Fig. 1 named `name`, whose fallback for World's call answers `world_fallback`: with `""` (a wrong fallback)
+/// the executions that fail World's call fail the test; with `"World"` every execution passes.
+fn fig1(name: &'static str, world_fallback: &'static str, rec: &Recorder) -> impl dei_sfit::FunctionalTest + use<> {
     let r = rec.clone();
-    test_fn("buggy-fig1", move |run| {
+    test_fn(name, move |run| {
         let a = Caller::root(&run, &r);
         async move {
             let hello = a
@@ -22,7 +23,7 @@ fn buggy_fig1(rec: &Recorder) -> impl dei_sfit::FunctionalTest + use<> {
             let world = a
                 .call("B/echo", "World", &[4, 10], |_| async { Ok("World") })
                 .await
-                .unwrap_or("");
+                .unwrap_or(world_fallback);
             if format!("{hello} {world}") == "Hello World" {
                 Ok(())
             } else {
@@ -33,6 +34,11 @@ fn buggy_fig1(rec: &Recorder) -> impl dei_sfit::FunctionalTest + use<> {
             }
         }
     })
+}
+
+/// Fig. 1 where World's fallback is wrong: the executions that fail World's call fail the test.
+fn buggy_fig1(rec: &Recorder) -> impl dei_sfit::FunctionalTest + use<> {
+    fig1("buggy-fig1", "", rec)
 }
 
 fn options() -> SearchOptions {
@@ -175,26 +181,8 @@ async fn a_search_that_injected_nothing_or_stopped_early_is_not_exhaustive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_search_whose_report_cannot_be_saved_fails_the_test() {
     let rec = Recorder::new();
-    let r = rec.clone();
     // Fig. 1 with correct fallbacks: every execution passes
-    let test = test_fn("clean-fig1-unsavable-report", move |run| {
-        let a = Caller::root(&run, &r);
-        async move {
-            let hello = a
-                .call("B/echo", "Hello", &[3, 10], |_| async { Ok("Hello") })
-                .await
-                .unwrap_or("Hello");
-            let world = a
-                .call("B/echo", "World", &[4, 10], |_| async { Ok("World") })
-                .await
-                .unwrap_or("World");
-            if format!("{hello} {world}") == "Hello World" {
-                Ok(())
-            } else {
-                Err("wrong".to_string())
-            }
-        }
-    });
+    let test = fig1("clean-fig1-unsavable-report", "World", &rec);
     // a directory where the report should go: the report cannot be renamed over it
     let path = dei_sfit::assert::report_path("clean-fig1-unsavable-report");
     let _ = std::fs::remove_file(&path);

@@ -153,9 +153,29 @@ impl CollectorProcess {
         CollectorProcess::start_with_env(extra, &[])
     }
 
+    /// Like [`CollectorProcess::start`], with its log (stderr) read line by line into the returned channel.
+    #[allow(dead_code)]
+    pub fn start_logged(extra: &[&str]) -> (CollectorProcess, std::sync::mpsc::Receiver<String>) {
+        let mut process = CollectorProcess::spawn(extra, &[], Stdio::piped());
+        let stderr = BufReader::new(process.child.stderr.take().expect("stderr"));
+        let (tx, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        (process, log)
+    }
+
     /// Like [`CollectorProcess::start`], with extra environment variables.
     #[allow(dead_code)]
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> CollectorProcess {
+        CollectorProcess::spawn(extra, env, Stdio::inherit())
+    }
+
+    fn spawn(extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> CollectorProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
             .args([
                 "serve",
@@ -170,7 +190,7 @@ impl CollectorProcess {
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start dei-collector");
         let stdout = child.stdout.take().unwrap();
@@ -197,6 +217,48 @@ impl CollectorProcess {
 }
 
 impl Drop for CollectorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `dei-collector query` over `peers` (API base URLs of shards or other query nodes), with `extra` options,
+/// killed on drop.
+#[allow(dead_code)]
+pub struct QueryNodeProcess {
+    pub child: Child,
+    pub api: SocketAddr,
+}
+
+#[allow(dead_code)]
+impl QueryNodeProcess {
+    pub fn start(peers: &[String], extra: &[&str]) -> QueryNodeProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dei-collector"))
+            .args(["query", "--api-listen", "127.0.0.1:0", "--interval-ms", "200"])
+            .args(extra)
+            .arg("--peers")
+            .arg(peers.join(","))
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start dei-collector query");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("its first line");
+        let api = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("api="))
+            .unwrap_or_else(|| panic!("no api= in {line:?}"))
+            .parse()
+            .expect("an address");
+        QueryNodeProcess { child, api }
+    }
+}
+
+impl Drop for QueryNodeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
