@@ -86,7 +86,8 @@ pub fn inject_with_index(
 
 /// [`inject_with_index`] for a caller that has made the index's wire form already (`wire`, the text
 /// [`Index::encode`] writes for `index`, such as the shared form it records on a span): it is copied, not
-/// encoded again. `wire` is written as it is: it must be `index`'s.
+/// encoded again. `wire` is written as it is (cut, like any index, to the propagator's limits: see
+/// [`DeiPropagator`](crate::DeiPropagator)): it must be `index`'s.
 ///
 /// ```
 /// use dei_propagator::{Index, inject_with_index_wire};

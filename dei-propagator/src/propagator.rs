@@ -2,7 +2,7 @@
 
 use crate::context::DeiContextExt;
 use crate::fault::{FAULT_PLAN_KEY, FaultPlan, PlanLimits};
-use crate::rejection::{self, Source};
+use crate::rejection::{self, Event, Source};
 use crate::wire::{self, Limits};
 use opentelemetry::Context;
 use opentelemetry::baggage::{Baggage, BaggageExt};
@@ -69,6 +69,12 @@ impl Carriers {
 /// missing the baggage entry is tried. A receiver that extracts a plan decides itself whether to apply it
 /// (`dei-instrumentation` applies plans only where its configuration says so).
 ///
+/// It writes only indexes it would read: one deeper or longer than its [`Limits`] (by default 64 elements and
+/// 1473 bytes, the wire limits; an index built by hand through the public API can be) is cut to its first
+/// elements within them, and the cut is counted and logged ([`Event::DepthLimited`]), as for a scope at the
+/// depth limit. Sent whole, it would be rejected by every receiver with the same limits and the call served as a
+/// new root.
+///
 /// Extraction reads the carrier alone (the `dei` header, else the carrier's `baggage` header), so it gives the
 /// same result wherever it stands in a [`TextMapCompositePropagator`]. Injection writes the whole `baggage`
 /// header (the context's baggage, properties included, plus our entries), and in a composite the last writer
@@ -123,9 +129,49 @@ impl DeiPropagator {
         }
     }
 
-    /// The limits applied to incoming indexes.
+    /// The limits applied to incoming indexes, and to the indexes this propagator writes (see
+    /// [`DeiPropagator`]).
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// `wire`, the wire form of an index to inject, cut to its longest prefix of whole elements within this
+    /// propagator's [`Limits`] (by default 64 elements, 1473 bytes): a deeper index, built by hand through the
+    /// public API, would be rejected whole by a receiver with the same limits, which would serve the call as
+    /// a new root. A cut keeps the outermost elements, as a scope at the depth limit does
+    /// ([`RequestScope::issue`](crate::RequestScope::issue)); it is counted and logged ([`Event::DepthLimited`]).
+    fn within_limits<'a>(&self, wire: &'a str) -> &'a str {
+        let Limits { max_len, max_depth } = self.limits;
+        // An index of more than `max_depth` elements has at least this many bytes (each element is at least
+        // `.`, 11 digest characters and a one-digit count), so a shorter value within the length limit (every
+        // index a scope issues, under the default limits) needs no look at its elements.
+        let shortest_too_deep = 1 + max_depth.saturating_add(1).saturating_mul(2 + wire::DIGEST_CHARS);
+        if wire.len() <= max_len && wire.len() < shortest_too_deep {
+            return wire;
+        }
+        // The end of each element: the `.` that starts the next one, and the end of the value for the last.
+        let ends = (wire.match_indices('.').skip(1).map(|(at, _)| at)).chain(std::iter::once(wire.len()));
+        let mut cut = 1.min(wire.len());
+        for (depth, end) in (1..).zip(ends) {
+            if depth > max_depth || end > max_len {
+                break;
+            }
+            cut = end;
+        }
+        if cut == wire.len() {
+            return wire;
+        }
+        let depth = wire.bytes().filter(|&b| b == b'.').count();
+        let kept = wire[..cut].bytes().filter(|&b| b == b'.').count();
+        rejection::record_event(
+            Event::DepthLimited,
+            &format_args!(
+                "an index of {depth} elements and {} bytes was given to inject, beyond the limits of {max_depth} \
+                 elements and {max_len} bytes that a receiver accepts: its first {kept} elements were sent",
+                wire.len()
+            ),
+        );
+        &wire[..cut]
     }
 }
 
@@ -384,6 +430,7 @@ impl DeiPropagator {
     /// value (on first use).
     fn inject_index(&self, cx: &Context, outgoing: Option<&str>, injector: &mut dyn Injector) {
         let index: Option<&str> = outgoing.or_else(|| cx.dei_index_wire().map(|w| &**w));
+        let index = index.map(|wire| self.within_limits(wire));
         let plan = cx.fault_plan().filter(|p| !p.is_empty()).map(|p| p.encode());
         let plan = plan.as_deref();
         if index.is_none() && plan.is_none() {

@@ -59,7 +59,9 @@ pub enum Event {
     /// A latency fault longer than the service's cap was shortened to the cap.
     LatencyClamped,
     /// An index could not be extended because it was at the depth limit (64 elements): the call carries its
-    /// scope's index unchanged, and no fault applies to it.
+    /// scope's index unchanged, and no fault applies to it. Also counted when the propagator is given an index
+    /// beyond its limits to inject (64 elements and 1473 bytes by default; built by hand through the public
+    /// API): it writes the index's first elements within them (see [`crate::DeiPropagator`]).
     DepthLimited,
     /// A server layer in `Incoming::Restart` mode (a trust boundary) dropped a request's `dei` or `dei-faults`
     /// values and served it as a root.

@@ -1,9 +1,9 @@
 //! The propagator with the standard ones: composition, carriers, baggage relays, bad input.
 
-use dei_propagator::rejection::{self, Source};
+use dei_propagator::rejection::{self, Event, Source};
 use dei_propagator::{
     Carriers, DeiContextExt, DeiPropagator, Element, ElementDigest, Fault, FaultPlan, INDEX_KEY, Index, Limits,
-    WireError,
+    WireError, inject_with_index, inject_with_index_wire,
 };
 use opentelemetry::baggage::{Baggage, BaggageExt, BaggageMetadata};
 use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
@@ -326,6 +326,62 @@ fn limits_are_configurable() {
     assert!(strict.extract(&headers).dei_index().is_none(), "deeper than 5");
     assert_eq!(DeiPropagator::new().extract(&headers).dei_index(), Some(&index));
     assert_eq!(Limits::for_depth(5).max_len, 1 + 5 * 23);
+}
+
+/// An index beyond the propagator's limits (built by hand: a scope never issues one deeper than 64 elements) is
+/// written cut to its first elements within them, in both carriers and by every way of injecting, and each cut
+/// is counted: sent whole, a receiver with the same limits would reject it and serve the call as a new root.
+#[test]
+fn an_index_beyond_the_limits_is_injected_as_its_first_elements_and_counted() {
+    let deep: Index = (0..70u8)
+        .map(|i| Element::new(ElementDigest([i; 8]), u32::from(i) + 1))
+        .collect();
+    let first_64 = Index::from_elements(deep.elements()[..64].to_vec());
+    let before = rejection::event_total(Event::DepthLimited);
+    let by_context = inject(&DeiPropagator::new(), &Context::new().with_dei_index(deep.clone()));
+    let mut by_call = Headers::new();
+    inject_with_index(&DeiPropagator::new(), &Context::new(), &deep, &mut by_call);
+    let mut by_wire = Headers::new();
+    inject_with_index_wire(
+        &dei_last(),
+        &sending_context(&Index::root()),
+        &deep,
+        &deep.encode(),
+        &mut by_wire,
+    );
+    let counted = rejection::event_total(Event::DepthLimited) - before;
+    for (how, headers) in [("context", &by_context), ("call", &by_call), ("wire", &by_wire)] {
+        assert_eq!(headers.get(INDEX_KEY), Some(&first_64.encode()), "{how}");
+        let baggage = headers.get("baggage").map(String::as_str).unwrap_or_default();
+        assert!(
+            baggage.split(',').any(|e| e == format!("dei={}", first_64.encode())),
+            "{how}: {baggage}"
+        );
+        assert_eq!(
+            DeiPropagator::new().extract(headers).dei_index(),
+            Some(&first_64),
+            "{how}: a receiver with the default limits reads it"
+        );
+    }
+    assert!(counted >= 3, "one count per injected call: {counted}");
+    // at the limit, nothing is cut
+    let mut at_limit = Headers::new();
+    inject_with_index(&DeiPropagator::new(), &Context::new(), &first_64, &mut at_limit);
+    assert_eq!(at_limit.get(INDEX_KEY), Some(&first_64.encode()));
+    // a propagator's own limits, in bytes too: 40 bytes hold the root and three 13-byte elements
+    let narrow = DeiPropagator::with_config(
+        Carriers::HEADER,
+        Limits {
+            max_len: 40,
+            max_depth: 64,
+        },
+        Default::default(),
+    );
+    let six = index(6);
+    let headers = inject(&narrow, &Context::new().with_dei_index(six.clone()));
+    let three = Index::from_elements(six.elements()[..3].to_vec());
+    assert_eq!(headers.get(INDEX_KEY), Some(&three.encode()));
+    assert_eq!(narrow.extract(&headers).dei_index(), Some(&three));
 }
 
 #[test]

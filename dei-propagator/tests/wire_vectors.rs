@@ -294,9 +294,14 @@ fn reading_the_carriers() {
     }
 }
 
+/// Held by the tests that count [`Event::DepthLimited`](dei_propagator::rejection::Event::DepthLimited) (a
+/// process-wide counter), so that each sees its own counts.
+static DEPTH_LIMITED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn extending_at_the_depth_limit() {
     use dei_propagator::{MAX_DEPTH, RequestScope};
+    let _counting = DEPTH_LIMITED.lock().unwrap_or_else(|p| p.into_inner());
     assert_eq!(MAX_DEPTH, 64);
     let element = Index::decode("1.chSN83lZIds1").expect("element").elements()[0];
     let call = InvocationSignature::new(
@@ -323,6 +328,51 @@ fn extending_at_the_depth_limit() {
             assert!(index.depth_limited(), "{row:?}");
             assert_eq!(index.index(), &incoming, "{row:?}");
         }
+    }
+}
+
+#[test]
+fn injecting_an_index_beyond_the_limit() {
+    use dei_propagator::rejection::{self, Event};
+    use dei_propagator::{DeiContextExt, DeiPropagator, inject_with_index};
+    use opentelemetry::Context;
+    use opentelemetry::propagation::TextMapPropagator;
+    use std::collections::HashMap;
+    let _counting = DEPTH_LIMITED.lock().unwrap_or_else(|p| p.into_inner());
+    let element = Index::decode("1.chSN83lZIds1").expect("element").elements()[0];
+    for row in table("Injecting an index beyond the limit") {
+        let [given, written, what, counted] = &row[..] else {
+            panic!("{row:?}")
+        };
+        let given = Index::from_elements(vec![element; given.parse().expect("depth")]);
+        let written = Index::from_elements(vec![element; written.parse().expect("depth")]);
+        match what.as_str() {
+            "as given" => assert_eq!(written, given, "{row:?}"),
+            _ => assert!(what.starts_with("its first") && given.starts_with(&written), "{row:?}"),
+        }
+        let before = rejection::event_total(Event::DepthLimited);
+        // through a context value, and as an outgoing call's index: both carriers
+        let mut by_context = HashMap::new();
+        DeiPropagator::new().inject_context(&Context::new().with_dei_index(given.clone()), &mut by_context);
+        let mut by_call = HashMap::new();
+        inject_with_index(&DeiPropagator::new(), &Context::new(), &given, &mut by_call);
+        let grew = rejection::event_total(Event::DepthLimited) - before;
+        for headers in [&by_context, &by_call] {
+            assert_eq!(headers.get("dei"), Some(&written.encode()), "{row:?}");
+            assert_eq!(
+                headers.get("baggage"),
+                Some(&format!("dei={}", written.encode())),
+                "{row:?}"
+            );
+            assert_eq!(Index::decode(&written.encode()), Ok(written.clone()), "{row:?}");
+        }
+        let expected = if counted == "depth_limited" {
+            2
+        } else {
+            assert!(counted.is_empty(), "{row:?}");
+            0
+        };
+        assert_eq!(grew, expected, "{row:?}: counted once per call injected");
     }
 }
 
