@@ -1,5 +1,6 @@
 //! The distributed execution index `[r1|c1 :: … :: rn|cn]` (paper definition 4).
 
+use crate::rejection::{self, Event};
 use crate::wire::{self, Limits, WireError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -59,6 +60,20 @@ impl fmt::Display for Element {
         }
         Ok(())
     }
+}
+
+/// A stream message whose count would pass the largest count, 4294967295 ([`Index::checked_stream_message`]):
+/// its callee cannot serve it under a count of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "message {k} of a stream opened with count {count} has no count of its own: {count} + {k} is past the largest \
+     count, 4294967295"
+)]
+pub struct StreamCountOverflow {
+    /// The count `x` of the stream's preliminary element.
+    pub count: u32,
+    /// The message's 1-based position `k` on the stream.
+    pub k: u32,
 }
 
 /// A distributed execution index: the path of elements from the system's entry point to one RPC.
@@ -170,17 +185,56 @@ impl Index {
 
     /// The prefix under which a callee serves the `k`-th message (1-based) of a stream opened with this
     /// preliminary index: the callee counts messages implicitly, so `…r|x~` becomes `…r|(x+k)~` (paper §4.2).
+    ///
+    /// A count has no value past 4294967295 (`u32::MAX`, the wire's largest). A stream index whose count is
+    /// near it (a crafted incoming one: a scope counts from 1) leaves its later messages without a count of
+    /// their own: they are served under the largest count, all of them, so that their calls can share
+    /// indexes. That is counted and logged ([`Event::StreamCountOverflow`]); use
+    /// [`checked_stream_message`](Self::checked_stream_message) to tell such a message apart.
+    ///
+    /// ```
+    /// use dei_propagator::Index;
+    /// let stream = Index::decode("1.AQEBAQEBAQE5~").unwrap();
+    /// assert_eq!(stream.stream_message(2).encode(), "1.AQEBAQEBAQE7~");
+    /// ```
     pub fn stream_message(&self, k: u32) -> Index {
-        let last = self.elements.len().saturating_sub(1);
-        (self.elements.iter().enumerate())
-            .map(|(i, e)| {
-                let mut e = *e;
-                if i == last {
-                    e.count = e.count.saturating_add(k);
-                }
-                e
-            })
-            .collect()
+        self.checked_stream_message(k).unwrap_or_else(|overflow| {
+            rejection::record_event(
+                Event::StreamCountOverflow,
+                &format_args!(
+                    "{overflow}: it is served under the largest count, as every later message of the stream is, \
+                     so their calls can share indexes"
+                ),
+            );
+            let last = self.elements.len().saturating_sub(1);
+            (self.elements.iter().enumerate())
+                .map(|(i, e)| Element {
+                    count: if i == last { u32::MAX } else { e.count },
+                    ..*e
+                })
+                .collect()
+        })
+    }
+
+    /// [`stream_message`](Self::stream_message), or the error when the message's count `x + k` would pass the
+    /// largest count (4294967295): the callee cannot serve the message under a count of its own.
+    ///
+    /// ```
+    /// use dei_propagator::{Index, StreamCountOverflow};
+    /// let crafted = Index::decode("1.AQEBAQEBAQE4294967294~").unwrap();
+    /// assert_eq!(crafted.checked_stream_message(1).map(|i| i.encode()).as_deref(), Ok("1.AQEBAQEBAQE4294967295~"));
+    /// assert_eq!(crafted.checked_stream_message(2), Err(StreamCountOverflow { count: 4294967294, k: 2 }));
+    /// ```
+    pub fn checked_stream_message(&self, k: u32) -> Result<Index, StreamCountOverflow> {
+        let Some((last, outer)) = self.elements.split_last() else {
+            return Ok(Index::root());
+        };
+        let count = (last.count.checked_add(k)).ok_or(StreamCountOverflow { count: last.count, k })?;
+        Ok(outer
+            .iter()
+            .copied()
+            .chain(std::iter::once(Element { count, ..*last }))
+            .collect())
     }
 
     /// [`encode`](Self::encode) as a shared string, in one allocation.

@@ -62,7 +62,7 @@ pub use context::{
 };
 pub use digest::{HexDigestError, PayloadDigest, PayloadHasher, StackDigest};
 pub use fault::{FAULT_PLAN_KEY, Fault, FaultPlan, FaultPlanError, PlanLimits};
-pub use index::{Element, ElementDigest, Index};
+pub use index::{Element, ElementDigest, Index, StreamCountOverflow};
 pub use instantiation::{Instantiation, PathMode};
 pub use invocation::InvocationSignature;
 pub use propagator::{

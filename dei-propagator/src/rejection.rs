@@ -66,16 +66,22 @@ pub enum Event {
     /// A server layer in `Incoming::Restart` mode (a trust boundary) dropped a request's `dei` or `dei-faults`
     /// values and served it as a root.
     DroppedAtEdge,
+    /// A stream message's count would pass the largest count (4294967295): only a stream index whose count is
+    /// near it (a crafted incoming one) gets there. The message is served under the largest count, as every
+    /// later message of the stream is, so their calls can share indexes
+    /// ([`Index::stream_message`](crate::Index::stream_message)).
+    StreamCountOverflow,
 }
 
 impl Event {
-    const ALL: [Event; 6] = [
+    const ALL: [Event; 7] = [
         Event::BaggageFull,
         Event::FaultPlanDropped,
         Event::FaultNotApplied,
         Event::LatencyClamped,
         Event::DepthLimited,
         Event::DroppedAtEdge,
+        Event::StreamCountOverflow,
     ];
 
     fn slot(self) -> usize {
@@ -91,6 +97,7 @@ impl Event {
             Event::LatencyClamped => "latency_clamped",
             Event::DepthLimited => "depth_limited",
             Event::DroppedAtEdge => "dropped_at_edge",
+            Event::StreamCountOverflow => "stream_count_overflow",
         }
     }
 }

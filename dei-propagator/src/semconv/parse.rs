@@ -413,7 +413,9 @@ pub struct StreamMessage {
 }
 
 impl StreamMessage {
-    /// Parses a stream message event's attributes (others are ignored).
+    /// Parses a stream message event's attributes (others are ignored). An event whose stream count plus
+    /// message position passes the largest count (4294967295) is rejected, naming [`MESSAGE`]: its callee
+    /// served it under no count of its own ([`Index::checked_stream_message`]), so it maps nothing.
     pub fn parse<'a, I>(attributes: I) -> Result<Self, AttributeError>
     where
         I: IntoIterator<Item = (&'a str, AttributeValue<'a>)>,
@@ -448,6 +450,16 @@ impl StreamMessage {
             return Err(AttributeError::Invalid {
                 key: INDEX,
                 problem: "a stream message's index ends in a final element",
+            });
+        }
+        // (`Index::checked_stream_message`'s test, without making the index)
+        if let Some(k) = k
+            && stream.last().is_some_and(|e| e.count.checked_add(k).is_none())
+        {
+            return Err(AttributeError::Invalid {
+                key: MESSAGE,
+                problem: "the stream's count plus the message's position is past the largest count, 4294967295: \
+                          the message was served under no count of its own",
             });
         }
         Ok(StreamMessage {

@@ -263,6 +263,43 @@ fn a_stream_message_event_maps_the_index_its_message_was_served_under() {
     }
 }
 
+/// A stream index whose count is near the largest (a crafted incoming one) leaves its later messages without a
+/// count of their own: the saturated prefix they are served under is counted, the checked form says so, and
+/// readers reject the event that would map it.
+#[test]
+fn a_stream_message_past_the_largest_count_is_counted_and_its_event_rejected() {
+    use crate::StreamCountOverflow;
+    use crate::rejection::{self, Event};
+    let stream = idx(&[el(1, 1), el(2, u32::MAX - 1).preliminary()]);
+    let last = idx(&[el(1, 1), el(2, u32::MAX).preliminary()]);
+    assert_eq!(stream.checked_stream_message(1), Ok(last.clone()));
+    assert_eq!(
+        stream.checked_stream_message(2),
+        Err(StreamCountOverflow {
+            count: u32::MAX - 1,
+            k: 2
+        })
+    );
+    let before = rejection::event_total(Event::StreamCountOverflow);
+    assert_eq!(stream.stream_message(1), last, "within the range: not counted");
+    assert_eq!(rejection::event_total(Event::StreamCountOverflow), before);
+    assert_eq!(stream.stream_message(2), last, "served under the largest count");
+    assert_eq!(stream.stream_message(3), last);
+    assert_eq!(
+        rejection::event_total(Event::StreamCountOverflow),
+        before + 2,
+        "each message past the largest count is counted"
+    );
+    let (s, m) = (stream.encode(), idx(&[el(1, 1), el(3, 1)]).encode());
+    assert_eq!(
+        StreamMessage::parse(event(&s, &m, Some(1))).map(|e| e.served_under()),
+        Ok(last)
+    );
+    let err = StreamMessage::parse(event(&s, &m, Some(2))).expect_err("no count of its own");
+    assert_eq!(err.key(), MESSAGE, "{err}");
+    assert!(err.to_string().contains("past the largest count"), "{err}");
+}
+
 #[test]
 fn payload_previews_are_bounded() {
     assert_eq!(payload_preview("{\"user\":\"ann\"}"), "{\"user\":\"ann\"}");
