@@ -545,10 +545,36 @@ impl Report {
         Ok(())
     }
 
-    /// Reads a report written by [`save`](Report::save).
+    /// Reads a report written by [`save`](Report::save), of at most [`MAX_REPORT_BYTES`] (256 MiB): a longer
+    /// file is refused with [`SearchError::ReportTooLarge`], naming it and the limit, before it is read (and a
+    /// file that grows while it is read is read no further than the limit).
     pub fn load(path: impl AsRef<Path>) -> Result<Report, SearchError> {
-        Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
+        load_bounded(path.as_ref(), MAX_REPORT_BYTES)
     }
+}
+
+/// The largest report file [`Report::load`] reads: 256 MiB. A search's report grows with the RPCs its
+/// executions observed (about 1 KB each, pretty-printed), so this holds some 250,000 of them; a larger file is
+/// not a report worth holding in memory whole, or not a report.
+pub const MAX_REPORT_BYTES: u64 = 256 << 20;
+
+/// [`Report::load`] under a limit of `max` bytes.
+fn load_bounded(path: &Path, max: u64) -> Result<Report, SearchError> {
+    use std::io::Read as _;
+    let too_large = || SearchError::ReportTooLarge {
+        path: path.display().to_string(),
+        max,
+    };
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() > max {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    file.take(max.saturating_add(1)).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(serde_json::from_str(&text)?)
 }
 
 /// Writes `contents` to `path` whole or not at all: into a temporary file in the same directory, synced, then
@@ -699,6 +725,42 @@ impl fmt::Display for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report file over the limit is refused naming the file and the limit, one at the limit is read.
+    #[test]
+    fn a_report_file_is_read_up_to_its_limit() {
+        let d = std::env::temp_dir().join(format!("dei-sfit-load-limit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        let path = d.join("r.json");
+        let report = Report::new("t", SearchOptions::default(), Vec::new(), Vec::new(), false, 0);
+        report.save(&path).expect("save");
+        let len = std::fs::metadata(&path).expect("metadata").len();
+        let read = load_bounded(&path, len).expect("a file of exactly the limit");
+        assert_eq!(read.test, "t");
+        let err = load_bounded(&path, len - 1).expect_err("one byte over the limit");
+        assert!(
+            matches!(&err, SearchError::ReportTooLarge { path: p, max } if *p == path.display().to_string() && *max == len - 1),
+            "{err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains(&path.display().to_string()) && message.contains(&format!("{} bytes", len - 1)),
+            "{message}"
+        );
+        // the public limit, on a sparse file one byte over it: refused before anything is read
+        let sparse = d.join("sparse.json");
+        std::fs::File::create(&sparse)
+            .and_then(|f| f.set_len(MAX_REPORT_BYTES + 1))
+            .expect("a sparse file");
+        let err = Report::load(&sparse).expect_err("over 256 MiB");
+        assert!(
+            matches!(&err, SearchError::ReportTooLarge { max, .. } if *max == MAX_REPORT_BYTES),
+            "{err}"
+        );
+        assert!(err.to_string().contains("256 MiB"), "{err}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     #[test]
     fn atomic_writes_replace_whole_files_and_leave_nothing_aside() {

@@ -149,6 +149,18 @@ pub enum SearchError {
     /// A report file could not be read or written.
     #[error("report file: {0}")]
     Io(#[from] std::io::Error),
+    /// A report file is longer than [`Report::load`] reads ([`MAX_REPORT_BYTES`](crate::report::MAX_REPORT_BYTES),
+    /// 256 MiB).
+    #[error(
+        "report file {path} is longer than the limit of {max} bytes ({} MiB) that a report is read up to",
+        max >> 20
+    )]
+    ReportTooLarge {
+        /// The file.
+        path: String,
+        /// The limit, in bytes.
+        max: u64,
+    },
     /// A report file is not valid JSON.
     #[error("report JSON: {0}")]
     Json(#[from] serde_json::Error),
