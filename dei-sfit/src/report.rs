@@ -9,7 +9,7 @@ use dei_propagator::{Fault, Index};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A functional test's verdict in one execution.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -582,11 +582,45 @@ fn load_bounded(path: &Path, max: u64) -> Result<Report, SearchError> {
 /// whatever was at `path` untouched, never a torn file; two writers of one path leave one of their files whole.
 pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
+    replace_atomically(path, |aside| {
+        let mut file = std::fs::File::create(aside)?;
+        file.write_all(contents)?;
+        file.sync_all()
+    })
+}
+
+/// The name of the file, beside a folder's reports, that points at the newest of them ([`point_latest_at`]).
+pub const LATEST: &str = "latest.json";
+
+/// Points [`LATEST`] (`latest.json`), in the folder of `report`, at `report`: a symbolic link to its file name
+/// on Unix, a copy elsewhere. The new link (or copy) is made under a temporary name in the same folder and
+/// renamed over `latest.json`, so that a reader sees the previous one or the new one, never none and never a
+/// part of a copy; a failure leaves the previous one in place and no temporary file. Returns the link's path.
+pub fn point_latest_at(report: &Path) -> std::io::Result<PathBuf> {
+    let name = report
+        .file_name()
+        .ok_or_else(|| std::io::Error::other(format!("{} names no report file", report.display())))?;
+    let latest = report.with_file_name(LATEST);
+    #[cfg(unix)]
+    replace_atomically(&latest, |aside| std::os::unix::fs::symlink(name, aside))?;
+    #[cfg(not(unix))]
+    replace_atomically(&latest, |aside| {
+        let _ = name;
+        std::fs::copy(report, aside)?;
+        std::fs::File::open(aside)?.sync_all()
+    })?;
+    Ok(latest)
+}
+
+/// Makes `path` anew, atomically: `make` creates the new file (or link) at a temporary path beside it, which is
+/// then renamed over `path`. When either fails, the temporary path is removed and `path` is left as it was.
+fn replace_atomically(path: &Path, make: impl FnOnce(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
+    // hidden, and not `*.json`: a reader listing the folder's reports does not take it for one
     let mut aside_name = std::ffi::OsString::from(".");
     aside_name.push(name);
     aside_name.push(format!(
@@ -595,16 +629,12 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     let aside = path.with_file_name(aside_name);
-    let written = std::fs::File::create(&aside).and_then(|mut file| {
-        file.write_all(contents)?;
-        file.sync_all()
-    });
-    let renamed = written.and_then(|()| std::fs::rename(&aside, path));
-    if renamed.is_err() {
-        // best effort: the error that matters is the write's
+    let replaced = make(&aside).and_then(|()| std::fs::rename(&aside, path));
+    if replaced.is_err() {
+        // best effort: the error that matters is the one returned
         let _ = std::fs::remove_file(&aside);
     }
-    renamed
+    replaced
 }
 
 impl fmt::Display for Report {
@@ -759,6 +789,64 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("256 MiB"), "{err}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// `latest.json` is relinked by a rename over it: a reader polling it all along never finds it missing,
+    /// it ends up pointing at the newest report, and nothing is left beside it.
+    #[test]
+    fn latest_json_is_relinked_atomically() {
+        let d = std::env::temp_dir().join(format!("dei-sfit-latest-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        let (a, b) = (d.join("a.json"), d.join("b.json"));
+        std::fs::write(&a, "{\"a\": 1}").expect("a");
+        std::fs::write(&b, "{\"b\": 2}").expect("b");
+        let latest = point_latest_at(&a).expect("first link");
+        assert_eq!(latest, d.join(LATEST));
+        assert_eq!(std::fs::read(&latest).expect("read through it"), b"{\"a\": 1}");
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let missing = std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut missing = 0u32;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if std::fs::symlink_metadata(&latest).is_err() {
+                        missing += 1;
+                    }
+                }
+                missing
+            });
+            for i in 0..2000 {
+                point_latest_at(if i % 2 == 0 { &b } else { &a }).expect("relink");
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            reader.join().unwrap_or(u32::MAX)
+        });
+        assert_eq!(missing, 0, "a reader found latest.json missing {missing} time(s)");
+        // the last relink (#1999) pointed it at a.json; now at b.json
+        point_latest_at(&b).expect("relink");
+        assert_eq!(std::fs::read(&latest).expect("read through it"), b"{\"b\": 2}");
+        #[cfg(unix)]
+        assert_eq!(
+            std::fs::read_link(&latest).expect("a link"),
+            std::path::PathBuf::from("b.json"),
+            "relative: the folder can move"
+        );
+        // a relink that cannot be carried out (latest.json is a folder) leaves no temporary file either
+        let other = d.join("other");
+        std::fs::create_dir_all(other.join(LATEST).join("x")).expect("a folder in the way");
+        std::fs::write(other.join("c.json"), "{}").expect("c");
+        assert!(point_latest_at(&other.join("c.json")).is_err());
+        let listing = |dir: &Path| -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(dir)
+                .expect("dir")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(listing(&d), ["a.json", "b.json", "latest.json", "other"]);
+        assert_eq!(listing(&other), ["c.json", "latest.json"]);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -70,25 +70,11 @@ pub fn run_report_path(program: &str) -> PathBuf {
     ))
 }
 
-/// Points `latest.json`, in the folder of `report`, at `report`: a symbolic link on Unix, a copy elsewhere.
-/// Returns the link's path.
+/// Points `latest.json`, in the folder of `report`, at `report`: a symbolic link on Unix, a copy elsewhere,
+/// replaced atomically ([`dei_sfit::report::point_latest_at`]: a reader never finds it missing). Returns the
+/// link's path.
 pub fn update_latest(report: &Path) -> std::io::Result<PathBuf> {
-    let dir = report.parent().unwrap_or(Path::new("."));
-    let latest = dir.join("latest.json");
-    match std::fs::remove_file(&latest) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    #[cfg(unix)]
-    {
-        let name = report
-            .file_name()
-            .ok_or_else(|| std::io::Error::other("a report path names a file"))?;
-        std::os::unix::fs::symlink(name, &latest)?;
-    }
-    #[cfg(not(unix))]
-    std::fs::copy(report, &latest)?;
-    Ok(latest)
+    dei_sfit::report::point_latest_at(report)
 }
 
 /// Standard output that a reader who went away (`| head`) does not turn into a panic: after a failed write
