@@ -169,6 +169,10 @@ struct ServeArgs {
     /// Seconds a retained trace is kept.
     #[arg(long, default_value_t = 600)]
     trace_max_age_secs: u64,
+    /// Most RPC occurrences kept per retained trace; spans past it are counted on the trace (its view's
+    /// `occurrences_dropped`) and in dei_collector_trace_occurrences_dropped_total.
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
+    max_trace_rpcs: usize,
     /// Milliseconds an unpaired client/server span waits for its peer.
     #[arg(long, default_value_t = 2000)]
     pairing_ttl_ms: u64,
@@ -224,6 +228,15 @@ fn init_logging() {
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
+
+/// Parses a count that must be 1 or more.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Parses a `NAME=VALUE` header.
@@ -329,6 +342,7 @@ fn serve(a: ServeArgs) -> Result<(), String> {
     config.state.graph.max_store_items = a.max_pairing_spans;
     config.state.traces.max_traces = a.max_traces;
     config.state.traces.max_age = Duration::from_secs(a.trace_max_age_secs);
+    config.state.traces.max_occurrences = a.max_trace_rpcs;
     let downstream = match (a.forward_grpc, a.forward_http) {
         (Some(g), _) => Some(Downstream::Grpc(g)),
         (None, Some(h)) => Some(Downstream::Http(h)),

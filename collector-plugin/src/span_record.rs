@@ -127,6 +127,9 @@ pub struct DeiAttributes {
     /// The start of `dei.payload` (the request's payload as text, recorded only when the service opts in with
     /// `record_payloads`), at most [`semconv::PAYLOAD_PREVIEW_CHARS`] characters, `…` marking a cut.
     pub payload_preview: Option<Arc<str>>,
+    /// The span's DEI data was skipped for a malformed `dei.*` attribute or `dei.stream.message` event (the
+    /// other fields are then empty): the collector counts it on the span's trace.
+    pub skipped: bool,
 }
 
 /// Most `dei.stream.message` events kept per span: the analysis stores each (memory stays bounded).
@@ -299,7 +302,10 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
         }
     }
     if issues.len() > issues_before {
-        dei = DeiAttributes::default();
+        dei = DeiAttributes {
+            skipped: true,
+            ..DeiAttributes::default()
+        };
     }
     Some(SpanRecord {
         trace_id,
@@ -661,9 +667,14 @@ mod tests {
         );
         assert!(issues[0].problem.contains("expected a string, got int"));
         assert!(issues[5].problem.contains("preliminary element"));
-        // the span's DEI data is skipped as a whole, even its well-formed attributes
+        // the span's DEI data is skipped as a whole, even its well-formed attributes, and marked skipped (its
+        // trace counts it)
         assert_eq!(spans.len(), 1);
-        assert_eq!(spans[0].dei, DeiAttributes::default());
+        let skipped = DeiAttributes {
+            skipped: true,
+            ..DeiAttributes::default()
+        };
+        assert_eq!(spans[0].dei, skipped);
     }
 
     #[test]

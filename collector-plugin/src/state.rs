@@ -165,6 +165,10 @@ impl CollectorState {
 
     fn ingest_span(&mut self, span: SpanRecord, now: Instant) {
         self.graph.observe(&span, now, &self.counters);
+        if span.dei.skipped {
+            // its RPC (if it was one) is missing from the trace: the trace says so
+            self.traces.entry(span.trace_id, now).spans_dei_skipped += 1;
+        }
         if span.dei.planned_faults > 0 {
             // a planned trace is recorded even before (or without) any indexed call
             let trace = self.traces.entry(span.trace_id, now);
@@ -267,6 +271,7 @@ impl CollectorState {
             return;
         };
         let Some((oi, created)) = trace.occurrence(span.span_id, final_index, max) else {
+            trace.occurrences_dropped += 1;
             Counters::add(&self.counters.trace_occurrences_dropped, 1);
             return;
         };
@@ -328,6 +333,7 @@ impl CollectorState {
             span.span_id
         };
         let Some((oi, created)) = trace.occurrence(rpc, &index, max) else {
+            trace.occurrences_dropped += 1;
             Counters::add(&self.counters.trace_occurrences_dropped, 1);
             return;
         };

@@ -72,3 +72,70 @@ async fn colliding_occurrences_appear_once_in_the_trace_view() {
         "the other occurrences of an index have no children"
     );
 }
+
+/// A client span of `trace_id` at `index` (wire form), with `dei.count` as given (a string is malformed).
+fn client_span(trace_id: &str, n: u64, index: &str, count: Value) -> Value {
+    json!({
+        "traceId": trace_id,
+        "spanId": format!("{n:016x}"),
+        "name": "s",
+        "kind": 3,
+        "startTimeUnixNano": (1_700_000_000_000_000_000u64 + n).to_string(),
+        "endTimeUnixNano": (1_700_000_000_000_001_000u64 + n).to_string(),
+        "attributes": [
+            {"key": "dei.index", "value": {"stringValue": index}},
+            {"key": "dei.signature", "value": {"stringValue": "a.B/C"}},
+            {"key": "dei.count", "value": count},
+        ],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_view_counts_spans_dropped_past_the_cap_and_spans_whose_dei_data_was_skipped() {
+    let shard = CollectorProcess::start(&["--max-trace-rpcs", "3"]);
+    let trace_id = "0102030405060708090a0b0c0d0e0f13";
+    // five RPCs at distinct indexes (two past the cap of 3), and one whose dei.count is not an int
+    let mut spans: Vec<Value> = "AEIMQ"
+        .chars()
+        .zip(1u64..)
+        .map(|(last, n)| client_span(trace_id, n, &format!("1.AAAAAAAAAA{last}1"), json!({"intValue": "1"})))
+        .collect();
+    spans.push(client_span(trace_id, 9, "1.AAAAAAAAAAU1", json!({"stringValue": "x"})));
+    let body = json!({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "x"}}]},
+        "scopeSpans": [{"spans": spans}],
+    }]});
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/traces", shard.http))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("export");
+    assert!(r.status().is_success(), "{}", r.status());
+    let view = shard.get_json(&format!("/api/v1/traces/{trace_id}"));
+    assert_eq!(view["rpcs"], 3, "{view:#}");
+    assert_eq!(view["occurrences_dropped"], 2, "{view:#}");
+    assert_eq!(view["spans_dei_skipped"], 1, "{view:#}");
+    // the view parses with the type a client reads it with
+    let typed: dei_collector::views::TraceView = serde_json::from_value(view.clone()).expect("a TraceView");
+    assert_eq!((typed.occurrences_dropped, typed.spans_dei_skipped), (2, 1));
+    let counters = &shard.get_json("/api/v1/stats")["counters"];
+    assert_eq!(counters["trace_occurrences_dropped"], 2, "{counters:#}");
+    assert_eq!(counters["spans_dei_skipped"], 1, "{counters:#}");
+
+    // a query node's lookup gives the shard's view, and its merged state (what a query node above it pulls)
+    // keeps the counts
+    let q = common::QueryNodeProcess::start(&[format!("http://{}", shard.api)], &[]);
+    let through = common::get_json(q.api, &format!("/api/v1/traces/{trace_id}"));
+    assert_eq!(through, view);
+    let merged = common::eventually(std::time::Duration::from_secs(10), || {
+        let snapshot = common::get_json(q.api, "/api/v1/snapshot");
+        snapshot["traces"].as_array().is_some_and(|traces| {
+            traces
+                .iter()
+                .any(|t| t["trace_id"] == trace_id && t["occurrences_dropped"] == 2 && t["spans_dei_skipped"] == 1)
+        })
+    });
+    assert!(merged, "{:#}", common::get_json(q.api, "/api/v1/snapshot")["traces"]);
+}

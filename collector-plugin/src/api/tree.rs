@@ -121,6 +121,8 @@ pub fn trace_view(t: &TraceRecord) -> TraceView {
         // an index is at most 64 elements deep, so is the recursion
         tree: tops.into_iter().map(|i| build(t, i, &children)).collect(),
         pending_preliminary: t.pending.len() + t.pending_messages.len(),
+        occurrences_dropped: t.occurrences_dropped,
+        spans_dei_skipped: t.spans_dei_skipped,
     }
 }
 

@@ -111,6 +111,12 @@ pub struct TraceSnapshot {
     pub planned_faults: u32,
     /// Its RPC occurrences, in arrival order.
     pub occurrences: Vec<Occurrence>,
+    /// Spans and stream messages the shard did not record past its cap of occurrences per trace.
+    #[serde(default)]
+    pub occurrences_dropped: u64,
+    /// Spans whose DEI data the shard skipped for a malformed `dei.*` attribute.
+    #[serde(default)]
+    pub spans_dei_skipped: u64,
 }
 
 impl CollectorState {
@@ -144,6 +150,8 @@ impl CollectorState {
             start_ns: t.start_ns,
             planned_faults: t.planned_faults,
             occurrences: t.occurrences.clone(),
+            occurrences_dropped: t.occurrences_dropped,
+            spans_dei_skipped: t.spans_dei_skipped,
         };
         let mut snapshot = Snapshot {
             version: SNAPSHOT_VERSION,
@@ -252,7 +260,8 @@ impl CollectorState {
         }
     }
 
-    /// Adds one trace (an occurrence already here is kept unless the new one replaces it).
+    /// Adds one trace (an occurrence already here is kept unless the new one replaces it). What the shard
+    /// dropped or skipped of it adds up, and so does an occurrence this state has no room for.
     pub(crate) fn absorb_trace(&mut self, t: &TraceSnapshot, now: Instant) {
         let max = self.traces.config.max_occurrences;
         let record = self.traces.entry(t.trace_id, now);
@@ -260,9 +269,13 @@ impl CollectorState {
             record.start_ns = t.start_ns;
         }
         record.planned_faults = record.planned_faults.max(t.planned_faults);
+        record.occurrences_dropped = record.occurrences_dropped.saturating_add(t.occurrences_dropped);
+        record.spans_dei_skipped = record.spans_dei_skipped.saturating_add(t.spans_dei_skipped);
         for o in &t.occurrences {
-            if let Some((i, true)) = record.occurrence(o.rpc, &o.index.clone(), max) {
-                record.occurrences[i] = o.clone();
+            match record.occurrence(o.rpc, &o.index.clone(), max) {
+                Some((i, true)) => record.occurrences[i] = o.clone(),
+                Some((_, false)) => {}
+                None => record.occurrences_dropped += 1,
             }
         }
     }

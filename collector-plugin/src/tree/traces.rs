@@ -28,6 +28,13 @@ pub struct TraceRecord {
     /// trace run under a fault plan is perturbed on purpose, so the absence of a call in it proves nothing
     /// about a circuit breaker.
     pub planned_faults: u32,
+    /// Spans and stream messages of this trace not recorded because it already held
+    /// [`TraceStoreConfig::max_occurrences`] occurrences (one per span or message that would have made or
+    /// completed an occurrence): its RPCs are incomplete by that much.
+    pub occurrences_dropped: u64,
+    /// Spans of this trace whose DEI data was skipped for a malformed `dei.*` attribute or event: RPCs (or
+    /// faults) that are missing from its occurrences.
+    pub spans_dei_skipped: u64,
     /// Occurrences in arrival order.
     pub occurrences: Vec<Occurrence>,
     /// Hash lookups, once the trace has more than [`LINEAR_LOOKUP_MAX`] occurrences.
@@ -312,6 +319,8 @@ impl TraceStore {
                 trace_id,
                 start_ns: 0,
                 planned_faults: 0,
+                occurrences_dropped: 0,
+                spans_dei_skipped: 0,
                 occurrences: Vec::with_capacity(capacity),
                 lookup: None,
                 mappings: StreamRewriter::new(),

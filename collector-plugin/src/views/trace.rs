@@ -135,6 +135,16 @@ pub struct TraceView {
     pub tree: Vec<TraceNode>,
     /// Spans still waiting for a stream mapping.
     pub pending_preliminary: usize,
+    /// Spans (and stream messages) of the trace the collector did not record because the trace already held
+    /// its cap of RPC occurrences (`serve --max-trace-rpcs`): the tree lacks their RPCs. 0 in the answer of a
+    /// collector that predates the field.
+    #[serde(default)]
+    pub occurrences_dropped: u64,
+    /// Spans of the trace whose DEI data the collector skipped for a malformed `dei.*` attribute or
+    /// `dei.stream.message` event: their RPCs (or faults) are missing from the tree. 0 in the answer of a
+    /// collector that predates the field.
+    #[serde(default)]
+    pub spans_dei_skipped: u64,
 }
 
 /// One retained trace in the list (`GET /api/v1/traces`). Fields in the order the API has always sent them,

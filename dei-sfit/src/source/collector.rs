@@ -25,6 +25,12 @@
 //! - the parent RPC is the occurrence at the index's parent (the collector nests by index prefix, so this
 //!   needs an instantiation with the path component, as `dei` and `filibuster` have); RPCs served under a
 //!   message are already rewritten to final form by the collector and marked `rewritten`.
+//!
+//! What the collector could not record of the trace is not passed over either: the spans whose DEI data it
+//! skipped for a malformed `dei.*` attribute (`spans_dei_skipped`) count as malformed spans on the execution
+//! ([`Observation::malformed`]), as the in-memory source counts the ones it reads; and when it dropped spans
+//! past its cap of RPCs per trace (`occurrences_dropped`), [`settle`](SpanSource::settle) ends with
+//! [`Settled::TimedOut`] saying how many, which the search records on the execution (its RPCs are incomplete).
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
 use crate::source::{ExecutionKey, MessageTargeting, Settled, SourceError, SpanSource};
@@ -228,7 +234,10 @@ impl SpanSource for CollectorSpans {
     /// seen) and unchanged for the quiet period. When the timeout passes first, it warns and returns
     /// [`Settled::TimedOut`] saying what was missing: no span of the trace at all (an execution that issued
     /// no RPC, or whose spans never reach the collector), spans waiting for a stream mapping, RPCs whose
-    /// client span never arrived, or a trace still changing.
+    /// client span never arrived, or a trace still changing. A trace of which the collector dropped spans past
+    /// its cap of RPCs per trace (`occurrences_dropped`) cannot become complete: once it is unchanged for the
+    /// quiet period, it warns and returns [`Settled::TimedOut`] saying how many, since those RPCs are missing
+    /// from the execution.
     fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
         Box::pin(async move {
             let started = Instant::now();
@@ -240,7 +249,15 @@ impl SpanSource for CollectorSpans {
                 if let Some(print) = print {
                     match &last {
                         Some((p, since)) if *p == print => {
-                            if print.complete && now.duration_since(*since) >= self.settle.quiet {
+                            let quiet = now.duration_since(*since) >= self.settle.quiet;
+                            // a trace the collector dropped spans of cannot become complete: once it is
+                            // quiet, waiting longer would not bring them back
+                            if quiet && print.dropped > 0 {
+                                let what = self.dropped_past_the_cap(print.dropped);
+                                tracing::warn!("dei-sfit: {what}");
+                                return Ok(Settled::TimedOut(what));
+                            }
+                            if quiet && print.complete {
                                 return Ok(Settled::Complete);
                             }
                         }
@@ -268,12 +285,29 @@ impl SpanSource for CollectorSpans {
                             self.settle.timeout
                         ),
                     };
+                    let what = match &last {
+                        Some((p, _)) if p.dropped > 0 => format!("{what}; {}", self.dropped_past_the_cap(p.dropped)),
+                        _ => what,
+                    };
                     tracing::warn!("dei-sfit: {what}; using what arrived");
                     return Ok(Settled::TimedOut(what));
                 }
                 tokio::time::sleep(self.settle.poll).await;
             }
         })
+    }
+}
+
+impl CollectorSpans {
+    /// Why an execution whose trace lost `dropped` spans past the collector's cap is incomplete.
+    fn dropped_past_the_cap(&self, dropped: u64) -> String {
+        let trace = self.trace_id().map(|t| t.to_string()).unwrap_or_default();
+        format!(
+            "the collector at {} dropped {dropped} span(s) of trace {trace} past its cap of RPCs per trace \
+             (occurrences_dropped in the trace view; serve --max-trace-rpcs): their RPCs and faults are missing \
+             from the execution",
+            self.api
+        )
     }
 }
 
@@ -285,6 +319,10 @@ struct Fingerprint {
     pending: usize,
     client_seen: usize,
     server_seen: usize,
+    /// Spans the collector dropped past its cap of RPCs per trace.
+    dropped: u64,
+    /// Spans whose DEI data the collector skipped.
+    skipped: u64,
     complete: bool,
 }
 
@@ -299,6 +337,8 @@ impl Fingerprint {
             pending: v.pending_preliminary,
             client_seen,
             server_seen: all.iter().filter(|n| n.server_time.is_some()).count(),
+            dropped: v.occurrences_dropped,
+            skipped: v.spans_dei_skipped,
             complete: v.pending_preliminary == 0 && client_seen == all.len(),
         }
     }
@@ -363,7 +403,9 @@ fn fault_of(value: Option<&str>, rpc: &[u8; 8], malformed: &mut usize) -> Option
 /// outcomes, then each stream's messages (from the stream's `messages`) as RPCs under the stream at their
 /// final indexes, with their own faults, targeted as `messages` says. A malformed fault is left out, logged
 /// and counted in [`Observation::malformed`] (the view's indexes and digests are typed: a malformed one fails
-/// to parse with the view).
+/// to parse with the view), and so is every span whose DEI data the collector skipped as malformed (the
+/// view's `spans_dei_skipped`). The spans the collector dropped past its cap of RPCs per trace
+/// (`occurrences_dropped`) are what [`CollectorSpans`]' settle step reports; here they are only logged.
 ///
 /// [`observation_from_spans`]: crate::source::observation_from_spans
 pub fn observation_from_trace_with(view: &TraceView, messages_targeting: MessageTargeting) -> Observation {
@@ -461,8 +503,25 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
             payload_preview: None,
         });
     }
-    obs.malformed = malformed;
-    if !obs.rpcs.is_empty() {
+    if view.spans_dei_skipped > 0 {
+        tracing::warn!(
+            trace = %view.trace_id,
+            "dei-sfit: the collector skipped the DEI data of {} span(s) of the trace for malformed dei.* \
+             attributes: their RPCs or faults are missing",
+            view.spans_dei_skipped
+        );
+    }
+    if view.occurrences_dropped > 0 {
+        tracing::warn!(
+            trace = %view.trace_id,
+            "dei-sfit: the collector dropped {} span(s) of the trace past its cap of RPCs per trace: their RPCs \
+             are missing",
+            view.occurrences_dropped
+        );
+    }
+    let skipped = usize::try_from(view.spans_dei_skipped).unwrap_or(usize::MAX);
+    obs.malformed = malformed.saturating_add(skipped);
+    if !obs.rpcs.is_empty() || view.spans_dei_skipped > 0 || view.occurrences_dropped > 0 {
         obs.traces.insert(view.trace_id.clone());
     }
     obs

@@ -113,6 +113,8 @@ fn occurrences_become_rpcs_with_parents_faults_and_streams() {
         start_unix_nano: 10,
         rpcs: 8,
         pending_preliminary: 0,
+        occurrences_dropped: 0,
+        spans_dei_skipped: 0,
         tree: vec![node(
             occurrence(&a, 0xaa, (10, 100)),
             vec![

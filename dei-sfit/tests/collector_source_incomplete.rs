@@ -1,0 +1,125 @@
+//! The search reading spans from dei-collector's API ([`CollectorSpans`]) when the collector could not record
+//! all of an execution's trace: spans past its cap of RPCs per trace (`max_occurrences`) and spans whose DEI
+//! data it skipped for a malformed `dei.*` attribute. A dei-collector on loopback receives each execution's
+//! spans over OTLP/HTTP; the search must count both on the execution, not observe an incomplete execution as
+//! a complete one.
+
+use dei_collector::server::{self, ServerConfig};
+use dei_sfit::source::collector::SettleConfig;
+use dei_sfit::{CollectorSpans, FaultCatalog, Report, Search, SearchOptions, test_fn};
+use opentelemetry::trace::TraceContextExt as _;
+use serde_json::{Value, json};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A client span of `trace_id` at `index` (wire form), with `dei.count` as given (a string is malformed).
+fn client_span(trace_id: &str, n: u64, index: &str, count: Value) -> Value {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    json!({
+        "traceId": trace_id,
+        "spanId": format!("{n:016x}"),
+        "name": "s",
+        "kind": 3,
+        "startTimeUnixNano": (now + n).to_string(),
+        "endTimeUnixNano": (now + 1_000 + n).to_string(),
+        "attributes": [
+            {"key": "dei.index", "value": {"stringValue": index}},
+            {"key": "dei.signature", "value": {"stringValue": "a.B/C"}},
+            {"key": "dei.count", "value": count},
+        ],
+    })
+}
+
+/// Exports `rpcs` well-formed client spans (distinct indexes) and `malformed` ones into the execution's trace.
+async fn export(http: std::net::SocketAddr, trace_id: String, rpcs: usize, malformed: usize) -> Result<(), String> {
+    let good = "AEIMQUYcgkosw048"
+        .chars()
+        .take(rpcs)
+        .zip(1u64..)
+        .map(|(last, n)| client_span(&trace_id, n, &format!("1.AAAAAAAAAA{last}1"), json!({"intValue": "1"})));
+    let bad =
+        (0..malformed as u64).map(|n| client_span(&trace_id, 100 + n, "1.BAAAAAAAAAA1", json!({"stringValue": "x"})));
+    let spans: Vec<Value> = good.chain(bad).collect();
+    let body = json!({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "test"}}]},
+        "scopeSpans": [{"spans": spans}],
+    }]});
+    let r = reqwest::Client::new()
+        .post(format!("http://{http}/v1/traces"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if r.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "export: {}: {}",
+            r.status(),
+            r.text().await.unwrap_or_default()
+        ))
+    }
+}
+
+/// Runs a search with no faults (one execution) whose test exports `rpcs` good and `malformed` bad spans.
+async fn search(max_occurrences: usize, rpcs: usize, malformed: usize) -> Report {
+    let mut config = ServerConfig::ephemeral();
+    config.state.traces.max_occurrences = max_occurrences;
+    let collector = server::start(config).await.expect("collector");
+    let http = collector.http_addr;
+    let test = test_fn("incomplete", move |run: dei_sfit::TestRun| async move {
+        let trace_id = run.context().span().span_context().trace_id().to_string();
+        export(http, trace_id, rpcs, malformed).await
+    });
+    let source = CollectorSpans::new(format!("http://{}", collector.api_addr)).with_settle(SettleConfig {
+        quiet: Duration::from_millis(150),
+        poll: Duration::from_millis(20),
+        timeout: Duration::from_secs(3),
+    });
+    let options = SearchOptions {
+        catalog: FaultCatalog::none(),
+        ..SearchOptions::default()
+    };
+    let report = Search::new(options, source).run(&test).await.expect("search");
+    collector.shutdown().await;
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_the_collector_dropped_past_its_cap_or_skipped_are_counted_on_the_execution() {
+    let report = search(3, 5, 1).await;
+    assert_eq!(report.executions.len(), 1, "{report}");
+    let e = &report.executions[0];
+    assert!(e.outcome.passed(), "{:?}\n{report}", e.outcome);
+    assert_eq!(e.rpcs.len(), 3, "the cap's worth of RPCs: {:#?}", e.rpcs);
+    assert_eq!(e.malformed_spans, 1, "the span whose DEI data was skipped\n{report}");
+    let unsettled = e.unsettled.as_deref().unwrap_or_default();
+    assert!(
+        unsettled.contains("dropped 2 span(s)") && unsettled.contains("past its cap of RPCs per trace"),
+        "the execution says its RPCs are incomplete: {unsettled:?}\n{report}"
+    );
+    assert_eq!(report.unsettled_executions, 1);
+    assert!(
+        report.warnings.iter().any(|w| w.contains("malformed dei.* attributes")),
+        "{:?}",
+        report.warnings
+    );
+    assert!(
+        report.warnings.iter().any(|w| w.contains("did not settle")),
+        "{:?}",
+        report.warnings
+    );
+    assert_eq!(e.traces.len(), 1, "the execution names its trace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_whose_only_span_was_skipped_settles_with_the_span_counted_as_malformed() {
+    // the collector knows the trace by the skipped span alone: the execution settles (no timeout) and counts it
+    let report = search(3, 0, 1).await;
+    let e = &report.executions[0];
+    assert_eq!(e.unsettled, None, "{report}");
+    assert_eq!(e.malformed_spans, 1, "{report}");
+    assert!(e.rpcs.is_empty(), "{:#?}", e.rpcs);
+}
