@@ -944,7 +944,9 @@ impl Search {
     ///
     /// The report must be `test`'s own: one written by another test (its `test` field names another
     /// [`FunctionalTest::name`]) is refused with [`SearchError::WrongTest`] before anything runs, and so is
-    /// one whose records contradict each other ([`Report::check_consistent`]).
+    /// one whose records contradict each other ([`Report::check_consistent`]). Only the name is compared: a
+    /// replay of another test under the same name fails as unreached, since a plan's indexes name the
+    /// recorded test's call paths (the fault-free run, which plans nothing, gives that test's verdict).
     ///
     /// A replay that does not inject every planned fault did not carry out the plan: it fails with
     /// [`SearchError::Unreached`], which names the faults and the likely causes, whatever the test's verdict.

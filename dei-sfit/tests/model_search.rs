@@ -428,6 +428,61 @@ async fn a_report_of_another_test_is_refused_before_anything_runs() {
     assert!(again.unreached.is_empty());
 }
 
+/// `SearchError::WrongTest` compares the test's name only. Another test under the report's test name gets
+/// past it, and its replay of any execution with a plan is still caught: the plan names the recorded test's
+/// RPCs, by indexes that digest the whole call path from the test's own call down, so the other test reaches
+/// none of them and the replay fails as unreached (exit 3 in the examples). That holds for a test that makes
+/// the very same entry call (fig. 4's body: `A/helloworld` with the same payload, from the same call site, at
+/// the same index) as for one that calls other services (cinema-3's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_test_under_the_reports_test_name_does_not_replay_its_plans() {
+    let fig2 = programs::FIG2;
+    let report = search(&fig2, opts(&fig2, Instantiation::dei())).await;
+    let planned: Vec<&ExecutionRecord> = report.executions.iter().filter(|e| !e.plan.is_empty()).collect();
+    assert_eq!(planned.len(), 4, "{report}");
+    for impostor in [programs::FIG4, programs::CINEMA3] {
+        let rec = Recorder::new();
+        let test = programs::ModelProgram {
+            name: fig2.name,
+            ..impostor
+        }
+        .test(&rec);
+        if impostor.name == "fig4" {
+            // the same entry call as fig2's test: its RPC, and its index, are those the report recorded
+            let own = Search::replay_allowing_unreached(&test, &report, 1, Arc::new(rec.clone()))
+                .await
+                .expect("the fault-free run");
+            let entry = |e: &ExecutionRecord| e.rpcs.iter().find(|r| r.parent.is_none()).map(|r| r.index.clone());
+            assert_eq!(entry(&own), entry(&report.executions[0]));
+        }
+        for recorded in &planned {
+            let err = Search::replay(&test, &report, recorded.number, Arc::new(rec.clone()))
+                .await
+                .expect_err("another test's replay of a plan");
+            let SearchError::Unreached(u) = &err else {
+                panic!(
+                    "{} as fig2, #{}: not an Unreached error: {err}",
+                    impostor.name, recorded.number
+                );
+            };
+            assert_eq!(
+                u.record.unreached.len(),
+                recorded.plan.len(),
+                "{} as fig2, #{}: no planned fault reached: {err}",
+                impostor.name,
+                recorded.number
+            );
+            assert!(
+                err.to_string().contains(&format!(
+                    "replay of execution #{} did not carry out its plan",
+                    recorded.number
+                )),
+                "{err}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_and_single_fault_mode() {
     let p = programs::CINEMA3;
