@@ -1,5 +1,5 @@
 //! Applying planned faults: a client whose outgoing index matches an entry of the fault plan in the current
-//! `Context` returns the fault instead of sending (latency: waits, then sends) — only in a service whose
+//! `Context` returns the fault instead of sending (latency: the call takes that much longer) — only in a service whose
 //! configuration applies plans ([`Faults::Accept`](crate::config::Faults::Accept); fault plans are off by
 //! default), and never on a call whose index is at the depth limit.
 //!
@@ -8,7 +8,7 @@
 //! | `g<code>` (1–16) | that status, as a trailers-only response | the HTTP status gRPC maps the code to (14 → 503, 4 → 504, 12 → 501, 5 → 404, 16 → 401, 7 → 403, 8 → 429, others → 500) |
 //! | `h<status>` (200–599) | that HTTP status without `grpc-status`, which the caller reads as gRPC's HTTP mapping says: 400 → INTERNAL, 401 → UNAUTHENTICATED, 403 → PERMISSION_DENIED, 404 → UNIMPLEMENTED, 429, 502, 503, 504 → UNAVAILABLE, any other (200 and 418 too) → UNKNOWN | that status, empty body |
 //! | `c` | UNAVAILABLE with message `dei: injected connection error` (what tonic reports for a refused connection) | an error, [`InjectedConnectionError`] |
-//! | `l<ms>` | waits (at most [`DeiConfig::max_latency`](crate::DeiConfig::max_latency)), then sends | the same |
+//! | `l<ms>` | sends the headers, holds the request's body that long (at most [`DeiConfig::max_latency`](crate::DeiConfig::max_latency)): the channel's `Endpoint::timeout` and the call's `grpc-timeout` count the wait, and a call past them ends as tonic ends any (`CANCELLED`, "Timeout expired") | waits (at most the same cap), then sends |
 //!
 //! docs/wire-format.md lists the same mapping as test vectors ("Faults as a caller sees them"), which the
 //! tests check against real tonic and reqwest clients. A plan cannot carry `g0` (OK is not a fault) or a 1xx

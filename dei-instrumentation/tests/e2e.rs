@@ -313,42 +313,90 @@ async fn calls_outside_a_scope_are_roots() {
     assert_ne!(served(&a), served(&b), "different call sites (lines)");
 }
 
+/// How a caller bounds a call's wait: the call's own `grpc-timeout`, the channel's `Endpoint::timeout`, or a
+/// timer of its own around the call.
+#[derive(Clone, Copy, Debug)]
+enum Deadline {
+    Call,
+    Channel,
+    Caller,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_given_up_during_a_planned_delay_still_names_its_rpc() {
+async fn a_planned_delay_counts_against_the_callers_deadline_and_still_names_its_rpc() {
     let sys = System::start().await;
-    // Two rounds from one call site: a plain call gives the index, then that index is delayed for far longer
-    // than the caller waits.
-    let mut plan: Option<FaultPlan> = None;
-    let mut planned = Index::root();
-    for round in 0..2 {
-        let mut leaf = sys.leaf_client().await;
-        let this_plan = plan.take();
-        let (outcome, trace) = in_root(
-            &sys.config,
-            |cx| match this_plan {
-                Some(p) => cx.with_fault_plan(p),
-                None => cx,
-            },
-            async move { tokio::time::timeout(std::time::Duration::from_millis(300), leaf.get(msg("slow"))).await },
-        )
-        .await;
-        // The root span, the client span, and (when the call went out) the server span.
-        let spans = spans_of(trace, if round == 0 { 3 } else { 2 }).await;
-        let client = spans.iter().find(|s| is_client(s)).expect("the client span");
-        let index = index_of(client).expect("the client span names its RPC");
-        if round == 0 {
-            outcome.expect("no delay planned").expect("get");
-            planned = index;
-            plan = Some(FaultPlan::new(vec![(
-                planned.clone(),
-                Fault::Latency(std::time::Duration::from_secs(30)),
-            )]));
-        } else {
-            assert!(outcome.is_err(), "the caller gave up during the delay");
-            assert_eq!(index, planned);
-            assert_eq!(attr(client, "dei.fault").as_deref(), Some("l30000"));
-            assert!(attr(client, "dei.stack.digest").is_some());
-            assert!(!spans.iter().any(is_server), "the delayed call was never sent");
+    let wait = std::time::Duration::from_millis(300);
+    for deadline in [Deadline::Call, Deadline::Channel, Deadline::Caller] {
+        // Two rounds from one call site: a plain call gives the index, then that index is delayed for far
+        // longer than the caller's deadline.
+        let mut plan: Option<FaultPlan> = None;
+        let mut planned = Index::root();
+        for round in 0..2 {
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", sys.leaf)).expect("endpoint");
+            let endpoint = match deadline {
+                Deadline::Channel => endpoint.timeout(wait),
+                _ => endpoint,
+            };
+            let channel = endpoint.connect().await.expect("connect");
+            let mut leaf = pb::leaf_client::LeafClient::new(
+                tower::ServiceBuilder::new()
+                    .layer(dei_instrumentation::DeiClientLayer::new(sys.config.clone()))
+                    .service(channel),
+            );
+            let this_plan = plan.take();
+            let (outcome, trace) = in_root(
+                &sys.config,
+                |cx| match this_plan {
+                    Some(p) => cx.with_fault_plan(p),
+                    None => cx,
+                },
+                async move {
+                    let mut request = tonic::Request::new(msg("slow"));
+                    if let Deadline::Call = deadline {
+                        request.set_timeout(wait);
+                    }
+                    match deadline {
+                        Deadline::Caller => tokio::time::timeout(wait, leaf.get(request))
+                            .await
+                            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("the caller's timer"))),
+                        _ => leaf.get(request).await,
+                    }
+                },
+            )
+            .await;
+            let spans = spans_of(trace, 2).await;
+            let client = spans.iter().find(|s| is_client(s)).expect("the client span");
+            let index = index_of(client).expect("the client span names its RPC");
+            if round == 0 {
+                outcome.expect("no delay planned");
+                planned = index;
+                plan = Some(FaultPlan::new(vec![(
+                    planned.clone(),
+                    Fault::Latency(std::time::Duration::from_secs(30)),
+                )]));
+            } else {
+                // The wait falls inside the deadline, as a slow network's would: tonic ends the call with the
+                // status it gives any call past its deadline, the caller's timer fires, and the callee never
+                // answers.
+                let status = outcome.expect_err("the deadline ended the delayed call");
+                match deadline {
+                    Deadline::Caller => assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}"),
+                    _ => assert_eq!(
+                        (status.code(), status.message()),
+                        (tonic::Code::Cancelled, "Timeout expired"),
+                        "{deadline:?}: {status:?}"
+                    ),
+                }
+                assert_eq!(index, planned);
+                assert_eq!(attr(client, "dei.fault").as_deref(), Some("l30000"));
+                assert!(attr(client, "dei.stack.digest").is_some());
+                assert!(
+                    !spans
+                        .iter()
+                        .any(|s| is_server(s) && attr(s, "rpc.grpc.status_code").as_deref() == Some("0")),
+                    "{deadline:?}: the callee answered a call whose request was still held back"
+                );
+            }
         }
     }
 }

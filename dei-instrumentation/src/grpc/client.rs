@@ -219,11 +219,6 @@ where
         }
         match prepare(&self.config, parts, body, probe, info) {
             Prepared::Failed(response) => ResponseFuture::ready(response),
-            Prepared::Send(call) if call.delay.is_some() => {
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::slow(Box::pin(call.send(inner)))
-            }
             Prepared::Send(call) => {
                 let (request, guard, stream_fault, record) = call.into_request();
                 // tonic's channel hands the request to the connection's task in `call`: the attributes are
@@ -338,8 +333,6 @@ struct ReadyCall {
     out: outgoing::Outgoing,
     span: tracing::Span,
     stream_fault: Option<StreamFault>,
-    /// A latency fault to wait out before sending.
-    delay: Option<Duration>,
 }
 
 // Lives on the stack for one call, moved once: boxing the large variant would cost the allocation it saves.
@@ -405,12 +398,10 @@ fn prepare<B>(
             let (rparts, ()) = response.into_parts();
             return Prepared::Failed(http::Response::from_parts(rparts, DeiResponseBody::empty(guard)));
         }
-        Action::Delay(d) => {
-            // Recorded before the wait: a caller that gives up during it (a timeout) drops the future, and
-            // the span must still say which RPC was delayed.
-            out.record_attributes();
-            Some(d)
-        }
+        // The request's headers go out at once and its body waits: the wait falls inside the deadlines of the
+        // channel (`Endpoint::timeout`) and of the call (`grpc-timeout`), as a slow network's would, and a
+        // caller that gives up during it gets the timeout it would get from a slow callee.
+        Action::Delay(d) => Some(d),
         Action::Send => None,
     };
     let stream_fault = streaming.then(|| parts.extensions.get::<StreamFault>().cloned().unwrap_or_default());
@@ -433,6 +424,7 @@ fn prepare<B>(
         rest_done,
         tap,
         segments: VecDeque::new(),
+        delay,
         sleep: None,
         cut: false,
     };
@@ -443,7 +435,6 @@ fn prepare<B>(
         out,
         span,
         stream_fault,
-        delay,
     })
 }
 
@@ -463,15 +454,12 @@ impl ReadyCall {
         (request, guard, self.stream_fault, record)
     }
 
-    /// Waits out a latency fault, then sends through `inner`.
-    async fn send<S, B>(mut self, mut inner: S) -> Result<http::Response<DeiResponseBody<B>>, S::Error>
+    /// Sends through `inner`.
+    async fn send<S, B>(self, mut inner: S) -> Result<http::Response<DeiResponseBody<B>>, S::Error>
     where
         S: Service<http::Request<Body>, Response = http::Response<B>>,
         B: http_body::Body<Data = Bytes>,
     {
-        if let Some(d) = self.delay.take() {
-            tokio::time::sleep(d).await;
-        }
         let (request, guard, stream_fault, record) = self.into_request();
         ResponseFuture::<_, B, S::Error>::sent(inner.call(request), guard, stream_fault, record).await
     }
@@ -501,8 +489,8 @@ fn finish<B>(
 
 pin_project_lite::pin_project! {
     /// The future of a call through [`DeiClientService`]: the inner service's future, whose response is
-    /// wrapped as it comes. Only a call that waits (a latency fault, or a unary request body that was not
-    /// ready when the call was made) is boxed.
+    /// wrapped as it comes. Only a call whose unary request body was not ready when the call was made is
+    /// boxed (a latency fault waits in the request body, inside the channel's deadlines).
     pub struct ResponseFuture<F, B, E> {
         #[pin]
         state: State<F, B, E>,
@@ -698,6 +686,8 @@ struct OutboundBody {
     tap: Option<StreamTap>,
     /// Data the tap let through, waiting to be sent.
     segments: VecDeque<Segment>,
+    /// A latency fault on the call itself: the body waits this long before its first frame.
+    delay: Option<Duration>,
     /// A latency fault being waited out.
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A failing fault ended the stream: nothing more is sent.
@@ -713,6 +703,10 @@ impl http_body::Body for OutboundBody {
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = &mut *self;
+        if let Some(d) = this.delay.take() {
+            // Made on the first poll, inside the connection's task and its runtime.
+            this.sleep = Some(Box::pin(tokio::time::sleep(d)));
+        }
         loop {
             if let Some(sleep) = this.sleep.as_mut() {
                 ready!(sleep.as_mut().poll(cx));
@@ -753,12 +747,13 @@ impl http_body::Body for OutboundBody {
 
     fn is_end_stream(&self) -> bool {
         self.segments.is_empty()
+            && self.delay.is_none()
             && self.sleep.is_none()
             && (self.cut || (self.buffered.is_empty() && (self.rest_done || self.rest.is_end_stream())))
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.buffered.is_empty() && self.segments.is_empty() && !self.cut {
+        if self.buffered.is_empty() && self.segments.is_empty() && self.delay.is_none() && !self.cut {
             self.rest.size_hint()
         } else {
             SizeHint::default()
