@@ -94,7 +94,7 @@ fn intern(interned: &Interned<&'static str, Names>, path: &str) -> Option<&'stat
 /// The process's interned methods.
 fn process_interned() -> &'static Interned<&'static str, Names> {
     static INTERNED: OnceLock<Interned<&'static str, Names>> = OnceLock::new();
-    INTERNED.get_or_init(|| Interned::new(MAX_PATHS))
+    INTERNED.get_or_init(|| Interned::new(MAX_PATHS, "gRPC method paths"))
 }
 
 thread_local! {
@@ -152,7 +152,7 @@ mod tests {
         assert_eq!(rpc(&m), ("s.S", &long[5..]));
         // The process's interned methods are shared with the other tests: the bound is checked on a set of
         // its own.
-        let interned = Interned::new(3);
+        let interned = Interned::new(3, "paths");
         for i in 0..5 {
             let names = intern(&interned, &format!("/bounded.S/M{i}"));
             assert_eq!(names.is_some(), i < 3, "path {i}");

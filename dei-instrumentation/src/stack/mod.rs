@@ -180,7 +180,7 @@ const MAX_INTERNED_HEX: usize = 4096;
 /// [`MAX_INTERNED_HEX`] are.
 fn interned_hex(digest: &StackDigest) -> StringValue {
     static HEX: OnceLock<Interned<StackDigest, str>> = OnceLock::new();
-    let interned = HEX.get_or_init(|| Interned::new(MAX_INTERNED_HEX));
+    let interned = HEX.get_or_init(|| Interned::new(MAX_INTERNED_HEX, "stack digests in hex"));
     match interned.get_or_make(digest, || (*digest, digest.to_hex().into_boxed_str())) {
         Some(hex) => StringValue::from(hex),
         None => StringValue::from(Arc::<str>::from(digest.to_hex())),
