@@ -19,8 +19,8 @@
 use dei_corpus as common;
 use dei_corpus::demo_setup;
 
-use common::CliStop;
 use common::cinema::Variant;
+use common::{CliStop, outln};
 use dei_collector::server::Downstream;
 use demo_setup::DemoOptions;
 use std::path::PathBuf;
@@ -101,7 +101,11 @@ async fn main() -> ExitCode {
             Downstream::Grpc(endpoint)
         }
     });
-    println!(
+    // a reader that goes away (`demo | head`) stops the output, not the demo: the report, latest.json and the
+    // web view are still made (`common::Stdout`)
+    let mut out = common::Stdout::default();
+    outln!(
+        out,
         "{}: searching its functional test exhaustively ...",
         args.variant.name()
     );
@@ -122,50 +126,58 @@ async fn main() -> ExitCode {
         }
     };
     let running = &demo.collector;
-    println!(
+    outln!(
+        out,
         "embedded dei-collector: OTLP/gRPC {} · OTLP/HTTP {} · API {}",
-        running.grpc_addr, running.http_addr, running.api_addr
+        running.grpc_addr,
+        running.http_addr,
+        running.api_addr
     );
     if let Some(f) = &forward {
-        println!("forwarding every span to {f:?}");
+        outln!(out, "forwarding every span to {f:?}");
     }
     let s = demo.summary();
-    println!("services:       {} ({})", s.services.len(), s.services.join(", "));
+    outln!(out, "services:       {} ({})", s.services.len(), s.services.join(", "));
     if !s.virtual_nodes.is_empty() {
-        println!(
+        outln!(
+            out,
             "virtual nodes:  {} (callees never seen serving)",
             s.virtual_nodes.join(", ")
         );
     }
-    println!("graph edges:    {}", s.edges);
-    println!("distinct RPCs:  {} (prefix-tree nodes)", s.distinct_rpcs);
-    println!("executions:     {}", s.executions);
-    println!("failures found: {}", s.failures);
+    outln!(out, "graph edges:    {}", s.edges);
+    outln!(out, "distinct RPCs:  {} (prefix-tree nodes)", s.distinct_rpcs);
+    outln!(out, "executions:     {}", s.executions);
+    outln!(out, "failures found: {}", s.failures);
     for e in demo.report.failing() {
         let faults: Vec<String> = e
             .effective
             .iter()
             .map(|p| format!("{} on {}", p.fault, p.signature))
             .collect();
-        println!("  #{}: {:?} with {}", e.number, e.outcome, faults.join(", "));
+        outln!(out, "  #{}: {:?} with {}", e.number, e.outcome, faults.join(", "));
     }
-    println!("spans received: {}", s.spans_received);
+    outln!(out, "spans received: {}", s.spans_received);
     for warning in &demo.report.warnings {
-        println!("WARNING: {warning}");
+        outln!(out, "WARNING: {warning}");
     }
     if s.graph_waiting > 0 {
-        println!(
+        outln!(
+            out,
             "WARNING: {} client span(s) still wait for their server peer: the graph may miss their edges",
             s.graph_waiting
         );
     }
-    println!("search report:  {}", demo.report_path.display());
+    outln!(out, "search report:  {}", demo.report_path.display());
     if args.report.is_none() {
-        println!("served reports: {REPORT_DIR}/ (every run's, in the web view's search tab)");
+        outln!(
+            out,
+            "served reports: {REPORT_DIR}/ (every run's, in the web view's search tab)"
+        );
     }
     if args.report.is_none() {
         match common::update_latest(&demo.report_path) {
-            Ok(latest) => println!("latest report:  {}", latest.display()),
+            Ok(latest) => outln!(out, "latest report:  {}", latest.display()),
             Err(e) => {
                 eprintln!("cannot point latest.json at {}: {e}", demo.report_path.display());
                 return ExitCode::FAILURE;
@@ -173,11 +185,19 @@ async fn main() -> ExitCode {
         }
     }
     if args.serve {
-        println!("web view:       http://{}/ui/  (Ctrl-C to stop)", running.api_addr);
+        outln!(out, "web view:       http://{}/ui/  (Ctrl-C to stop)", running.api_addr);
         let _ = tokio::signal::ctrl_c().await;
     } else {
-        println!("web view:       http://{}/ui/  (not kept: --exit)", running.api_addr);
+        outln!(
+            out,
+            "web view:       http://{}/ui/  (not kept: --exit)",
+            running.api_addr
+        );
     }
     demo.collector.shutdown().await;
-    ExitCode::SUCCESS
+    if out.exit_code(0) == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    }
 }

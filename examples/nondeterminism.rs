@@ -14,6 +14,7 @@
 
 use dei_corpus as common;
 
+use common::outln;
 use common::pb::helloworld::FanOut;
 use dei_instrumentation::DeiConfig;
 use dei_propagator::{DeiContextExt, Index, Instantiation, RequestScope};
@@ -140,11 +141,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _spans = common::spans();
     let mut rows = Vec::new();
     let mut csv = String::from("n,iterations,without_payload_pct,with_payload_pct,distinct_without,distinct_with\n");
-    println!("{:>4} {:>22} {:>22}", "N", "without payload", "with payload");
+    // a reader that goes away (`| head`) stops the output, not the experiment or its files (`common::Stdout`)
+    let mut out = common::Stdout::default();
+    outln!(out, "{:>4} {:>22} {:>22}", "N", "without payload", "with payload");
     for n in SIZES {
         let (without, d_without) = measure(Instantiation::filibuster(), n, iterations).await;
         let (with, d_with) = measure(Instantiation::dei(), n, iterations).await;
-        println!(
+        outln!(
+            out,
             "{n:>4} {:>12.0}% ({d_without:>3} seen) {:>12.0}% ({d_with:>3} seen)",
             without * 100.0,
             with * 100.0
@@ -161,10 +165,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write("target/sfit/nondeterminism.csv", &csv)?;
     std::fs::create_dir_all("docs/figures")?;
     std::fs::write("docs/figures/nondeterminism.svg", svg(&rows))?;
-    println!("wrote target/sfit/nondeterminism.csv and docs/figures/nondeterminism.svg");
-    if rows.iter().any(|r| r.2 < 1.0) {
+    outln!(
+        out,
+        "wrote target/sfit/nondeterminism.csv and docs/figures/nondeterminism.svg"
+    );
+    let mismatch = rows.iter().any(|r| r.2 < 1.0);
+    if mismatch {
         eprintln!("with payload, some assignment did not match creation order");
-        std::process::exit(1);
+    }
+    let code = out.exit_code(i32::from(mismatch));
+    if code != 0 {
+        std::process::exit(code);
     }
     Ok(())
 }

@@ -9,8 +9,10 @@
 //! ```sh
 //! cargo run --example routeguide_sfit
 //! ```
-//! Exits 0 when the search agrees with the Oracle, 1 when it does not (and says how), 2 on a bad argument.
+//! Exits 0 when the search agrees with the Oracle, 1 when it does not (and says how), 2 on a bad argument or
+//! a standard output that cannot be written (a reader that went away, `| head`, only stops the printing).
 
+use dei_corpus::{Stdout, outln};
 use dei_instrumentation::grpc::stream::channel;
 use dei_instrumentation::{DeiConfig, DeiStreaming, Faults};
 use dei_propagator::Fault;
@@ -165,12 +167,20 @@ fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(message()) }
 }
 
+/// The exit code for `code`, or 2 when standard output could not be written (other than by a reader that went
+/// away: [`Stdout`]).
+fn exit_code(out: &Stdout, code: u8) -> std::process::ExitCode {
+    std::process::ExitCode::from(u8::try_from(out.exit_code(i32::from(code))).unwrap_or(2))
+}
+
 fn main() -> std::process::ExitCode {
+    // a reader that goes away (`| head`) stops the output, not the search and its check
+    let mut out = Stdout::default();
     match std::env::args().nth(1).as_deref() {
         None => {}
         Some("-h" | "--help") => {
-            println!("{USAGE}");
-            return std::process::ExitCode::SUCCESS;
+            outln!(out, "{USAGE}");
+            return exit_code(&out, 0);
         }
         Some(other) => {
             eprintln!("routeguide_sfit: unknown argument {other:?}\n{USAGE}");
@@ -182,16 +192,16 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match runtime.block_on(search()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    match runtime.block_on(search(&mut out)) {
+        Ok(()) => exit_code(&out, 0),
         Err(why) => {
             eprintln!("routeguide_sfit: {why}");
-            std::process::ExitCode::FAILURE
+            exit_code(&out, 1)
         }
     }
 }
 
-async fn search() -> Result<(), String> {
+async fn search(out: &mut Stdout) -> Result<(), String> {
     let spans: Arc<dyn SpanSource> = Arc::new(dei_sfit::testing::in_process_spans());
     let config = DeiConfig::builder()
         .faults(Faults::Accept)
@@ -236,7 +246,7 @@ async fn search() -> Result<(), String> {
         .run(&test)
         .await
         .map_err(|e| format!("the search: {e}"))?;
-    println!("{report}");
+    outln!(out, "{report}");
     report.tested_faults().map_err(|e| e.to_string())?;
     ensure(report.failing().is_empty(), || "the fallbacks failed the test".into())?;
     ensure(report.unreached().is_empty() && report.unsettled().is_empty(), || {
@@ -277,7 +287,8 @@ async fn search() -> Result<(), String> {
     ensure(report.executions.len() == oracle.reference.len(), || {
         "the search ran an execution more than once per fault set".into()
     })?;
-    println!(
+    outln!(
+        out,
         "oracle agrees: {} executions, {} distinct fault sets, the same as the search's {} executions",
         oracle.executions,
         oracle.reference.len(),

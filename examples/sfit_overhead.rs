@@ -6,6 +6,7 @@
 use dei_corpus as common;
 
 use common::hello::{self, Figure};
+use common::outln;
 use dei_propagator::Instantiation;
 use dei_sfit::{Search, SearchOptions, TestRun, test_fn};
 use std::time::Instant;
@@ -31,8 +32,14 @@ async fn main() {
     let source = std::sync::Arc::new(common::spans());
     let config = hello::config(Instantiation::dei());
     let a = hello::start(Figure::Wide, &config).await;
-    println!("medians per execution (p90 in brackets); overhead = the search's own time (collect + schedule)");
-    println!(
+    // a reader that goes away (`| head`) stops the output, not the measurement (`common::Stdout`)
+    let mut out = common::Stdout::default();
+    outln!(
+        out,
+        "medians per execution (p90 in brackets); overhead = the search's own time (collect + schedule)"
+    );
+    outln!(
+        out,
         "{:>3} {:>6} {:>16} {:>18} {:>11} {:>11} {:>9} {:>13} {:>13} {:>7}",
         "K",
         "execs",
@@ -80,7 +87,8 @@ async fn main() {
         let collect_us: Vec<u64> = report.executions.iter().map(|e| e.collect_us).collect();
         let sched_us: Vec<u64> = report.executions.iter().map(|e| e.overhead_us - e.collect_us).collect();
         let tenth = (over_us.len() / 10).max(1);
-        println!(
+        outln!(
+            out,
             "{k:>3} {:>6} {:>7.0} [{:>6.0}] {:>8.0} [{:>7.0}] {:>11.0} {:>11.0} {:>8.1}% {:>13.0} {:>13.0} {:>7.1}",
             report.executions.len(),
             quantile(&test_us, 0.5),
@@ -94,5 +102,9 @@ async fn main() {
             quantile(&over_us[over_us.len() - tenth..], 0.5),
             wall
         );
+    }
+    let code = out.exit_code(0);
+    if code != 0 {
+        std::process::exit(code);
     }
 }

@@ -22,7 +22,7 @@ use common::pb::helloworld::service_a_server::{ServiceA, ServiceAServer};
 use common::pb::helloworld::service_b_client::ServiceBClient;
 use common::pb::helloworld::service_b_server::{ServiceB, ServiceBServer};
 use common::pb::helloworld::{Strings, Text};
-use common::{Channel, CliStop};
+use common::{Channel, CliStop, Stdout, outln};
 use dei_propagator::Instantiation;
 use dei_sfit::{FaultSet, FunctionalTest, Report, Search, SearchOptions, SpanSource, TestRun, test_fn};
 use std::collections::BTreeSet;
@@ -204,7 +204,9 @@ fn unclean(report: &Report, n: usize, expected: usize) -> Option<String> {
 
 /// Runs a sequential search for reference (untimed), then `rounds` searches at each N, and prints a row each;
 /// false when a search is not clean or not the sequential one's.
+#[allow(clippy::too_many_arguments)]
 async fn measure(
+    out: &mut Stdout,
     name: &str,
     test: &dyn FunctionalTest,
     base: SearchOptions,
@@ -265,7 +267,8 @@ async fn measure(
         let wall = started.elapsed().as_secs_f64();
         let rate = executions as f64 / wall;
         let base_rate = *sequential_rate.get_or_insert(rate);
-        println!(
+        outln!(
+            out,
             "{name:<14} {n:>3} {executions:>8} {wall:>9.2} {rate:>12.1} {:>9.2}x",
             rate / base_rate
         );
@@ -278,13 +281,22 @@ async fn main() {
     let args = common::or_exit(parse(std::env::args().skip(1)), USAGE);
     let source: Arc<dyn SpanSource> = Arc::new(common::spans());
     let runs = |w: &str| args.only.as_deref().is_none_or(|o| o == w);
-    println!(
+    // a reader that goes away (`| head`) stops the output, not the measurement (`common::Stdout`)
+    let mut out = Stdout::default();
+    outln!(
+        out,
         "workers: 2 tokio threads on {} CPU(s); executions/s over whole searches (speedup against the first N)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!(
+    outln!(
+        out,
         "{:<14} {:>3} {:>8} {:>9} {:>12} {:>10}",
-        "workload", "N", "execs", "wall s", "execs/s", "speedup"
+        "workload",
+        "N",
+        "execs",
+        "wall s",
+        "execs/s",
+        "speedup"
     );
     let mut ok = true;
     if runs("cinema") {
@@ -297,7 +309,17 @@ async fn main() {
             catalog: cinema::catalog(),
             ..SearchOptions::default()
         };
-        ok &= measure("cinema-10", &test, options, &source, args.rounds, &args.parallel, 6).await;
+        ok &= measure(
+            &mut out,
+            "cinema-10",
+            &test,
+            options,
+            &source,
+            args.rounds,
+            &args.parallel,
+            6,
+        )
+        .await;
     }
     let config = hello::config(Instantiation::dei());
     let options = SearchOptions {
@@ -308,6 +330,7 @@ async fn main() {
         let a = hello::start(Figure::Wide, &config).await;
         let test = wide_test(format!("wide-{}", args.k), a, args.k);
         ok &= measure(
+            &mut out,
             &format!("wide-{}", args.k),
             &test,
             options.clone(),
@@ -322,9 +345,10 @@ async fn main() {
         let a = start_slow(&config, Duration::from_millis(5)).await;
         let name = format!("wide-{}-5ms", args.k);
         let test = wide_test(name.clone(), a, args.k);
-        ok &= measure(&name, &test, options, &source, 1, &args.parallel, 1 << args.k).await;
+        ok &= measure(&mut out, &name, &test, options, &source, 1, &args.parallel, 1 << args.k).await;
     }
-    if !ok {
-        std::process::exit(1);
+    let code = out.exit_code(i32::from(!ok));
+    if code != 0 {
+        std::process::exit(code);
     }
 }

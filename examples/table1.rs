@@ -12,5 +12,10 @@ async fn main() {
     );
     let source = std::sync::Arc::new(common::spans());
     let rows = common::table1::run(source).await;
-    print!("{}", common::table1::render(&rows));
+    let mut out = common::Stdout::default();
+    out.print(format_args!("{}", common::table1::render(&rows)));
+    let code = out.exit_code(0);
+    if code != 0 {
+        std::process::exit(code);
+    }
 }

@@ -1,11 +1,13 @@
 //! The corpus examples' command lines, run as real processes: `--help` prints the usage and exits 0; an
 //! unknown argument, or a missing or malformed value, is refused with the usage and exit code 2, before
-//! anything runs.
+//! anything runs. A standard output whose reader went away (`| head`) stops the printing quietly and nothing
+//! else; one that cannot be written otherwise is an error (exit 2) once the run's files are written.
 
 mod built_examples;
 use built_examples::example;
 
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
 /// The examples that search (or replay) one functional test, with the shared options.
 const SEARCHING: [&str; 8] = [
@@ -145,4 +147,88 @@ fn missing_or_malformed_values_are_refused() {
         &["--forward", "http://127.0.0.1:4318", "--forward-protocol", "http"],
         "no path",
     );
+}
+
+/// Runs `name` with `args` in `dir`, its standard output `stdout`; with `close_early`, the reader goes away
+/// before the example prints anything (`| head -0`).
+fn run_in(name: &str, args: &[&str], dir: &Path, stdout: Stdio, close_early: bool) -> Output {
+    let mut child = Command::new(example(name))
+        .args(args)
+        .current_dir(dir)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the example");
+    if close_early {
+        drop(child.stdout.take());
+    }
+    child.wait_with_output().expect("wait for the example")
+}
+
+/// A fresh working directory for one test's runs (the examples write their files under it).
+fn work_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("example-args-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("a working directory");
+    d
+}
+
+/// The other examples, each with arguments that make its run short.
+const SHORT_RUNS: [(&str, &[&str]); 6] = [
+    ("table1", &[]),
+    ("nondeterminism", &["1"]),
+    ("sfit_overhead", &["1"]),
+    (
+        "sfit_parallel_throughput",
+        &["--only", "wide", "--k", "1", "--parallel", "1", "--rounds", "1"],
+    ),
+    ("routeguide_sfit", &[]),
+    ("demo", &["--exit"]),
+];
+
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_stops_the_output_quietly_and_the_run_goes_on() {
+    let d = work_dir("closed");
+    for name in SEARCHING.iter().chain(&OTHERS) {
+        let out = run_in(name, &["--help"], &d, Stdio::piped(), true);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name} --help: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name} --help: {stderr}");
+    }
+    for (name, args) in SHORT_RUNS {
+        let out = run_in(name, args, &d, Stdio::piped(), true);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name} {args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name} {args:?}: {stderr}");
+    }
+    // what they write after their first line of output is still written: nondeterminism's table and figure,
+    // the demo's report and latest.json
+    assert!(d.join("target/sfit/nondeterminism.csv").is_file());
+    assert!(d.join("docs/figures/nondeterminism.svg").is_file());
+    let report = dei_sfit::Report::load(d.join("target/sfit/demo/latest.json")).expect("the demo's latest report");
+    assert!(!report.executions.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_stdout_that_cannot_be_written_is_an_error_after_the_files_are_written() {
+    let d = work_dir("full");
+    for (name, args) in SHORT_RUNS {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let out = run_in(name, args, &d, full.into(), false);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot write to standard output") && !stderr.contains("panicked"),
+            "{name} {args:?}: {stderr}"
+        );
+    }
+    assert!(d.join("docs/figures/nondeterminism.svg").is_file());
+    dei_sfit::Report::load(d.join("target/sfit/demo/latest.json")).expect("the demo's latest report");
+    let _ = std::fs::remove_dir_all(&d);
 }

@@ -109,7 +109,9 @@ impl Stdout {
     }
 }
 
-/// Writes a line to a [`Stdout`].
+/// Writes a line to a [`Stdout`]: `outln!(out, "{x} and {y}")`. Exported for the root package's examples,
+/// which print through a [`Stdout`] too.
+#[macro_export]
 macro_rules! outln {
     ($out:expr, $($arg:tt)*) => {
         $out.print(format_args!("{}\n", format_args!($($arg)*)))
