@@ -1,15 +1,23 @@
 //! A borrowing decoder of just the parts of an OTLP `ExportTraceServiceRequest` that analysis reads.
 //!
-//! Field numbers and wire types are those of `opentelemetry/proto/trace/v1/trace.proto` and
-//! `common/v1/common.proto`; fields not declared here (scopes, links, trace state, dropped counts,
-//! `kvlist` values, …) are skipped without allocating. Strings and ids are slices of the request body,
-//! checked as UTF-8 only where they are used: no copy and no reference count per field. This is the hot
-//! path of the receivers: the body itself is forwarded unchanged.
+//! Field numbers and wire types are those of `opentelemetry/proto/trace/v1/trace.proto`,
+//! `common/v1/common.proto` and `resource/v1/resource.proto`; fields the view does not hold (scopes, links,
+//! trace state, schema URLs, entity references, dropped counts, `kvlist` values, …) are skipped without
+//! allocating. Strings and ids are slices of the request body: no copy and no reference count per field.
+//! This is the hot path of the receivers: the body itself is forwarded unchanged.
+//!
+//! Every proto3 `string` of the schema must be UTF-8, as in a schema-strict decoder (prost, protobuf-go's
+//! `proto.Unmarshal`; the OpenTelemetry Collector's own decoder does not check): the strings the view holds
+//! (keys, string values, span and event names, status messages) and those of the skipped fields that are
+//! strings or hold strings (scope name, version and attributes; link trace state and attributes; span trace
+//! state; schema URLs; entity references; `kvlist` values) are checked once, as they are decoded
+//! ([`std::str::from_utf8`]), and a body with an invalid one is refused ([`DecodeError::InvalidUtf8`], naming
+//! the field), never forwarded. Nesting of array and `kvlist` values counts against one [`MAX_DEPTH`].
 //!
 //! Protobuf's merge rules apply as in generated code: a repeated field appends, a scalar's last value wins,
 //! a message field given twice is merged, and a `oneof` takes its last member (merged when it is the same
-//! message). Nesting of array values deeper than [`MAX_DEPTH`] is an error, as is a declared field with the
-//! wrong wire type.
+//! message). Nesting of array (and `kvlist`) values deeper than [`MAX_DEPTH`] is an error, as is a declared
+//! field with the wrong wire type.
 //!
 //! What the view allocates is bounded by the body's size ([`Budget`]): a body of tiny spans, attributes, events or
 //! array values (an empty span is 2 bytes on the wire and 160 in the view) is refused once its view would pass
@@ -21,7 +29,8 @@ use prost::bytes::Buf;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 use std::cell::Cell;
 
-/// Deepest nesting of array values accepted (`AnyValue` in `ArrayValue` in `AnyValue` …).
+/// Deepest nesting of array and `kvlist` values accepted (`AnyValue` in `ArrayValue` or `KeyValueList` in
+/// `AnyValue` …).
 pub const MAX_DEPTH: u32 = 32;
 
 /// Why a body is not an `ExportTraceServiceRequest`.
@@ -46,6 +55,14 @@ pub enum DecodeError {
     /// Array values nested deeper than [`MAX_DEPTH`].
     #[error("array values nested deeper than {MAX_DEPTH}")]
     TooDeep,
+    /// A `string` field is not UTF-8, which proto3 requires of it.
+    #[error("{path}: invalid UTF-8 in a string field ({why})")]
+    InvalidUtf8 {
+        /// Where, as OTLP/JSON names it: `resourceSpans[0].scopeSpans[1].spans[2].name`.
+        path: String,
+        /// What was wrong with the bytes ([`std::str::Utf8Error`]).
+        why: String,
+    },
     /// The view would take more than its [`Budget`].
     #[error("{0}")]
     Expanded(Expanded),
@@ -278,7 +295,9 @@ impl<'a> Request<'a> {
             1 => {
                 push(&mut r.resource_spans, ResourceSpans::default(), budget)?;
                 let last = r.resource_spans.len() - 1;
-                r.resource_spans[last].merge(message(wire, buf)?, budget)
+                r.resource_spans[last]
+                    .merge(message(wire, buf)?, budget)
+                    .map_err(|e| within(e, || format!("resourceSpans[{last}]")))
             }
             _ => skip(wire, tag, buf),
         })?;
@@ -301,12 +320,16 @@ impl<'a> ResourceSpans<'a> {
             1 => self
                 .resource
                 .get_or_insert_with(Default::default)
-                .merge(message(wire, buf)?, budget),
+                .merge(message(wire, buf)?, budget)
+                .map_err(|e| within(e, || "resource".into())),
             2 => {
                 let mut s = ScopeSpans::default();
-                s.merge(message(wire, buf)?, budget)?;
+                let n = self.scope_spans.len();
+                s.merge(message(wire, buf)?, budget)
+                    .map_err(|e| within(e, || format!("scopeSpans[{n}]")))?;
                 push(&mut self.scope_spans, s, budget)
             }
+            3 => string(wire, buf, "schemaUrl").map(|_| ()),
             _ => skip(wire, tag, buf),
         })
     }
@@ -314,8 +337,18 @@ impl<'a> ResourceSpans<'a> {
 
 impl<'a> Resource<'a> {
     fn merge(&mut self, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
+        let mut entity_refs = 0usize;
         fields(body, |tag, wire, buf| match tag {
-            1 => push_key_value(&mut self.attributes, message(wire, buf)?, budget),
+            1 => {
+                let n = self.attributes.len();
+                push_key_value(&mut self.attributes, message(wire, buf)?, budget)
+                    .map_err(|e| within(e, || format!("attributes[{n}]")))
+            }
+            3 => {
+                let n = entity_refs;
+                entity_refs += 1;
+                check_entity_ref(message(wire, buf)?).map_err(|e| within(e, || format!("entityRefs[{n}]")))
+            }
             _ => skip(wire, tag, buf),
         })
     }
@@ -324,11 +357,15 @@ impl<'a> Resource<'a> {
 impl<'a> ScopeSpans<'a> {
     fn merge(&mut self, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
         fields(body, |tag, wire, buf| match tag {
+            1 => check_scope(message(wire, buf)?).map_err(|e| within(e, || "scope".into())),
             2 => {
                 let mut s = Span::default();
-                s.merge(message(wire, buf)?, budget)?;
+                let n = self.spans.len();
+                s.merge(message(wire, buf)?, budget)
+                    .map_err(|e| within(e, || format!("spans[{n}]")))?;
                 push(&mut self.spans, s, budget)
             }
+            3 => string(wire, buf, "schemaUrl").map(|_| ()),
             _ => skip(wire, tag, buf),
         })
     }
@@ -336,25 +373,41 @@ impl<'a> ScopeSpans<'a> {
 
 impl<'a> Span<'a> {
     fn merge(&mut self, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
+        let mut links = 0usize;
         fields(body, |tag, wire, buf| {
             match tag {
                 1 => self.trace_id = bytes(wire, buf)?,
                 2 => self.span_id = bytes(wire, buf)?,
+                3 => {
+                    string(wire, buf, "traceState")?;
+                }
                 4 => self.parent_span_id = bytes(wire, buf)?,
-                5 => self.name = bytes(wire, buf)?,
+                5 => self.name = string(wire, buf, "name")?,
                 6 => self.kind = varint(wire, buf)? as i32,
                 7 => self.start_time_unix_nano = fixed64(wire, buf)?,
                 8 => self.end_time_unix_nano = fixed64(wire, buf)?,
-                9 => push_key_value(&mut self.attributes, message(wire, buf)?, budget)?,
+                9 => {
+                    let n = self.attributes.len();
+                    push_key_value(&mut self.attributes, message(wire, buf)?, budget)
+                        .map_err(|e| within(e, || format!("attributes[{n}]")))?
+                }
                 11 => {
                     let mut e = Event::default();
-                    e.merge(message(wire, buf)?, budget)?;
+                    let n = self.events.len();
+                    e.merge(message(wire, buf)?, budget)
+                        .map_err(|e| within(e, || format!("events[{n}]")))?;
                     push(&mut self.events, e, budget)?;
+                }
+                13 => {
+                    let n = links;
+                    links += 1;
+                    check_link(message(wire, buf)?).map_err(|e| within(e, || format!("links[{n}]")))?
                 }
                 15 => self
                     .status
                     .get_or_insert_with(Default::default)
-                    .merge(message(wire, buf)?)?,
+                    .merge(message(wire, buf)?)
+                    .map_err(|e| within(e, || "status".into()))?,
                 _ => skip(wire, tag, buf)?,
             }
             Ok(())
@@ -367,8 +420,12 @@ impl<'a> Event<'a> {
         fields(body, |tag, wire, buf| {
             match tag {
                 1 => self.time_unix_nano = fixed64(wire, buf)?,
-                2 => self.name = bytes(wire, buf)?,
-                3 => push_key_value(&mut self.attributes, message(wire, buf)?, budget)?,
+                2 => self.name = string(wire, buf, "name")?,
+                3 => {
+                    let n = self.attributes.len();
+                    push_key_value(&mut self.attributes, message(wire, buf)?, budget)
+                        .map_err(|e| within(e, || format!("attributes[{n}]")))?
+                }
                 _ => skip(wire, tag, buf)?,
             }
             Ok(())
@@ -380,7 +437,7 @@ impl<'a> Status<'a> {
     fn merge(&mut self, body: &'a [u8]) -> Result<(), DecodeError> {
         fields(body, |tag, wire, buf| {
             match tag {
-                2 => self.message = bytes(wire, buf)?,
+                2 => self.message = string(wire, buf, "message")?,
                 3 => self.code = varint(wire, buf)? as i32,
                 _ => skip(wire, tag, buf)?,
             }
@@ -393,11 +450,12 @@ fn push_key_value<'a>(to: &mut Vec<KeyValue<'a>>, body: &'a [u8], budget: &Budge
     let mut kv = KeyValue::default();
     fields(body, |tag, wire, buf| {
         match tag {
-            1 => kv.key = bytes(wire, buf)?,
+            1 => kv.key = string(wire, buf, "key")?,
             2 => kv
                 .value
                 .get_or_insert_with(Default::default)
-                .merge(message(wire, buf)?, 0, budget)?,
+                .merge(message(wire, buf)?, 0, budget)
+                .map_err(|e| within(e, || "value".into()))?,
             _ => skip(wire, tag, buf)?,
         }
         Ok(())
@@ -412,7 +470,7 @@ impl<'a> AnyValue<'a> {
         }
         fields(body, |tag, wire, buf| {
             let v = match tag {
-                1 => Value::StringValue(bytes(wire, buf)?),
+                1 => Value::StringValue(string(wire, buf, "stringValue")?),
                 2 => Value::BoolValue(varint(wire, buf)? != 0),
                 3 => Value::IntValue(varint(wire, buf)? as i64),
                 4 => Value::DoubleValue(f64::from_bits(fixed64(wire, buf)?)),
@@ -425,12 +483,21 @@ impl<'a> AnyValue<'a> {
                     fields(body, |tag, wire, buf| match tag {
                         1 => {
                             let mut v = AnyValue::default();
-                            v.merge(message(wire, buf)?, depth + 1, budget)?;
+                            let n = array.values.len();
+                            v.merge(message(wire, buf)?, depth + 1, budget)
+                                .map_err(|e| within(e, || format!("arrayValue.values[{n}]")))?;
                             push(&mut array.values, v, budget)
                         }
                         _ => skip(wire, tag, buf),
                     })?;
                     Value::ArrayValue(array)
+                }
+                6 => {
+                    // not held by the view: the oneof's last member, so no value
+                    check_key_value_list(message(wire, buf)?, depth + 1)
+                        .map_err(|e| within(e, || "kvlistValue".into()))?;
+                    self.value = None;
+                    return Ok(());
                 }
                 7 => Value::BytesValue(bytes(wire, buf)?),
                 _ => return skip(wire, tag, buf),
@@ -439,6 +506,108 @@ impl<'a> AnyValue<'a> {
             Ok(())
         })
     }
+}
+
+/// Checks the strings of an `InstrumentationScope` (`name = 1`, `version = 2`, `attributes = 3`), which the
+/// view does not hold.
+fn check_scope(body: &[u8]) -> Result<(), DecodeError> {
+    let mut attributes = 0usize;
+    fields(body, |tag, wire, buf| match tag {
+        1 => string(wire, buf, "name").map(|_| ()),
+        2 => string(wire, buf, "version").map(|_| ()),
+        3 => {
+            let n = attributes;
+            attributes += 1;
+            check_key_value(message(wire, buf)?, 0).map_err(|e| within(e, || format!("attributes[{n}]")))
+        }
+        _ => skip(wire, tag, buf),
+    })
+}
+
+/// Checks the strings of a `Span.Link` (`trace_state = 3`, `attributes = 4`), which the view does not hold.
+fn check_link(body: &[u8]) -> Result<(), DecodeError> {
+    let mut attributes = 0usize;
+    fields(body, |tag, wire, buf| match tag {
+        3 => string(wire, buf, "traceState").map(|_| ()),
+        4 => {
+            let n = attributes;
+            attributes += 1;
+            check_key_value(message(wire, buf)?, 0).map_err(|e| within(e, || format!("attributes[{n}]")))
+        }
+        _ => skip(wire, tag, buf),
+    })
+}
+
+/// Checks the strings of an `EntityRef` (`schema_url = 1`, `type = 2`, `id_keys = 3`, `description_keys = 4`).
+fn check_entity_ref(body: &[u8]) -> Result<(), DecodeError> {
+    let (mut id_keys, mut description_keys) = (0usize, 0usize);
+    fields(body, |tag, wire, buf| match tag {
+        1 => string(wire, buf, "schemaUrl").map(|_| ()),
+        2 => string(wire, buf, "type").map(|_| ()),
+        3 => {
+            let n = id_keys;
+            id_keys += 1;
+            string(wire, buf, "")
+                .map(|_| ())
+                .map_err(|e| within(e, || format!("idKeys[{n}]")))
+        }
+        4 => {
+            let n = description_keys;
+            description_keys += 1;
+            string(wire, buf, "")
+                .map(|_| ())
+                .map_err(|e| within(e, || format!("descriptionKeys[{n}]")))
+        }
+        _ => skip(wire, tag, buf),
+    })
+}
+
+/// Checks the strings of a `KeyValue` the view does not hold (`key = 1`, `value = 2`), `depth` levels of array
+/// or `kvlist` values down.
+fn check_key_value(body: &[u8], depth: u32) -> Result<(), DecodeError> {
+    fields(body, |tag, wire, buf| match tag {
+        1 => string(wire, buf, "key").map(|_| ()),
+        2 => check_any_value(message(wire, buf)?, depth).map_err(|e| within(e, || "value".into())),
+        _ => skip(wire, tag, buf),
+    })
+}
+
+/// Checks the strings of a `KeyValueList` (`values = 1`).
+fn check_key_value_list(body: &[u8], depth: u32) -> Result<(), DecodeError> {
+    let mut values = 0usize;
+    fields(body, |tag, wire, buf| match tag {
+        1 => {
+            let n = values;
+            values += 1;
+            check_key_value(message(wire, buf)?, depth).map_err(|e| within(e, || format!("values[{n}]")))
+        }
+        _ => skip(wire, tag, buf),
+    })
+}
+
+/// Checks the strings of an `AnyValue` the view does not hold: its string, and those of its array or
+/// `kvlist` values, nested at most [`MAX_DEPTH`] deep.
+fn check_any_value(body: &[u8], depth: u32) -> Result<(), DecodeError> {
+    if depth > MAX_DEPTH {
+        return Err(DecodeError::TooDeep);
+    }
+    fields(body, |tag, wire, buf| match tag {
+        1 => string(wire, buf, "stringValue").map(|_| ()),
+        5 => {
+            let mut values = 0usize;
+            fields(message(wire, buf)?, |tag, wire, buf| match tag {
+                1 => {
+                    let n = values;
+                    values += 1;
+                    check_any_value(message(wire, buf)?, depth + 1)
+                        .map_err(|e| within(e, || format!("arrayValue.values[{n}]")))
+                }
+                _ => skip(wire, tag, buf),
+            })
+        }
+        6 => check_key_value_list(message(wire, buf)?, depth + 1).map_err(|e| within(e, || "kvlistValue".into())),
+        _ => skip(wire, tag, buf),
+    })
 }
 
 /// Calls `field(tag, wire_type, rest)` for each field of a message body; `field` consumes the value.
@@ -480,6 +649,38 @@ fn bytes<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], DecodeError
     let (value, rest) = buf.split_at(len);
     *buf = rest;
     Ok(value)
+}
+
+/// A `string` value, borrowed (as bytes: a reader that wants a `str` converts it again, which cannot fail), once
+/// checked to be UTF-8; otherwise [`DecodeError::InvalidUtf8`] at `field` (its OTLP/JSON name).
+fn string<'a>(wire: WireType, buf: &mut &'a [u8], field: &'static str) -> Result<&'a [u8], DecodeError> {
+    let value = bytes(wire, buf)?;
+    match std::str::from_utf8(value) {
+        Ok(_) => Ok(value),
+        Err(e) => Err(DecodeError::InvalidUtf8 {
+            path: field.to_string(),
+            why: e.to_string(),
+        }),
+    }
+}
+
+/// `e`, when it is an invalid string, located under `segment` (the field that holds it: its path grows as the
+/// error leaves each message, so the valid path costs nothing).
+fn within(e: DecodeError, segment: impl FnOnce() -> String) -> DecodeError {
+    match e {
+        DecodeError::InvalidUtf8 { path, why } => {
+            let segment = segment();
+            DecodeError::InvalidUtf8 {
+                path: if path.is_empty() {
+                    segment
+                } else {
+                    format!("{segment}.{path}")
+                },
+                why,
+            }
+        }
+        e => e,
+    }
 }
 
 /// An embedded message's body, borrowed.

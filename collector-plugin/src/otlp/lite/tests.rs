@@ -1,5 +1,6 @@
 //! The borrowing decoder against an oracle: the same view declared with prost's derive (the decoder this
-//! one replaced), on structured requests written by the full OTLP schema and on arbitrary bytes.
+//! one replaced), its strings as prost's `string` (which must be UTF-8), with the skipped fields that hold
+//! strings declared too, on structured requests written by the full OTLP schema and on arbitrary bytes.
 
 use super::*;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -31,6 +32,9 @@ mod oracle {
         /// `scope_spans = 2`.
         #[prost(message, repeated, tag = "2")]
         pub scope_spans: Vec<ScopeSpans>,
+        /// `schema_url = 3` (not in the view).
+        #[prost(string, tag = "3")]
+        pub schema_url: String,
     }
 
     /// `Resource`.
@@ -39,14 +43,73 @@ mod oracle {
         /// `attributes = 1`.
         #[prost(message, repeated, tag = "1")]
         pub attributes: Vec<KeyValue>,
+        /// `entity_refs = 3` (not in the view).
+        #[prost(message, repeated, tag = "3")]
+        pub entity_refs: Vec<EntityRef>,
+    }
+
+    /// `EntityRef` (not in the view).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct EntityRef {
+        /// `schema_url = 1`.
+        #[prost(string, tag = "1")]
+        pub schema_url: String,
+        /// `type = 2`.
+        #[prost(string, tag = "2")]
+        pub r#type: String,
+        /// `id_keys = 3`.
+        #[prost(string, repeated, tag = "3")]
+        pub id_keys: Vec<String>,
+        /// `description_keys = 4`.
+        #[prost(string, repeated, tag = "4")]
+        pub description_keys: Vec<String>,
     }
 
     /// `ScopeSpans`.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ScopeSpans {
+        /// `scope = 1` (not in the view).
+        #[prost(message, optional, tag = "1")]
+        pub scope: Option<Scope>,
         /// `spans = 2`.
         #[prost(message, repeated, tag = "2")]
         pub spans: Vec<Span>,
+        /// `schema_url = 3` (not in the view).
+        #[prost(string, tag = "3")]
+        pub schema_url: String,
+    }
+
+    /// `InstrumentationScope` (not in the view).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Scope {
+        /// `name = 1`.
+        #[prost(string, tag = "1")]
+        pub name: String,
+        /// `version = 2`.
+        #[prost(string, tag = "2")]
+        pub version: String,
+        /// `attributes = 3`.
+        #[prost(message, repeated, tag = "3")]
+        pub attributes: Vec<KeyValue>,
+    }
+
+    /// `Span.Link` (not in the view).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Link {
+        /// `trace_state = 3`.
+        #[prost(string, tag = "3")]
+        pub trace_state: String,
+        /// `attributes = 4`.
+        #[prost(message, repeated, tag = "4")]
+        pub attributes: Vec<KeyValue>,
+    }
+
+    /// `KeyValueList` (not in the view).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct KeyValueList {
+        /// `values = 1`.
+        #[prost(message, repeated, tag = "1")]
+        pub values: Vec<KeyValue>,
     }
 
     /// `Span`.
@@ -58,12 +121,15 @@ mod oracle {
         /// `span_id = 2`.
         #[prost(bytes = "bytes", tag = "2")]
         pub span_id: Bytes,
+        /// `trace_state = 3` (not in the view).
+        #[prost(string, tag = "3")]
+        pub trace_state: String,
         /// `parent_span_id = 4`.
         #[prost(bytes = "bytes", tag = "4")]
         pub parent_span_id: Bytes,
-        /// `name = 5` (a string, kept as bytes).
-        #[prost(bytes = "bytes", tag = "5")]
-        pub name: Bytes,
+        /// `name = 5`.
+        #[prost(string, tag = "5")]
+        pub name: String,
         /// `kind = 6`.
         #[prost(int32, tag = "6")]
         pub kind: i32,
@@ -79,6 +145,9 @@ mod oracle {
         /// `events = 11`.
         #[prost(message, repeated, tag = "11")]
         pub events: Vec<Event>,
+        /// `links = 13` (not in the view).
+        #[prost(message, repeated, tag = "13")]
+        pub links: Vec<Link>,
         /// `status = 15`.
         #[prost(message, optional, tag = "15")]
         pub status: Option<Status>,
@@ -91,8 +160,8 @@ mod oracle {
         #[prost(fixed64, tag = "1")]
         pub time_unix_nano: u64,
         /// `name = 2`.
-        #[prost(bytes = "bytes", tag = "2")]
-        pub name: Bytes,
+        #[prost(string, tag = "2")]
+        pub name: String,
         /// `attributes = 3`.
         #[prost(message, repeated, tag = "3")]
         pub attributes: Vec<KeyValue>,
@@ -101,9 +170,9 @@ mod oracle {
     /// `Status`.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Status {
-        /// `message = 2` (a string, kept as bytes).
-        #[prost(bytes = "bytes", tag = "2")]
-        pub message: Bytes,
+        /// `message = 2`.
+        #[prost(string, tag = "2")]
+        pub message: String,
         /// `code = 3` (2 is ERROR).
         #[prost(int32, tag = "3")]
         pub code: i32,
@@ -113,8 +182,8 @@ mod oracle {
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct KeyValue {
         /// `key = 1`.
-        #[prost(bytes = "bytes", tag = "1")]
-        pub key: Bytes,
+        #[prost(string, tag = "1")]
+        pub key: String,
         /// `value = 2`.
         #[prost(message, optional, tag = "2")]
         pub value: Option<AnyValue>,
@@ -123,8 +192,8 @@ mod oracle {
     /// `AnyValue`.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct AnyValue {
-        /// The value (`kvlist_value = 6` is not read).
-        #[prost(oneof = "Value", tags = "1, 2, 3, 4, 5, 7")]
+        /// The value (a `kvlist_value = 6` is checked, not held: the view has no value then).
+        #[prost(oneof = "Value", tags = "1, 2, 3, 4, 5, 6, 7")]
         pub value: Option<Value>,
     }
 
@@ -132,8 +201,8 @@ mod oracle {
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Value {
         /// `string_value = 1`.
-        #[prost(bytes = "bytes", tag = "1")]
-        StringValue(Bytes),
+        #[prost(string, tag = "1")]
+        StringValue(String),
         /// `bool_value = 2`.
         #[prost(bool, tag = "2")]
         BoolValue(bool),
@@ -146,6 +215,9 @@ mod oracle {
         /// `array_value = 5`.
         #[prost(message, tag = "5")]
         ArrayValue(ArrayValue),
+        /// `kvlist_value = 6`.
+        #[prost(message, tag = "6")]
+        KvlistValue(KeyValueList),
         /// `bytes_value = 7`.
         #[prost(bytes = "bytes", tag = "7")]
         BytesValue(Bytes),
@@ -165,22 +237,23 @@ fn from_oracle(r: &oracle::Request) -> Request<'_> {
     fn kvs(v: &[oracle::KeyValue]) -> Vec<KeyValue<'_>> {
         v.iter()
             .map(|kv| KeyValue {
-                key: &kv.key,
+                key: kv.key.as_bytes(),
                 value: kv.value.as_ref().map(any),
             })
             .collect()
     }
     fn any(v: &oracle::AnyValue) -> AnyValue<'_> {
         AnyValue {
-            value: v.value.as_ref().map(|v| match v {
-                oracle::Value::StringValue(s) => Value::StringValue(s),
-                oracle::Value::BoolValue(b) => Value::BoolValue(*b),
-                oracle::Value::IntValue(i) => Value::IntValue(*i),
-                oracle::Value::DoubleValue(d) => Value::DoubleValue(*d),
-                oracle::Value::ArrayValue(a) => Value::ArrayValue(ArrayValue {
+            value: v.value.as_ref().and_then(|v| match v {
+                oracle::Value::StringValue(s) => Some(Value::StringValue(s.as_bytes())),
+                oracle::Value::BoolValue(b) => Some(Value::BoolValue(*b)),
+                oracle::Value::IntValue(i) => Some(Value::IntValue(*i)),
+                oracle::Value::DoubleValue(d) => Some(Value::DoubleValue(*d)),
+                oracle::Value::ArrayValue(a) => Some(Value::ArrayValue(ArrayValue {
                     values: a.values.iter().map(any).collect(),
-                }),
-                oracle::Value::BytesValue(b) => Value::BytesValue(b),
+                })),
+                oracle::Value::KvlistValue(_) => None,
+                oracle::Value::BytesValue(b) => Some(Value::BytesValue(b)),
             }),
         }
     }
@@ -203,7 +276,7 @@ fn from_oracle(r: &oracle::Request) -> Request<'_> {
                                 trace_id: &s.trace_id,
                                 span_id: &s.span_id,
                                 parent_span_id: &s.parent_span_id,
-                                name: &s.name,
+                                name: s.name.as_bytes(),
                                 kind: s.kind,
                                 start_time_unix_nano: s.start_time_unix_nano,
                                 end_time_unix_nano: s.end_time_unix_nano,
@@ -213,12 +286,12 @@ fn from_oracle(r: &oracle::Request) -> Request<'_> {
                                     .iter()
                                     .map(|e| Event {
                                         time_unix_nano: e.time_unix_nano,
-                                        name: &e.name,
+                                        name: e.name.as_bytes(),
                                         attributes: kvs(&e.attributes),
                                     })
                                     .collect(),
                                 status: s.status.as_ref().map(|st| Status {
-                                    message: &st.message,
+                                    message: st.message.as_bytes(),
                                     code: st.code,
                                 }),
                             })
@@ -252,7 +325,15 @@ fn any_value(depth: u32) -> BoxedStrategy<common::AnyValue> {
         any::<i64>().prop_map(any_value::Value::IntValue),
         any::<f64>().prop_map(any_value::Value::DoubleValue),
         proptest::collection::vec(any::<u8>(), 0..8).prop_map(any_value::Value::BytesValue),
-        Just(any_value::Value::KvlistValue(common::KeyValueList::default())),
+        (".{0,4}", ".{0,6}").prop_map(|(key, value)| any_value::Value::KvlistValue(common::KeyValueList {
+            values: vec![common::KeyValue {
+                key,
+                value: Some(common::AnyValue {
+                    value: Some(any_value::Value::StringValue(value)),
+                }),
+                ..Default::default()
+            }],
+        })),
     ];
     let value = if depth == 0 {
         leaf.boxed()
@@ -314,7 +395,17 @@ fn full_span() -> impl Strategy<Value = trace::Span> {
                     .collect(),
                 status: status.map(|(message, code)| trace::Status { message, code }),
                 trace_state: "k=v".into(),
-                links: vec![span::Link::default()],
+                links: vec![span::Link {
+                    trace_state: "l=w".into(),
+                    attributes: vec![common::KeyValue {
+                        key: "link.k".into(),
+                        value: Some(common::AnyValue {
+                            value: Some(any_value::Value::StringValue("v".into())),
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
                 ..Default::default()
             },
         )
@@ -334,6 +425,12 @@ pub(super) fn full_request() -> impl Strategy<Value = ExportTraceServiceRequest>
             .map(|(resource, scopes)| trace::ResourceSpans {
                 resource: resource.map(|attributes| FullResource {
                     attributes,
+                    entity_refs: vec![common::EntityRef {
+                        schema_url: "u".into(),
+                        r#type: "service".into(),
+                        id_keys: vec!["service.name".into()],
+                        description_keys: vec!["d".into()],
+                    }],
                     ..Default::default()
                 }),
                 scope_spans: scopes
@@ -341,6 +438,11 @@ pub(super) fn full_request() -> impl Strategy<Value = ExportTraceServiceRequest>
                     .map(|spans| trace::ScopeSpans {
                         scope: Some(common::InstrumentationScope {
                             name: "lib".into(),
+                            version: "1.0".into(),
+                            attributes: vec![common::KeyValue {
+                                key: "scope.k".into(),
+                                ..Default::default()
+                            }],
                             ..Default::default()
                         }),
                         spans,
@@ -504,4 +606,182 @@ fn dense_valid_values_fit_the_budget() {
     );
     let request = Request::decode(&body).expect("dense but valid values fit the budget");
     assert_eq!(request.span_count(), 20_000);
+}
+
+/// `value` with its `@@@` (the one occurrence in the request) made invalid UTF-8: `ff fe 78`, a span name
+/// that a schema-strict decoder refuses.
+fn invalid_at_marker(req: &ExportTraceServiceRequest) -> Vec<u8> {
+    let mut body = req.encode_to_vec();
+    let at = body.windows(3).position(|w| w == b"@@@").expect("the marker");
+    assert!(body[at + 3..].windows(3).all(|w| w != b"@@@"), "one marker");
+    body[at..at + 3].copy_from_slice(&[0xff, 0xfe, 0x78]);
+    body
+}
+
+#[test]
+fn an_invalid_utf8_string_anywhere_in_the_schema_is_refused_naming_its_field() {
+    let text = |s: &str| common::AnyValue {
+        value: Some(any_value::Value::StringValue(s.into())),
+    };
+    let kv = |key: &str, value: common::AnyValue| common::KeyValue {
+        key: key.into(),
+        value: Some(value),
+        ..Default::default()
+    };
+    // a request with every string field of the schema set, `mark` picking the one that holds the marker
+    let request = |mark: &str| {
+        let m = |field: &str, value: &str| -> String { if field == mark { "@@@".into() } else { value.into() } };
+        ExportTraceServiceRequest {
+            resource_spans: vec![trace::ResourceSpans {
+                resource: Some(FullResource {
+                    attributes: vec![kv(&m("rkey", "service.name"), text(&m("rvalue", "svc")))],
+                    entity_refs: vec![common::EntityRef {
+                        schema_url: m("eschema", "u"),
+                        r#type: m("etype", "service"),
+                        id_keys: vec![m("eid", "service.name")],
+                        description_keys: vec![m("edesc", "d")],
+                    }],
+                    ..Default::default()
+                }),
+                scope_spans: vec![trace::ScopeSpans {
+                    scope: Some(common::InstrumentationScope {
+                        name: m("sname", "lib"),
+                        version: m("sversion", "1"),
+                        attributes: vec![kv(&m("skey", "k"), text(&m("svalue", "v")))],
+                        ..Default::default()
+                    }),
+                    spans: vec![trace::Span {
+                        trace_id: vec![1; 16],
+                        span_id: vec![2; 8],
+                        trace_state: m("tracestate", "k=v"),
+                        name: m("name", "span"),
+                        attributes: vec![
+                            kv(&m("akey", "a"), text(&m("avalue", "b"))),
+                            kv(
+                                "array",
+                                common::AnyValue {
+                                    value: Some(any_value::Value::ArrayValue(common::ArrayValue {
+                                        values: vec![text(&m("element", "e"))],
+                                    })),
+                                },
+                            ),
+                            kv(
+                                "kvlist",
+                                common::AnyValue {
+                                    value: Some(any_value::Value::KvlistValue(common::KeyValueList {
+                                        values: vec![kv(&m("lkey", "k"), text(&m("lvalue", "v")))],
+                                    })),
+                                },
+                            ),
+                        ],
+                        events: vec![span::Event {
+                            name: m("ename", "e"),
+                            attributes: vec![kv(&m("ekey", "k"), text(&m("evalue", "v")))],
+                            ..Default::default()
+                        }],
+                        links: vec![span::Link {
+                            trace_state: m("ltracestate", "k=v"),
+                            attributes: vec![kv(&m("linkkey", "k"), text(&m("linkvalue", "v")))],
+                            ..Default::default()
+                        }],
+                        status: Some(trace::Status {
+                            message: m("status", "m"),
+                            code: 2,
+                        }),
+                        ..Default::default()
+                    }],
+                    schema_url: m("sschema", "s"),
+                }],
+                schema_url: m("rschema", "r"),
+            }],
+        }
+    };
+    let r = "resourceSpans[0]";
+    let s = "resourceSpans[0].scopeSpans[0]";
+    let span = "resourceSpans[0].scopeSpans[0].spans[0]";
+    let cases = [
+        ("rkey", format!("{r}.resource.attributes[0].key")),
+        ("rvalue", format!("{r}.resource.attributes[0].value.stringValue")),
+        ("eschema", format!("{r}.resource.entityRefs[0].schemaUrl")),
+        ("etype", format!("{r}.resource.entityRefs[0].type")),
+        ("eid", format!("{r}.resource.entityRefs[0].idKeys[0]")),
+        ("edesc", format!("{r}.resource.entityRefs[0].descriptionKeys[0]")),
+        ("rschema", format!("{r}.schemaUrl")),
+        ("sname", format!("{s}.scope.name")),
+        ("sversion", format!("{s}.scope.version")),
+        ("skey", format!("{s}.scope.attributes[0].key")),
+        ("svalue", format!("{s}.scope.attributes[0].value.stringValue")),
+        ("sschema", format!("{s}.schemaUrl")),
+        ("tracestate", format!("{span}.traceState")),
+        ("name", format!("{span}.name")),
+        ("akey", format!("{span}.attributes[0].key")),
+        ("avalue", format!("{span}.attributes[0].value.stringValue")),
+        (
+            "element",
+            format!("{span}.attributes[1].value.arrayValue.values[0].stringValue"),
+        ),
+        ("lkey", format!("{span}.attributes[2].value.kvlistValue.values[0].key")),
+        (
+            "lvalue",
+            format!("{span}.attributes[2].value.kvlistValue.values[0].value.stringValue"),
+        ),
+        ("ename", format!("{span}.events[0].name")),
+        ("ekey", format!("{span}.events[0].attributes[0].key")),
+        ("evalue", format!("{span}.events[0].attributes[0].value.stringValue")),
+        ("ltracestate", format!("{span}.links[0].traceState")),
+        ("linkkey", format!("{span}.links[0].attributes[0].key")),
+        ("linkvalue", format!("{span}.links[0].attributes[0].value.stringValue")),
+        ("status", format!("{span}.status.message")),
+    ];
+    let valid = request("none").encode_to_vec();
+    assert_eq!(Request::decode(&valid).map(|r| r.span_count()), Ok(1));
+    for (field, path) in cases {
+        let body = invalid_at_marker(&request(field));
+        // what the OpenTelemetry schema's decoder (prost, full types) says of it
+        let full = ExportTraceServiceRequest::decode(body.as_slice());
+        assert!(full.is_err(), "{field}: a schema-strict decoder refuses it");
+        match Request::decode(&body) {
+            Err(DecodeError::InvalidUtf8 { path: got, why }) => {
+                assert_eq!(got, path, "{field}");
+                assert!(why.contains("invalid utf-8"), "{field}: {why}");
+            }
+            other => panic!("{field}: {:?}", other.map(|r| r.span_count())),
+        }
+        agree(&body).unwrap_or_else(|e| panic!("{field}: {e}"));
+    }
+}
+
+#[test]
+fn kvlist_values_nested_past_the_depth_are_refused_like_arrays() {
+    let mut v = common::AnyValue {
+        value: Some(any_value::Value::StringValue("x".into())),
+    };
+    for _ in 0..(MAX_DEPTH + 2) {
+        v = common::AnyValue {
+            value: Some(any_value::Value::KvlistValue(common::KeyValueList {
+                values: vec![common::KeyValue {
+                    key: "k".into(),
+                    value: Some(v),
+                    ..Default::default()
+                }],
+            })),
+        };
+    }
+    let req = ExportTraceServiceRequest {
+        resource_spans: vec![trace::ResourceSpans {
+            scope_spans: vec![trace::ScopeSpans {
+                spans: vec![trace::Span {
+                    attributes: vec![common::KeyValue {
+                        key: "deep".into(),
+                        value: Some(v),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    assert_eq!(Request::decode(&req.encode_to_vec()), Err(DecodeError::TooDeep));
 }
