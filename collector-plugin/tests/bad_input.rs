@@ -249,6 +249,20 @@ async fn api_rejects_bad_queries() {
     assert_eq!(s, 400, "{t}");
     let (s, t) = get("/api/v1/diff?a_from=5").await;
     assert_eq!(s, 400, "{t}");
+    // a side is a list of traces or a window: both at once would leave the window unapplied
+    let id = "0102030405060708090a0b0c0d0e0f10";
+    let (s, t) = get(&format!("/api/v1/diff?a_traces={id}&a_from=0&a_to=10&b_traces={id}")).await;
+    assert_eq!(s, 400, "{t}");
+    assert!(t.contains("side a: give a_traces or a_from and a_to, not both"), "{t}");
+    let (s, t) = get(&format!("/api/v1/diff?a_traces={id}&b_traces={id}&b_to=10")).await;
+    assert_eq!(s, 400, "{t}");
+    assert!(t.contains("side b:"), "{t}");
+    // a list that names no trace is no selection
+    let (s, t) = get(&format!("/api/v1/diff?a_traces=,,,&b_traces={id}")).await;
+    assert_eq!(s, 400, "{t}");
+    assert!(t.contains("a_traces=\\\",,,\\\" names no trace"), "{t}");
+    let (s, t) = get(&format!("/api/v1/diff?a_traces={id}&b_traces={id}")).await;
+    assert_eq!(s, 200, "{t}");
     let (s, t) = get("/api/v1/analyses/projection?instantiation=nope").await;
     assert_eq!(s, 400, "{t}");
     assert!(t.contains("filibuster"), "{t}");

@@ -409,17 +409,27 @@ struct DiffQuery {
     limit: Option<usize>,
 }
 
-/// Parses one side of a diff from window bounds (Unix ns) or a comma-separated list of trace ids.
+/// Parses one side of a diff from window bounds (Unix ns) or a comma-separated list of trace ids: one or the
+/// other (a window given with a list would not apply), and a list that names at least one trace.
 fn selection(from: Option<u64>, to: Option<u64>, traces: Option<&str>, side: &str) -> Result<Selection, BadRequest> {
     match (from, to, traces) {
-        (_, _, Some(list)) => {
+        (None, None, Some(list)) => {
             let ids = list
                 .split(',')
                 .filter(|s| !s.is_empty())
                 .map(parse_trace_id)
                 .collect::<Result<Vec<_>, _>>()?;
+            if ids.is_empty() {
+                return Err(bad_request(format!(
+                    "side {side}: {side}_traces={list:?} names no trace: give comma-separated trace ids"
+                )));
+            }
             Ok(Selection::Traces(ids))
         }
+        (_, _, Some(_)) => Err(bad_request(format!(
+            "side {side}: give {side}_traces or {side}_from and {side}_to, not both: a side is a list of traces or \
+             a window"
+        ))),
         (Some(from), Some(to), None) if from <= to => Ok(Selection::Window { from, to }),
         _ => Err(bad_request(format!(
             "side {side}: give {side}_from and {side}_to (Unix ns, from <= to) or {side}_traces (comma-separated trace ids)"
