@@ -445,7 +445,9 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
     let problems = || {
         let mut listed: String = summary.problems.iter().map(|p| format!("\n  {p}")).collect();
         let shown = summary.problems.len() as u64;
-        let total = summary.bad_documents + (summary.unreadable_files + summary.empty_files) as u64;
+        let total = summary.bad_documents
+            + (summary.unreadable_files + summary.empty_files) as u64
+            + summary.traces_without_process;
         if total > shown {
             listed.push_str(&format!("\n  ... and {} more", total - shown));
         }
@@ -463,13 +465,24 @@ fn analyze(a: AnalyzeArgs) -> Result<(), String> {
             }
         ));
     }
-    if summary.bad_documents > 0 || summary.unreadable_files > 0 || summary.empty_files > 0 {
+    if summary.bad_documents > 0
+        || summary.unreadable_files > 0
+        || summary.empty_files > 0
+        || summary.spans_without_process > 0
+    {
         let empty = match summary.empty_files {
             0 => String::new(),
             n => format!(", and {n} empty file(s)"),
         };
+        let unknown = match summary.spans_without_process {
+            0 => String::new(),
+            n => format!(
+                ", and {n} span(s) of {} Jaeger trace(s) whose processID the trace does not list",
+                summary.traces_without_process
+            ),
+        };
         let what = format!(
-            "{} bad document(s) and {} unreadable file(s){empty} (read {} good document(s)):{}",
+            "{} bad document(s) and {} unreadable file(s){empty}{unknown} (read {} good document(s)):{}",
             summary.bad_documents,
             summary.unreadable_files,
             summary.documents,

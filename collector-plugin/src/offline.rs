@@ -6,8 +6,10 @@
 //! "processes":{..}}]}`) is read too (module `jaeger`). A document that is neither — malformed JSON, invalid ids,
 //! another format, a Jaeger download with no trace — is counted as bad, with what was wrong in
 //! [`Summary::problems`], and skipped; a file that cannot be read is counted in [`Summary::unreadable_files`],
-//! one with no document at all (empty or blank) in [`Summary::empty_files`]. The binary fails on any of them
-//! unless `--keep-going`, and always when no document was read. Progress goes to a writer (stderr in the binary)
+//! one with no document at all (empty or blank) in [`Summary::empty_files`]. A Jaeger trace whose spans name a
+//! `processID` it does not list is analyzed (those spans without a service, as `unknown_service`), counted in
+//! [`Summary::spans_without_process`] and listed in the problems. The binary fails on any of them unless
+//! `--keep-going`, and always when no document was read. Progress goes to a writer (stderr in the binary)
 //! at most once a second.
 
 pub(crate) mod jaeger;
@@ -20,8 +22,8 @@ use crate::otlp::{self, Rejection, lite};
 use crate::span_record;
 use crate::state::{CollectorState, StateConfig};
 use dei_propagator::Instantiation;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -47,7 +49,13 @@ pub struct Summary {
     pub unreadable_files: usize,
     /// Files read to the end that held no document at all (empty, or only blank lines).
     pub empty_files: usize,
-    /// What was wrong with the bad documents, unreadable and empty files (the first [`MAX_PROBLEMS`]).
+    /// Spans of Jaeger traces whose `processID` is not among the trace's `processes`: analyzed without a
+    /// service (`unknown_service`).
+    pub spans_without_process: u64,
+    /// Jaeger traces with such spans (each one problem).
+    pub traces_without_process: u64,
+    /// What was wrong with the bad documents, unreadable and empty files, and the Jaeger traces with spans of
+    /// unknown processes (the first [`MAX_PROBLEMS`]).
     pub problems: Vec<String>,
 }
 
@@ -71,7 +79,7 @@ enum Doc {
     /// An OTLP/JSON export request (decoded into the lite view when it is ingested, borrowing from it).
     Otlp(serde_json::Value),
     /// A Jaeger JSON download: one request per trace, or why a trace could not be converted.
-    Jaeger(Vec<Result<ExportTraceServiceRequest, Rejection>>),
+    Jaeger(Vec<Result<jaeger::Converted, Rejection>>),
     /// Neither: why.
     Bad(String),
 }
@@ -131,11 +139,28 @@ fn ingest_classified(a: &mut CollectorState, doc: Doc, s: &mut Summary, at: &dyn
                 bad(a, s);
                 s.problem(format!("{}: a Jaeger JSON download with no trace", at()));
             }
-            for req in requests {
+            for converted in requests {
                 // Jaeger's spans converted to the generated types, read through their protobuf encoding
-                let ingested = req.and_then(|req| otlp::with_lite(&req, |lite| ingest_doc(a, lite, s)));
+                let unknown = converted
+                    .as_ref()
+                    .map_or(BTreeMap::new(), |c| c.unknown_processes.clone());
+                let ingested = converted.and_then(|c| otlp::with_lite(&c.request, |lite| ingest_doc(a, lite, s)));
                 match ingested {
-                    Ok(Ok(())) => s.jaeger_documents += 1,
+                    Ok(Ok(())) => {
+                        s.jaeger_documents += 1;
+                        if !unknown.is_empty() {
+                            let spans: usize = unknown.values().sum();
+                            s.spans_without_process += spans as u64;
+                            s.traces_without_process += 1;
+                            let ids: Vec<String> = unknown.iter().map(|(p, n)| format!("{p:?} ({n})")).collect();
+                            s.problem(format!(
+                                "{}: Jaeger trace: {spans} span(s) name a processID that the trace's processes do \
+                                 not list, {}: analyzed without a service (unknown_service)",
+                                at(),
+                                ids.join(", ")
+                            ));
+                        }
+                    }
                     // counted as bad by `ingest_doc`
                     Ok(Err(e)) => s.problem(format!("{}: Jaeger trace: {e}", at())),
                     Err(e) => {
@@ -497,7 +522,7 @@ pub fn text_report(a: &CollectorState, s: &Summary, tree_depth: usize, extra: &[
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "read {} file(s): {} documents ({} bad, {} from Jaeger JSON), {} spans, {} ignored dei attributes{}{}",
+        "read {} file(s): {} documents ({} bad, {} from Jaeger JSON), {} spans, {} ignored dei attributes{}{}{}",
         s.files,
         s.documents,
         s.bad_documents,
@@ -511,6 +536,14 @@ pub fn text_report(a: &CollectorState, s: &Summary, tree_depth: usize, extra: &[
         },
         if s.empty_files > 0 {
             format!(", {} empty file(s)", s.empty_files)
+        } else {
+            String::new()
+        },
+        if s.spans_without_process > 0 {
+            format!(
+                ", {} span(s) of {} Jaeger trace(s) without their process",
+                s.spans_without_process, s.traces_without_process
+            )
         } else {
             String::new()
         }

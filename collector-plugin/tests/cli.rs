@@ -423,6 +423,58 @@ fn reads_jaegers_json_download_as_the_same_spans() {
     std::fs::remove_dir_all(&d).expect("cleanup");
 }
 
+#[test]
+fn a_jaeger_span_whose_process_is_not_listed_is_a_problem_named_with_its_file() {
+    let d = dir("jaeger-process");
+    let req = request(1);
+    let mut download = jaeger_download(&req);
+    // the trace's first process is gone from `processes`: its spans name a process the trace does not list
+    let processes = download["data"][0]["processes"].as_object_mut().expect("processes");
+    assert!(processes.remove("p1").is_some(), "{processes:?}");
+    let orphans = download["data"][0]["spans"]
+        .as_array()
+        .expect("spans")
+        .iter()
+        .filter(|s| s["processID"] == "p1")
+        .count();
+    assert!(orphans > 0 && orphans < SPANS_PER_TRACE, "{orphans}");
+    let path = write(
+        &d.join("orphans.json"),
+        &serde_json::to_string(&download).expect("json"),
+    );
+    let o = run(&["analyze", "-q", "--format", "json", &path]);
+    assert!(!o.status.success(), "{o:?}");
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!(
+            "and {orphans} span(s) of 1 Jaeger trace(s) whose processID the trace does not list"
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!(
+            "orphans.json: line 1: Jaeger trace: {orphans} span(s) name a processID that the trace's processes do \
+             not list, \"p1\" ({orphans}): analyzed without a service (unknown_service)"
+        )),
+        "{e}"
+    );
+    assert!(e.contains("--keep-going"), "{e}");
+    // with --keep-going the trace is analyzed, its spans of the unknown process as unknown_service, and the
+    // report says how many
+    let o = run(&["analyze", "-q", "--keep-going", "--format", "json", &path]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning (--keep-going)"), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).expect("report");
+    let summary = &report["summary"];
+    assert_eq!(summary["spans"], SPANS_PER_TRACE as u64, "{summary}");
+    assert_eq!(summary["spans_without_process"], orphans as u64, "{summary}");
+    assert_eq!(summary["traces_without_process"], 1, "{summary}");
+    assert_eq!(summary["problems"].as_array().map(Vec::len), Some(1), "{summary}");
+    let nodes = report["graph"]["nodes"].as_array().expect("nodes");
+    assert!(nodes.iter().any(|n| n["id"] == "unknown_service"), "{nodes:?}");
+    std::fs::remove_dir_all(&d).expect("cleanup");
+}
+
 /// `tests/data/jaeger-download.json` is what a real Jaeger answered: Jaeger v1.76.0 (the `deploy/jaeger/`
 /// build, `docs/deploy/jaeger.yaml`) received `dei-collector loadgen --protocol http --traces-per-request 3`
 /// (today `dei-collector-bench loadgen`) over OTLP/HTTP, and `GET /api/traces?service=frontend` returned, among others, the three traces of its

@@ -11,6 +11,10 @@
 //!   `otel.scope.version` → the scope; every other tag is an attribute of its type (`string`, `bool`,
 //!   `int64`, `float64`; `binary` stays a string);
 //! - logs become events, named by their `event` field.
+//!
+//! A span whose `processID` is not among the trace's `processes` has no service: its resource gets no
+//! `service.name` (analysis counts it as `unknown_service`), and [`Converted::unknown_processes`] says so, for
+//! the offline run to report.
 
 use crate::otlp::Rejection;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -254,9 +258,20 @@ fn convert_span(s: &JaegerSpan, trace_id: &[u8]) -> Result<(Span, Instrumentatio
     Ok((out, scope))
 }
 
+/// A Jaeger trace as an OTLP export request, with what did not convert as it should.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converted {
+    /// The export request.
+    pub request: ExportTraceServiceRequest,
+    /// The spans whose `processID` is not a key of the trace's `processes`, counted by that id (`""` when the
+    /// span has none): their service is unknown.
+    pub unknown_processes: BTreeMap<String, usize>,
+}
+
 /// The trace as an OTLP export request: one resource per process, one scope per instrumentation scope.
-/// Refused when an id is not hex.
-pub fn to_otlp(trace: &Trace) -> Result<ExportTraceServiceRequest, Rejection> {
+/// Refused when an id is not hex; spans whose `processID` the trace does not list are converted without a
+/// service and counted ([`Converted::unknown_processes`]).
+pub fn to_otlp(trace: &Trace) -> Result<Converted, Rejection> {
     // process id → scope → spans, in a stable order
     let mut by_process: BTreeMap<&str, BTreeMap<(String, String), Vec<Span>>> = BTreeMap::new();
     for s in &trace.spans {
@@ -273,17 +288,24 @@ pub fn to_otlp(trace: &Trace) -> Result<ExportTraceServiceRequest, Rejection> {
             .or_default()
             .push(span);
     }
+    let mut unknown_processes = BTreeMap::new();
     let resource_spans = by_process
         .into_iter()
         .map(|(pid, scopes)| {
             let mut attributes = Vec::new();
-            if let Some(p) = trace.processes.get(pid) {
-                attributes.push(KeyValue {
-                    key: "service.name".into(),
-                    value: any(any_value::Value::StringValue(p.service_name.clone())),
-                    ..KeyValue::default()
-                });
-                attributes.extend(p.tags.as_deref().unwrap_or_default().iter().filter_map(key_value));
+            match trace.processes.get(pid) {
+                Some(p) => {
+                    attributes.push(KeyValue {
+                        key: "service.name".into(),
+                        value: any(any_value::Value::StringValue(p.service_name.clone())),
+                        ..KeyValue::default()
+                    });
+                    attributes.extend(p.tags.as_deref().unwrap_or_default().iter().filter_map(key_value));
+                }
+                None => {
+                    let spans = scopes.values().map(Vec::len).sum();
+                    unknown_processes.insert(pid.to_string(), spans);
+                }
             }
             ResourceSpans {
                 resource: Some(Resource {
@@ -306,7 +328,10 @@ pub fn to_otlp(trace: &Trace) -> Result<ExportTraceServiceRequest, Rejection> {
             }
         })
         .collect();
-    Ok(ExportTraceServiceRequest { resource_spans })
+    Ok(Converted {
+        request: ExportTraceServiceRequest { resource_spans },
+        unknown_processes,
+    })
 }
 
 /// True when `value` has Jaeger's shape: a `data` array whose entries have `spans` (or is empty).
@@ -348,7 +373,9 @@ mod tests {
             "processes":{"p1":{"serviceName":"svc","tags":[{"key":"host","type":"string","value":"h"}]}}}]}"#,
         )
         .expect("jaeger json");
-        let req = to_otlp(&doc.data[0]).expect("hex ids");
+        let converted = to_otlp(&doc.data[0]).expect("hex ids");
+        assert!(converted.unknown_processes.is_empty());
+        let req = converted.request;
         let rs = &req.resource_spans[0];
         let res = rs.resource.as_ref().expect("resource");
         assert_eq!(res.attributes[0].key, "service.name");
