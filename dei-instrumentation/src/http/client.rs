@@ -12,8 +12,20 @@
 //! run time (an ephemeral port on loopback, a port from service discovery) gives the same index from run to
 //! run. The payload is `query` + `?` + the body, at most
 //! [`payload_digest_cap`](crate::DeiConfig::payload_digest_cap) bytes of it. A streaming request body cannot
-//! be read without consuming it, so it counts as empty. Faults: see [`crate::fault`]. The index counts as in
-//! flight until the response head arrives.
+//! be read without consuming it, so it counts as empty. The index counts as in flight until the response head
+//! arrives.
+//!
+//! # Faults
+//!
+//! See [`crate::fault`] for the plan's syntax. What a caller gets, and how it differs from the real thing:
+//!
+//! | planned | the caller gets | differs from a real one in |
+//! |---|---|---|
+//! | `h<status>`, `g<code>` | `Ok(response)` with that status, an empty body, no headers, [`url()`](reqwest::Response::url) the request's URL | [`remote_addr()`](reqwest::Response::remote_addr) is `None` |
+//! | `c` | `Err(Error::Middleware(`[`InjectedConnectionError`]`))` | `is_connect()` is false (it answers for reqwest's own errors only, which cannot be made outside reqwest); `is_middleware()` is true, `url()` is `None` |
+//!
+//! Code that tells errors apart checks for the injected ones too:
+//! `err.is_connect() || matches!(&err, reqwest_middleware::Error::Middleware(e) if e.is::<InjectedConnectionError>())`.
 
 use crate::config::DeiConfig;
 use crate::fault::{self, Action, InjectedConnectionError};
@@ -37,7 +49,9 @@ impl DeiReqwestMiddleware {
     }
 }
 
-fn fault_response(fault: Fault) -> reqwest::Response {
+/// The response for a planned failing fault, its URL the request's.
+fn fault_response(fault: Fault, url: &reqwest::Url) -> reqwest::Response {
+    use reqwest::ResponseBuilderExt as _;
     let status = match fault {
         Fault::Http(s) => s,
         Fault::Grpc(code) => fault::http_status_for_grpc(code),
@@ -45,6 +59,12 @@ fn fault_response(fault: Fault) -> reqwest::Response {
     };
     let mut response = http::Response::new(Vec::<u8>::new());
     *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    // The builder is the only way to hand reqwest the URL (its extension type is private); a builder holding
+    // nothing but the URL cannot fail.
+    match http::response::Builder::new().url(url.clone()).body(()) {
+        Ok(with_url) => response.extensions_mut().extend(with_url.into_parts().0.extensions),
+        Err(e) => tracing::debug!("dei: the injected response has no URL: {e}"),
+    }
     reqwest::Response::from(response)
 }
 
@@ -140,7 +160,7 @@ impl Middleware for DeiReqwestMiddleware {
                 }));
             }
             Action::Fail(f) => {
-                let response = fault_response(f);
+                let response = fault_response(f, request.url());
                 span.record("http.response.status_code", response.status().as_u16());
                 out.otel
                     .set_status(opentelemetry::trace::Status::error("injected fault"));

@@ -1,0 +1,106 @@
+//! The reqwest middleware against real axum servers on loopback: what a caller gets for an injected fault.
+
+mod common;
+
+use axum::Router;
+use axum::routing::get;
+use common::*;
+use dei_instrumentation::{DeiConfig, DeiHttpServerLayer, IncomingCall, root_context};
+use dei_propagator::{DeiContextExt as _, Fault, FaultPlan, Index};
+use opentelemetry::context::FutureExt as _;
+use reqwest_middleware::RequestBuilder;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// A service named `name`: `/{path}` answers `name@index` (the index it was called with) and counts the
+/// requests it served in `hits`; `/slow` does the same after 450 ms.
+async fn service(name: &'static str, config: &DeiConfig, hits: Arc<AtomicUsize>) -> SocketAddr {
+    let reply = move || {
+        hits.fetch_add(1, Ordering::SeqCst);
+        let index = IncomingCall::current().map(|c| c.index.encode()).unwrap_or_default();
+        format!("{name}@{index}")
+    };
+    let slow = reply.clone();
+    let app = Router::new()
+        .route("/{path}", get(move || std::future::ready(reply())))
+        .route(
+            "/slow",
+            get(move || async move {
+                tokio::time::sleep(Duration::from_millis(450)).await;
+                slow()
+            }),
+        )
+        .layer(DeiHttpServerLayer::new(config.clone()));
+    serve_http(app).await
+}
+
+/// The index a reply `name@index` names.
+fn index_of(reply: &str) -> Index {
+    reply.rsplit_once('@').expect("name@index").1.parse().expect("an index")
+}
+
+/// One call site for every call of a test: the index depends on it.
+async fn call(request: RequestBuilder) -> Result<String, reqwest_middleware::Error> {
+    request
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await
+        .map_err(Into::into)
+}
+
+/// Runs `request()` twice from one call site: once to learn its index, then under a plan that puts `fault` on
+/// that index. Returns the second outcome and how long it took.
+async fn faulted(
+    config: &DeiConfig,
+    fault: Fault,
+    request: impl Fn() -> RequestBuilder,
+) -> (Result<String, reqwest_middleware::Error>, Duration) {
+    let mut plan: Option<FaultPlan> = None;
+    for step in 0..2 {
+        let cx = match plan.take() {
+            Some(p) => root_context(config).with_fault_plan(p),
+            None => root_context(config),
+        };
+        let started = Instant::now();
+        let outcome = call(request()).with_context(cx).await;
+        if step == 1 {
+            return (outcome, started.elapsed());
+        }
+        let index = index_of(&outcome.expect("the call without a fault"));
+        plan = Some(FaultPlan::new(vec![(index, fault)]));
+    }
+    unreachable!("two steps")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_response_has_the_requests_url_and_an_injected_error_is_not_reqwests() {
+    dei_instrumentation::testing::telemetry();
+    let config = config();
+    let addr = service("svc", &config, Arc::default()).await;
+    let client = http_client(&config);
+    let url = format!("http://{addr}/injected?q=1");
+    let mut plan: Option<FaultPlan> = None;
+    for step in 0..2 {
+        let cx = match plan.take() {
+            Some(p) => root_context(&config).with_fault_plan(p),
+            None => root_context(&config),
+        };
+        let response = client.get(&url).send().with_context(cx).await.expect("a response");
+        if step == 0 {
+            let index = index_of(&response.text().await.expect("a body"));
+            plan = Some(FaultPlan::new(vec![(index, Fault::Http(503))]));
+        } else {
+            assert_eq!(response.status(), 503);
+            assert_eq!(response.url().as_str(), url);
+        }
+    }
+    // An injected connection error answers as the documentation says.
+    let (outcome, _) = faulted(&config, Fault::Connection, || client.get(&url)).await;
+    let err = outcome.expect_err("a connection error");
+    assert!(err.is_middleware() && !err.is_connect() && err.url().is_none(), "{err}");
+}
+
