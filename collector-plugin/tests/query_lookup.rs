@@ -80,3 +80,35 @@ async fn a_shards_garbage_or_oversized_trace_answer_is_a_502_naming_it() {
     let view: serde_json::Value = serde_json::from_str(&text).expect("trace view");
     assert_eq!(view, shard.get_json(&format!("/api/v1/traces/{held}")));
 }
+
+/// A stand-in shard whose snapshot starts (200, one byte of body) and never ends.
+async fn stalling_shard() -> String {
+    let app = axum::Router::new().route(
+        "/api/v1/snapshot",
+        axum::routing::get(|| async {
+            let first = futures::stream::once(async { Ok::<_, std::convert::Infallible>(bytes::Bytes::from("{")) });
+            let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, futures::stream::pending()));
+            ([(http::header::CONTENT_TYPE, "application/json")], body)
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_whose_snapshot_body_times_out_is_named_in_the_error() {
+    let shard = stalling_shard().await;
+    let q = QueryNodeProcess::start(std::slice::from_ref(&shard), &["--timeout-ms", "300"]);
+    let (status, text) = get(q.api, "/api/v1/peers").await;
+    assert_eq!(status, 200, "{text}");
+    let peers: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(peers["partial"], true, "{peers:#}");
+    let error = peers["peers"][0]["error"].as_str().expect("an error");
+    // the body's timeout, named by the endpoint like every other pull error
+    assert!(error.starts_with(&format!("{shard}/api/v1/snapshot: ")), "{error}");
+    assert!(error.contains("timed out"), "{error}");
+}

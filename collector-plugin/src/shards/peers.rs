@@ -480,13 +480,15 @@ async fn pull(
             c.epoch, c.tree, c.traces, c.stacks
         ));
     }
+    // every error names the endpoint, once (reqwest names the URL in a request's error, not in its body's)
+    let failed = |e: reqwest::Error| format!("{endpoint}: {}", chain(&e.without_url()));
     let request = client.get(&endpoint);
-    let mut response = request.send().await.map_err(|e| chain(&e))?;
+    let mut response = request.send().await.map_err(failed)?;
     if !response.status().is_success() {
         return Err(format!("{endpoint}: HTTP {}", response.status()));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| chain(&e))? {
+    while let Some(chunk) = response.chunk().await.map_err(failed)? {
         if body.len() + chunk.len() > max_bytes {
             return Err(format!("{endpoint}: the snapshot is larger than {} bytes", max_bytes));
         }
