@@ -1,4 +1,5 @@
-//! The reqwest middleware against real axum servers on loopback: what a caller gets for an injected fault.
+//! The reqwest middleware against real axum servers on loopback: what a caller gets for an injected fault, and
+//! what `url.full` keeps.
 
 mod common;
 
@@ -104,3 +105,58 @@ async fn an_injected_response_has_the_requests_url_and_an_injected_error_is_not_
     assert!(err.is_middleware() && !err.is_connect() && err.url().is_none(), "{err}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_full_has_no_credentials_and_no_query_values() {
+    dei_instrumentation::testing::telemetry();
+    let config = config();
+    let addr = service("svc", &config, Arc::default()).await;
+    let client = http_client(&config);
+    // reqwest takes credentials out of the URL (into an Authorization header) before middleware sees it;
+    // `url.full` would replace them too (a unit test in src/http/client.rs).
+    let url = format!("http://me:pw@{addr}/redacted?secret_token=hunter2&AWSAccessKeyId=AKIA&page=&flag#frag");
+    // Nothing listens on port 1: the call fails, and reqwest's error names the URL.
+    let refused = "http://127.0.0.1:1/refused?secret_token=hunter2";
+    let (replies, trace) = in_root(&config, |cx| cx, async {
+        (
+            client.get(&url).send().await.map(|r| r.status()),
+            client.get(refused).send().await.map(|r| r.status()),
+        )
+    })
+    .await;
+    assert!(replies.0.expect("served").is_success());
+    assert!(replies.1.is_err());
+    let spans = spans_of(trace, 4).await;
+    let clients: Vec<_> = spans.iter().filter(|s| is_client(s)).collect();
+    assert_eq!(clients.len(), 2);
+    let full = |s: &opentelemetry_sdk::trace::SpanData| attr(s, "url.full").unwrap_or_default();
+    let served = clients
+        .iter()
+        .find(|s| full(s).contains("/redacted"))
+        .expect("the served call");
+    assert_eq!(
+        full(served),
+        format!("http://{addr}/redacted?secret_token=REDACTED&AWSAccessKeyId=REDACTED&page=&REDACTED")
+    );
+    let failed = clients
+        .iter()
+        .find(|s| full(s).contains("/refused"))
+        .expect("the failed call");
+    assert_eq!(full(failed), "http://127.0.0.1:1/refused?secret_token=REDACTED");
+    let opentelemetry::trace::Status::Error { description } = &failed.status else {
+        panic!("an error status: {:?}", failed.status)
+    };
+    assert!(
+        description.contains("secret_token=REDACTED") && !description.contains("hunter2"),
+        "{description}"
+    );
+    for span in &spans {
+        for kv in &span.attributes {
+            let value = kv.value.to_string();
+            assert!(
+                !value.contains("hunter2") && !value.contains("pw@"),
+                "{}: {value}",
+                kv.key
+            );
+        }
+    }
+}

@@ -15,6 +15,14 @@
 //! be read without consuming it, so it counts as empty. The index counts as in flight until the response head
 //! arrives.
 //!
+//! The client span records `url.full` as the OpenTelemetry semantic conventions ask: credentials in the URL are
+//! replaced (`REDACTED:REDACTED@`), the value of every query parameter is replaced by `REDACTED` (the keys are
+//! kept; an item without `=` is replaced whole), and the fragment, which is never sent, is left out. The
+//! conventions require this for a few keys (`AWSAccessKeyId`, `Signature`, `sig`, `X-Goog-Signature`); all
+//! values are redacted here because tokens travel under any name (`token`, `api_key`, `code`, …), and the query
+//! is still part of the payload digest. The span's error status, when reqwest fails, names the URL the same
+//! way.
+//!
 //! # Faults
 //!
 //! See [`crate::fault`] for the plan's syntax. What a caller gets, and how it differs from the real thing:
@@ -34,6 +42,7 @@ use crate::span::{OtelSpan, Path};
 use dei_propagator::{Fault, PayloadHasher, Signature};
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
+use std::borrow::Cow;
 use tracing::Instrument;
 
 /// reqwest-middleware middleware doing for HTTP calls what [`crate::DeiClientLayer`] does for gRPC.
@@ -68,6 +77,56 @@ fn fault_response(fault: Fault, url: &reqwest::Url) -> reqwest::Response {
     reqwest::Response::from(response)
 }
 
+/// `url.full` as the semantic conventions ask (see the [module docs](self)): credentials replaced, every query
+/// value replaced, no fragment. Borrowed when there is nothing to redact.
+fn redacted_url(url: &reqwest::Url) -> Cow<'_, str> {
+    let credentials = !url.username().is_empty() || url.password().is_some();
+    if !credentials && url.query().is_none() && url.fragment().is_none() {
+        return Cow::Borrowed(url.as_str());
+    }
+    let mut redacted = url.clone();
+    if credentials && (redacted.set_username("REDACTED").is_err() || redacted.set_password(Some("REDACTED")).is_err()) {
+        // Only a URL without a host refuses credentials, and such a URL cannot hold any: never reached. Record
+        // nothing of it rather than risk them.
+        return Cow::Borrowed("REDACTED");
+    }
+    if let Some(query) = url.query() {
+        let mut out = String::with_capacity(query.len() + 16);
+        for (i, item) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            match item.split_once('=') {
+                Some((key, "")) => {
+                    out.push_str(key);
+                    out.push('=');
+                }
+                Some((key, _)) => {
+                    out.push_str(key);
+                    out.push_str("=REDACTED");
+                }
+                None if item.is_empty() => {}
+                None => out.push_str("REDACTED"),
+            }
+        }
+        redacted.set_query(Some(&out));
+    }
+    redacted.set_fragment(None);
+    Cow::Owned(redacted.into())
+}
+
+/// The span status message for a failed call: the error, with its URL redacted as `url.full` is.
+fn error_status(err: &reqwest_middleware::Error) -> String {
+    let message = err.to_string();
+    match err.url() {
+        Some(url) => match redacted_url(url) {
+            Cow::Owned(redacted) => message.replace(url.as_str(), &redacted),
+            Cow::Borrowed(_) => message,
+        },
+        None => message,
+    }
+}
+
 #[async_trait::async_trait]
 impl Middleware for DeiReqwestMiddleware {
     async fn handle(
@@ -81,6 +140,7 @@ impl Middleware for DeiReqwestMiddleware {
         let method = request.method().as_str().to_string();
         // The host names the service; the port does not (it may change from run to run).
         let signature = Signature::http(&method, &format!("{}{}", url.host_str().unwrap_or(""), url.path()));
+        let full = redacted_url(url);
         // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
         // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(
@@ -89,7 +149,7 @@ impl Middleware for DeiReqwestMiddleware {
             otel.name = signature.name(),
             otel.kind = "client",
             http.request.method = %method,
-            url.full = %url,
+            url.full = &*full,
             server.address = url.host_str().unwrap_or(""),
             http.response.status_code = tracing::field::Empty,
             dei.signature = tracing::field::Empty,
@@ -104,6 +164,7 @@ impl Middleware for DeiReqwestMiddleware {
             dei.stack = tracing::field::Empty,
             dei.ambiguous = tracing::field::Empty,
         );
+        drop(full);
         let otel = OtelSpan::of(&span);
         let (cx, scoped) = crate::caller::caller_lookup();
         let path = Path::for_call(&self.config, otel.sampling(), &cx);
@@ -119,7 +180,7 @@ impl Middleware for DeiReqwestMiddleware {
                         otel.set_status(opentelemetry::trace::Status::error(response.status().to_string()));
                     }
                 }
-                Err(e) => otel.set_status(opentelemetry::trace::Status::error(e.to_string())),
+                Err(e) => otel.set_status(opentelemetry::trace::Status::error(error_status(e))),
             }
             return result;
         }
@@ -181,12 +242,35 @@ impl Middleware for DeiReqwestMiddleware {
                         .set_status(opentelemetry::trace::Status::error(response.status().to_string()));
                 }
             }
-            Err(e) => out.otel.set_status(opentelemetry::trace::Status::error(e.to_string())),
+            Err(e) => out
+                .otel
+                .set_status(opentelemetry::trace::Status::error(error_status(e))),
         }
         if out.record {
             out.otel
                 .set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redact(url: &str) -> String {
+        redacted_url(&reqwest::Url::parse(url).expect("a URL")).into_owned()
+    }
+
+    #[test]
+    fn url_full_keeps_no_credentials_no_query_values_and_no_fragment() {
+        assert_eq!(redact("http://h:8080/a/b"), "http://h:8080/a/b");
+        assert_eq!(
+            redact("https://me:pw@h/a?secret_token=hunter2&AWSAccessKeyId=k&sig=s&empty=&flag&&x=1#frag"),
+            "https://REDACTED:REDACTED@h/a?secret_token=REDACTED&AWSAccessKeyId=REDACTED&sig=REDACTED&empty=&REDACTED&&x=REDACTED"
+        );
+        assert_eq!(redact("http://token@h/"), "http://REDACTED:REDACTED@h/");
+        assert_eq!(redact("http://h/#access_token=t"), "http://h/");
+        assert_eq!(redact("http://h/?"), "http://h/?");
     }
 }
