@@ -270,6 +270,14 @@ async fn api_rejects_bad_queries() {
     assert_eq!(s, 400);
     let (s, _) = get("/api/v1/traces/0102030405060708090a0b0c0d0e0f10").await;
     assert_eq!(s, 404);
+    // not a query node: a 404 like the others, with a JSON error
+    let (s, t) = get("/api/v1/peers").await;
+    assert_eq!(s, 404, "{t}");
+    let body: serde_json::Value = serde_json::from_str(&t).unwrap_or_else(|e| panic!("{e}: {t}"));
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains("not a query node")),
+        "{body}"
+    );
     let (s, t) = get("/metrics").await;
     assert_eq!(s, 200);
     assert!(t.contains("dei_collector_requests_accepted_total 0"), "{t}");

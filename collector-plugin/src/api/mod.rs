@@ -267,7 +267,7 @@ async fn snapshot(State(c): State<Arc<Collector>>, Query(q): Query<SnapshotQuery
 async fn peers(State(c): State<Arc<Collector>>) -> Response {
     match c.peers() {
         Some((_, view)) => Json(view).into_response(),
-        None => (StatusCode::NOT_FOUND, "not a query node: no peers").into_response(),
+        None => not_found("not a query node: no peers (GET /api/v1/peers answers on dei-collector query)"),
     }
 }
 
