@@ -1,12 +1,13 @@
-//! The reqwest middleware against real axum servers on loopback: what a caller gets for an injected fault, and
-//! what `url.full` keeps.
+//! The reqwest middleware against real axum servers on loopback: latency faults against the request's timeout,
+//! what a caller gets for an injected fault, and what `url.full` keeps.
 
 mod common;
 
 use axum::Router;
 use axum::routing::get;
 use common::*;
-use dei_instrumentation::{DeiConfig, DeiHttpServerLayer, IncomingCall, root_context};
+use dei_instrumentation::http::client::InjectedTimeout;
+use dei_instrumentation::{DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware, IncomingCall, root_context};
 use dei_propagator::{DeiContextExt as _, Fault, FaultPlan, Index};
 use opentelemetry::context::FutureExt as _;
 use reqwest_middleware::RequestBuilder;
@@ -75,6 +76,74 @@ async fn faulted(
         plan = Some(FaultPlan::new(vec![(index, fault)]));
     }
     unreachable!("two steps")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latency_fault_counts_against_the_requests_timeout() {
+    dei_instrumentation::testing::telemetry();
+    let config = config();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let addr = service("svc", &config, hits.clone()).await;
+    let client = http_client(&config);
+    let url = format!("http://{addr}/timeouts");
+
+    // The planned wait reaches the timeout: the call fails at the timeout, as a timeout, without being sent.
+    let timeout = Duration::from_millis(200);
+    let before = hits.load(Ordering::SeqCst);
+    let (outcome, took) = faulted(&config, Fault::Latency(Duration::from_millis(1500)), || {
+        client.get(&url).timeout(timeout)
+    })
+    .await;
+    let err = outcome.expect_err("the planned latency passes the timeout");
+    let injected = InjectedTimeout::of(&err).unwrap_or_else(|| panic!("an injected timeout: {err}"));
+    assert_eq!(
+        (injected.latency, injected.timeout),
+        (Duration::from_millis(1500), timeout)
+    );
+    assert!(!err.is_timeout(), "reqwest's own check does not know it (documented)");
+    assert!(took >= timeout && took < Duration::from_millis(1200), "{took:?}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        before + 1,
+        "only the first step reached the service"
+    );
+
+    // A shorter wait leaves the call what is left of its timeout: 300 ms + a 450 ms answer pass 600 ms.
+    let slow = format!("http://{addr}/slow");
+    let (outcome, _) = faulted(&config, Fault::Latency(Duration::from_millis(300)), || {
+        client.get(&slow).timeout(Duration::from_millis(600))
+    })
+    .await;
+    let err = outcome.expect_err("the wait and the answer pass the timeout");
+    assert!(err.is_timeout(), "reqwest's timeout, with what was left of it: {err}");
+
+    // A timeout on every request of the client, set by an initialiser, is the request's: it is honoured.
+    let with_init = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with_init(|r: RequestBuilder| r.timeout(Duration::from_millis(100)))
+        .with(DeiReqwestMiddleware::new(config.clone()))
+        .build();
+    let (outcome, _) = faulted(&config, Fault::Latency(Duration::from_millis(400)), || {
+        with_init.get(&url)
+    })
+    .await;
+    assert!(InjectedTimeout::of(&outcome.expect_err("timed out")).is_some());
+
+    // A timeout set on the reqwest client is not visible to middleware: the wait is outside it (documented),
+    // and the call succeeds, late.
+    let client_timeout = reqwest_middleware::ClientBuilder::new(
+        reqwest::Client::builder()
+            .timeout(Duration::from_millis(100))
+            .build()
+            .expect("a client"),
+    )
+    .with(DeiReqwestMiddleware::new(config.clone()))
+    .build();
+    let (outcome, took) = faulted(&config, Fault::Latency(Duration::from_millis(400)), || {
+        client_timeout.get(&url)
+    })
+    .await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert!(took >= Duration::from_millis(400), "{took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,9 +31,20 @@
 //! |---|---|---|
 //! | `h<status>`, `g<code>` | `Ok(response)` with that status, an empty body, no headers, [`url()`](reqwest::Response::url) the request's URL | [`remote_addr()`](reqwest::Response::remote_addr) is `None` |
 //! | `c` | `Err(Error::Middleware(`[`InjectedConnectionError`]`))` | `is_connect()` is false (it answers for reqwest's own errors only, which cannot be made outside reqwest); `is_middleware()` is true, `url()` is `None` |
+//! | `l<ms>`, shorter than the request's timeout | waits, then sends with what is left of the timeout | — |
+//! | `l<ms>`, as long as the request's timeout or longer | waits the timeout, then `Err(Error::Middleware(`[`InjectedTimeout`]`))` without sending | `is_timeout()` is false (the same reason); `is_middleware()` is true, `url()` is `None` |
 //!
 //! Code that tells errors apart checks for the injected ones too:
+//! `err.is_timeout() || InjectedTimeout::of(&err).is_some()`, and
 //! `err.is_connect() || matches!(&err, reqwest_middleware::Error::Middleware(e) if e.is::<InjectedConnectionError>())`.
+//!
+//! **Timeouts.** A latency fault counts against the request's own timeout
+//! ([`RequestBuilder::timeout`](reqwest_middleware::RequestBuilder::timeout), which the middleware reads from
+//! the request). A timeout set on the client (`reqwest::ClientBuilder::timeout`) is not visible to middleware
+//! (reqwest-middleware hands it the request, not the client's settings): the wait is outside it, and a call
+//! with a latency longer than the client's timeout still succeeds, late. To exercise timeouts, set the timeout
+//! per request, or on every request of the client with an initialiser:
+//! `reqwest_middleware::ClientBuilder::new(client).with_init(|r: reqwest_middleware::RequestBuilder| r.timeout(d))`.
 
 use crate::config::DeiConfig;
 use crate::fault::{self, Action, InjectedConnectionError};
@@ -43,6 +54,7 @@ use dei_propagator::{Fault, PayloadHasher, Signature};
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
 use std::borrow::Cow;
+use std::time::Duration;
 use tracing::Instrument;
 
 /// reqwest-middleware middleware doing for HTTP calls what [`crate::DeiClientLayer`] does for gRPC.
@@ -55,6 +67,43 @@ impl DeiReqwestMiddleware {
     /// A middleware with this configuration.
     pub fn new(config: DeiConfig) -> Self {
         DeiReqwestMiddleware { config }
+    }
+}
+
+/// The error a call fails with when its planned latency is as long as the request's timeout or longer: the
+/// middleware waited the timeout and did not send the call.
+///
+/// It reaches the caller as `reqwest_middleware::Error::Middleware`, whose `is_timeout()` is false (only reqwest
+/// can make the errors it answers for): check [`InjectedTimeout::of`] as well.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "dei: injected timeout: the planned latency of {} ms reaches the request's timeout of {} ms, waited the timeout (call with index {index}, not sent)",
+    latency.as_millis(),
+    timeout.as_millis()
+)]
+pub struct InjectedTimeout {
+    /// The index of the call that was not sent.
+    pub index: String,
+    /// The planned latency (after this service's cap, [`max_latency`](crate::DeiConfig::max_latency)).
+    pub latency: Duration,
+    /// The request's timeout, which is how long the call waited.
+    pub timeout: Duration,
+}
+
+impl InjectedTimeout {
+    /// The injected timeout `err` is, if it is one.
+    ///
+    /// ```
+    /// # fn f(err: reqwest_middleware::Error) {
+    /// use dei_instrumentation::http::client::InjectedTimeout;
+    /// let timed_out = err.is_timeout() || InjectedTimeout::of(&err).is_some();
+    /// # }
+    /// ```
+    pub fn of(err: &reqwest_middleware::Error) -> Option<&InjectedTimeout> {
+        match err {
+            reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<InjectedTimeout>(),
+            reqwest_middleware::Error::Reqwest(_) => None,
+        }
     }
 }
 
@@ -229,7 +278,27 @@ impl Middleware for DeiReqwestMiddleware {
                     .set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
                 return Ok(response);
             }
-            Action::Delay(d) => tokio::time::sleep(d).await,
+            Action::Delay(latency) => match request.timeout().copied() {
+                // The wait counts against the request's timeout: one that reaches it fails the call as the
+                // timeout would have, at the same moment, without sending it.
+                Some(timeout) if latency >= timeout => {
+                    tokio::time::sleep(timeout).await;
+                    out.otel
+                        .set_status(opentelemetry::trace::Status::error("injected timeout"));
+                    out.otel
+                        .set_attribute(crate::span::AMBIGUOUS, out.issued.is_ambiguous());
+                    return Err(reqwest_middleware::Error::middleware(InjectedTimeout {
+                        index: out.issued.index().encode(),
+                        latency,
+                        timeout,
+                    }));
+                }
+                Some(timeout) => {
+                    tokio::time::sleep(latency).await;
+                    *request.timeout_mut() = Some(timeout - latency);
+                }
+                None => tokio::time::sleep(latency).await,
+            },
             Action::Send => {}
         }
         out.inject(request.headers_mut());
