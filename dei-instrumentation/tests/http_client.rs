@@ -1,16 +1,18 @@
 //! The reqwest middleware against real axum servers on loopback: latency faults against the request's timeout,
-//! what a caller gets for an injected fault, and what `url.full` keeps.
+//! what a caller gets for an injected fault, what `url.full` keeps, and named targets.
 
 mod common;
 
 use axum::Router;
 use axum::routing::get;
 use common::*;
-use dei_instrumentation::http::client::InjectedTimeout;
+use dei_instrumentation::http::TargetService;
+use dei_instrumentation::http::client::{InjectedTimeout, unnamed_targets_sharing_a_signature_total};
 use dei_instrumentation::{DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware, IncomingCall, root_context};
 use dei_propagator::{DeiContextExt as _, Fault, FaultPlan, Index};
 use opentelemetry::context::FutureExt as _;
-use reqwest_middleware::RequestBuilder;
+use reqwest_middleware::{ClientWithMiddleware, RequestBuilder};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -228,4 +230,113 @@ async fn url_full_has_no_credentials_and_no_query_values() {
             );
         }
     }
+}
+
+/// Calls the `targets` (`users` and `billing`, both serving `GET /health` on 127.0.0.1) one after the other,
+/// from one call site, in one root scope, named by a request extension when `named`; returns the index each was
+/// called with.
+async fn health_checks(
+    client: &ClientWithMiddleware,
+    config: &DeiConfig,
+    targets: &[(&'static str, SocketAddr)],
+    named: bool,
+) -> BTreeMap<String, String> {
+    async {
+        let mut seen = BTreeMap::new();
+        for (name, addr) in targets {
+            let mut request = client.get(format!("http://{addr}/health"));
+            if named {
+                request = request.with_extension(TargetService::new(*name));
+            }
+            let reply = call(request).await.expect("served");
+            let (service, index) = reply.rsplit_once('@').expect("name@index");
+            seen.insert(service.to_string(), index.to_string());
+        }
+        seen
+    }
+    .with_context(root_context(config))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_targets_keep_their_indexes_whatever_the_order_and_the_ports() {
+    dei_instrumentation::testing::telemetry();
+    let config = config();
+    let client = http_client(&config);
+    let start = || async {
+        let users = service("users", &config, Arc::default()).await;
+        let billing = service("billing", &config, Arc::default()).await;
+        (users, billing)
+    };
+    let (users, billing) = start().await;
+    let forward = [("users", users), ("billing", billing)];
+    let backward = [("billing", billing), ("users", users)];
+
+    // The index depends on the call stack: every run below is made from one line, in a loop.
+    let (users2, billing2) = start().await;
+    let mapped = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(
+            DeiReqwestMiddleware::new(config.clone())
+                .target(&users.ip().to_string(), users.port(), "users")
+                .target_service("billing"),
+        )
+        .build();
+    let runs = [
+        // Named by a request extension: the order does not matter, and a second pair of servers on other ports
+        // gets the same indexes.
+        (&client, forward, true),
+        (&client, backward, true),
+        (&client, [("billing", billing2), ("users", users2)], true),
+        // Named by the middleware: a map from host and port, and a name for every other call.
+        (&mapped, backward, false),
+        // The default signature (`GET 127.0.0.1/health`, no port) is the same for both.
+        (&client, forward, false),
+        (&client, backward, false),
+    ];
+    let sharing = unnamed_targets_sharing_a_signature_total();
+    let mut seen = Vec::new();
+    for (i, (client, targets, named)) in runs.iter().enumerate() {
+        seen.push(health_checks(client, &config, targets, *named).await);
+        if i == 3 {
+            assert_eq!(
+                unnamed_targets_sharing_a_signature_total(),
+                sharing,
+                "named targets are never counted"
+            );
+        }
+    }
+    let named = &seen[0];
+    assert_ne!(named["users"], named["billing"]);
+    for (i, other) in seen[1..4].iter().enumerate() {
+        assert_eq!(other, named, "named run {}", i + 1);
+    }
+    // With the default signature the two calls are told apart by count only: the order decides which service
+    // gets which index.
+    let (first, second) = (&seen[4], &seen[5]);
+    assert_ne!(first["users"], first["billing"]);
+    assert_eq!(first["users"], second["billing"], "swapped with the order");
+    assert!(
+        unnamed_targets_sharing_a_signature_total() > sharing,
+        "one signature seen on two ports is counted"
+    );
+
+    // What the spans say.
+    let (_, trace) = in_root(&config, |cx| cx, async {
+        let named = client
+            .get(format!("http://{users}/health"))
+            .with_extension(TargetService::new("users"));
+        call(named).await.expect("served");
+        call(client.get(format!("http://{billing}/health")))
+            .await
+            .expect("served")
+    })
+    .await;
+    let spans = spans_of(trace, 5).await;
+    let mut signatures: Vec<String> = spans
+        .iter()
+        .filter(|s| is_client(s))
+        .filter_map(|s| attr(s, "dei.signature"))
+        .collect();
+    signatures.sort();
+    assert_eq!(signatures, ["GET 127.0.0.1/health", "GET users/health"]);
 }
