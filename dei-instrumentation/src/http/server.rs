@@ -8,9 +8,17 @@
 //!     .layer(DeiHttpServerLayer::new(DeiConfig::default()));
 //! ```
 //!
-//! The signature is the method and the matched route template (`GET /bookings/{user}`); without a
-//! `MatchedPath` (a request that matched no route) the raw path is used. The payload digest covers the query,
-//! `?`, and the body up to the cap, computed as the handler reads the body: nothing is buffered.
+//! The signature is the method and the matched route template (`GET /bookings/{user}`). A request that
+//! matched no route (no `MatchedPath`: axum's fallback, a 404) has the signature `METHOD <unmatched>`, the
+//! span name `METHOD` and no `http.route`, as the OpenTelemetry semantic conventions ask: the path a client
+//! chose goes in `url.path` only, so that no one can make span names or signatures without bound. For the
+//! same reason a method outside the conventions' list (`GET`, `HEAD`, `POST`, `PUT`, `DELETE`, `CONNECT`,
+//! `OPTIONS`, `TRACE`, `PATCH`) is recorded as `_OTHER` in `http.request.method` and in the signature, the
+//! method as sent in `http.request.method_original`, and the span name says `HTTP` in its place. A server span
+//! carries an index it received, so its signature names what was served and changes no index.
+//!
+//! The payload digest covers the query, `?`, and the body up to the cap, computed as the handler reads the
+//! body: nothing is buffered.
 
 use crate::body::{DeiResponseBody, InboundDigest};
 use crate::config::{DeiConfig, Incoming};
@@ -18,6 +26,7 @@ use crate::incoming;
 use axum::body::Body;
 use axum::extract::MatchedPath;
 use dei_propagator::Signature;
+use std::borrow::Cow;
 use std::task::Poll;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -81,22 +90,29 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let route = request
-            .extensions()
-            .get::<MatchedPath>()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_else(|| request.uri().path().to_string());
-        let method = request.method().as_str().to_string();
-        let signature = Signature::http(&method, &route);
+        let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+        let known = KNOWN_METHODS.into_iter().find(|(m, _)| *m == request.method().as_str());
+        let (method, unmatched) = known.unwrap_or(OTHER_METHOD);
+        let signature = match route {
+            Some(route) => Signature::http(method, route),
+            None => Signature::from_static_name(unmatched),
+        };
+        let name = match (route, known) {
+            (Some(_), Some(_)) => Cow::Borrowed(signature.name()),
+            (Some(route), None) => Cow::Owned(format!("HTTP {route}")),
+            (None, Some(_)) => Cow::Borrowed(method),
+            (None, None) => Cow::Borrowed("HTTP"),
+        };
         // The `dei.*` attributes, declared empty: tracing-opentelemetry sizes the span's attribute list by its
         // fields, so the attributes set later fit without growing it. They are set on the OpenTelemetry span.
         let span = tracing::info_span!(
             target: "dei",
             "http.server",
-            otel.name = signature.name(),
+            otel.name = &*name,
             otel.kind = "server",
-            http.request.method = %method,
-            http.route = %route,
+            http.request.method = method,
+            http.request.method_original = known.is_none().then(|| request.method().as_str()),
+            http.route = route,
             url.path = request.uri().path(),
             http.response.status_code = tracing::field::Empty,
             dei.signature = tracing::field::Empty,
@@ -130,3 +146,20 @@ where
         )
     }
 }
+
+/// The methods the semantic conventions know (case-sensitive, as HTTP methods are), each with the signature of
+/// a request that matched no route. Any other method is `_OTHER`.
+const KNOWN_METHODS: [(&str, &str); 9] = [
+    ("GET", "GET <unmatched>"),
+    ("HEAD", "HEAD <unmatched>"),
+    ("POST", "POST <unmatched>"),
+    ("PUT", "PUT <unmatched>"),
+    ("DELETE", "DELETE <unmatched>"),
+    ("CONNECT", "CONNECT <unmatched>"),
+    ("OPTIONS", "OPTIONS <unmatched>"),
+    ("TRACE", "TRACE <unmatched>"),
+    ("PATCH", "PATCH <unmatched>"),
+];
+
+/// `http.request.method` for any other method, and the signature of such a request that matched no route.
+const OTHER_METHOD: (&str, &str) = ("_OTHER", "_OTHER <unmatched>");
