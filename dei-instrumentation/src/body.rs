@@ -5,7 +5,10 @@
 //!   request's `Context`, so that a streamed response produced lazily still issues indexes in the request's
 //!   scope.
 //! - [`InboundBody`] digests what a server receives (the first gRPC message, or `query?body` up to a cap for
-//!   HTTP) without buffering it, and records `dei.payload.digest` once the digest is complete.
+//!   HTTP) without buffering it, and records `dei.payload.digest` once the digest is complete. An HTTP body
+//!   dropped before that (a handler that does not read it, or not to its end or the cap) or that fails leaves
+//!   no digest: the span gets `dei.payload.digest.incomplete = true` instead, and the case is counted
+//!   ([`crate::http::server::incomplete_payload_digests_total`]).
 
 #[cfg(feature = "tonic")]
 use crate::fault;
@@ -249,6 +252,18 @@ pin_project! {
         keep_raw: bool,
         raw: Vec<u8>,
     }
+    impl<B> PinnedDrop for InboundBody<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            #[cfg(feature = "axum")]
+            if let InboundDigest::Http { .. } = this.digest {
+                *this.digest = InboundDigest::Done;
+                crate::http::server::record_incomplete_digest(this.otel, "the body was dropped before its end");
+            }
+            #[cfg(not(feature = "axum"))]
+            let _ = this;
+        }
+    }
 }
 
 impl<B: Body> InboundBody<B> {
@@ -286,8 +301,8 @@ where
         self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        let polled = ready!(this.inner.poll_frame(cx));
+        let mut this = self.project();
+        let polled = ready!(this.inner.as_mut().poll_frame(cx));
         match &polled {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
@@ -314,7 +329,9 @@ where
                             let take = (*remaining).min(data.len());
                             hasher.update(&data[..take]);
                             *remaining -= take;
-                            if *remaining == 0 {
+                            // Complete at the cap, or with the last data frame: a handler that stops reading
+                            // there, without asking for the end, has read the whole body.
+                            if *remaining == 0 || this.inner.is_end_stream() {
                                 finish(this.digest, this.otel, this.raw, *this.keep_raw);
                             }
                         }
@@ -323,7 +340,13 @@ where
                 }
             }
             None => finish(this.digest, this.otel, this.raw, *this.keep_raw),
-            Some(Err(_)) => *this.digest = InboundDigest::Done,
+            Some(Err(_)) => {
+                #[cfg(feature = "axum")]
+                if let InboundDigest::Http { .. } = this.digest {
+                    crate::http::server::record_incomplete_digest(this.otel, "the body failed");
+                }
+                *this.digest = InboundDigest::Done;
+            }
         }
         Poll::Ready(polled)
     }

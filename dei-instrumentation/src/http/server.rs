@@ -18,15 +18,20 @@
 //! carries an index it received, so its signature names what was served and changes no index.
 //!
 //! The payload digest covers the query, `?`, and the body up to the cap, computed as the handler reads the
-//! body: nothing is buffered.
+//! body: nothing is buffered. So it is complete only once the handler has read the body to its end or to the
+//! cap: a handler that ignores the body, or stops early, or a body that fails, leaves the span without
+//! `dei.payload.digest` and with `dei.payload.digest.incomplete = true` instead, and is counted
+//! ([`incomplete_payload_digests_total`]). The caller's span has the digest in any case.
 
 use crate::body::{DeiResponseBody, InboundDigest};
 use crate::config::{DeiConfig, Incoming};
 use crate::incoming;
+use crate::span::OtelSpan;
 use axum::body::Body;
 use axum::extract::MatchedPath;
 use dei_propagator::Signature;
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -163,3 +168,32 @@ const KNOWN_METHODS: [(&str, &str); 9] = [
 
 /// `http.request.method` for any other method, and the signature of such a request that matched no route.
 const OTHER_METHOD: (&str, &str) = ("_OTHER", "_OTHER <unmatched>");
+
+/// `dei.payload.digest.incomplete` (bool): on an HTTP server span, `true` when the request body was dropped
+/// before its end or the digest's cap (the handler did not read it all), or failed, so that the span has no
+/// [`PAYLOAD_DIGEST`](crate::span::PAYLOAD_DIGEST).
+// Defined here until the span contract (`dei_propagator::semconv`) has it.
+pub(crate) const PAYLOAD_DIGEST_INCOMPLETE: &str = "dei.payload.digest.incomplete";
+
+static INCOMPLETE_DIGESTS: AtomicU64 = AtomicU64::new(0);
+
+/// HTTP server spans (sampled, or under a fault plan) left without `dei.payload.digest` because the handler did
+/// not read the request body to its end or to the digest's cap, or the body failed, since the process started
+/// (an in-process count, not exported as a metric). Each such span has `dei.payload.digest.incomplete = true`;
+/// the first case is also logged, once, as a warning.
+pub fn incomplete_payload_digests_total() -> u64 {
+    INCOMPLETE_DIGESTS.load(Ordering::Relaxed)
+}
+
+/// Marks a server span whose payload digest will not be complete, counts it, and warns about the first.
+pub(crate) fn record_incomplete_digest(otel: &OtelSpan, why: &str) {
+    otel.set_attribute(PAYLOAD_DIGEST_INCOMPLETE, true);
+    if INCOMPLETE_DIGESTS.fetch_add(1, Ordering::Relaxed) == 0 {
+        tracing::warn!(
+            "dei: an HTTP server span has no dei.payload.digest ({why}; the digest covers the query and the body \
+             up to payload_digest_cap): it carries dei.payload.digest.incomplete = true. Handlers that ignore \
+             the body leave it so. Counted by \
+             dei_instrumentation::http::server::incomplete_payload_digests_total(); this warning is shown once"
+        );
+    }
+}
