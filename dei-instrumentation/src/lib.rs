@@ -118,7 +118,7 @@ pub use grpc::server::{DeiServerLayer, DeiServerService};
 #[cfg(feature = "tonic")]
 pub use grpc::stream::{DeiStreaming, StreamMessage, StreamSender};
 #[cfg(feature = "reqwest")]
-pub use http::client::DeiReqwestMiddleware;
+pub use http::client::{DeiReqwestMiddleware, InjectedTimeout, TargetService};
 #[cfg(feature = "axum")]
 pub use http::server::{DeiHttpServerLayer, DeiHttpServerService};
 #[cfg(any(feature = "tonic", feature = "axum"))]
