@@ -248,24 +248,107 @@ pub struct FaultPlan {
 }
 
 impl FaultPlan {
-    /// A plan of these entries.
+    /// A plan of these entries, unchecked: it can be one that no receiver reads (more than 64 entries, more
+    /// than 4096 bytes on the wire, an entry's index deeper than 64 elements, an invalid fault, an index named
+    /// twice: see [`check_with`](Self::check_with)). The propagator does not send such a plan at all: it is
+    /// counted and logged ([`Event::FaultPlanNotSent`](crate::rejection::Event::FaultPlanNotSent)), since every
+    /// receiver would reject it whole. [`try_new`](Self::try_new) refuses it here instead.
     pub fn new(entries: Vec<(Index, Fault)>) -> Self {
         FaultPlan { entries }
     }
 
-    /// A plan of these entries, or the error its wire form would decode to: [`FaultPlanError::BadFault`] for
-    /// the first fault whose wire form would not decode back to it (see [`Fault::is_valid`]),
-    /// [`FaultPlanError::RepeatedIndex`] for the first entry whose index an earlier one names.
+    /// A plan of these entries, or the error its wire form would decode to under the default [`PlanLimits`]
+    /// (see [`check_with`](Self::check_with)): [`FaultPlanError::TooLong`] for a wire form of more than 4096
+    /// bytes, [`FaultPlanError::TooManyEntries`] for more than 64 entries, [`FaultPlanError::BadIndex`] for an
+    /// entry's index deeper than 64 elements or with a count of 0, [`FaultPlanError::BadFault`] for the first
+    /// fault whose wire form would not decode back to it (see [`Fault::is_valid`]: a latency longer than
+    /// [`MAX_LATENCY_MS`] or not of whole milliseconds too), [`FaultPlanError::RepeatedIndex`] for the first
+    /// entry whose index an earlier one names.
+    ///
+    /// ```
+    /// use dei_propagator::{Element, ElementDigest, Fault, FaultPlan, FaultPlanError, Index};
+    /// let entries: Vec<(Index, Fault)> = (1..=65)
+    ///     .map(|c| (Index::root().child(Element::new(ElementDigest([1; 8]), c)), Fault::UNAVAILABLE))
+    ///     .collect();
+    /// assert_eq!(FaultPlan::try_new(entries), Err(FaultPlanError::TooManyEntries { max: 64 }));
+    /// ```
     pub fn try_new(entries: Vec<(Index, Fault)>) -> Result<Self, FaultPlanError> {
-        for (entry, (index, fault)) in entries.iter().enumerate() {
-            if !fault.is_valid() {
+        let plan = FaultPlan { entries };
+        plan.check(plan.encoded_len(), &PlanLimits::default(), true)?;
+        Ok(plan)
+    }
+
+    /// `Ok` when a receiver with these limits reads this plan's wire form ([`encode`](Self::encode)), else the
+    /// error it rejects the whole plan with ([`decode_with`](Self::decode_with)'s): a plan built by
+    /// [`new`](Self::new) can be longer than `limits.max_len` ([`FaultPlanError::TooLong`]), have more than
+    /// `limits.max_entries` entries ([`FaultPlanError::TooManyEntries`]), an entry's index deeper than 64
+    /// elements or with a count of 0 ([`FaultPlanError::BadIndex`]), a gRPC code outside 1–16 or an HTTP status
+    /// outside 200–599 ([`FaultPlanError::BadFault`]), or an index named twice
+    /// ([`FaultPlanError::RepeatedIndex`]). The propagator sends only a plan that passes, under its own limits.
+    ///
+    /// A latency passes whatever its length: it is written as whole milliseconds up to [`MAX_LATENCY_MS`],
+    /// shortened when it is longer or finer ([`Fault::is_valid`] says whether it is written as it is).
+    ///
+    /// ```
+    /// use dei_propagator::{Element, ElementDigest, Fault, FaultPlan, FaultPlanError, Index, PlanLimits, WireError};
+    /// let deep: Index = (0..65).map(|i| Element::new(ElementDigest([i; 8]), 1)).collect();
+    /// let plan = FaultPlan::new(vec![(deep, Fault::UNAVAILABLE)]);
+    /// assert_eq!(
+    ///     plan.check_with(&PlanLimits::default()),
+    ///     Err(FaultPlanError::BadIndex { entry: 0, source: WireError::TooDeep { max: 64 } })
+    /// );
+    /// assert_eq!(FaultPlan::decode(&plan.encode()).map(drop), plan.check_with(&PlanLimits::default()));
+    /// ```
+    pub fn check_with(&self, limits: &PlanLimits) -> Result<(), FaultPlanError> {
+        self.check(self.encoded_len(), limits, false)
+    }
+
+    /// [`check_with`](Self::check_with) for a plan whose wire form is `encoded_len` bytes long, failing any
+    /// fault that is not [`Fault::is_valid`] when `strict` (latencies included), or only those a receiver
+    /// rejects otherwise. The errors are [`decode_with`](Self::decode_with)'s, in its order.
+    pub(crate) fn check(&self, encoded_len: usize, limits: &PlanLimits, strict: bool) -> Result<(), FaultPlanError> {
+        if encoded_len > limits.max_len {
+            return Err(FaultPlanError::TooLong {
+                len: encoded_len,
+                max: limits.max_len,
+            });
+        }
+        let index_limits = entry_index_limits(limits);
+        for (entry, (index, fault)) in self.entries.iter().enumerate() {
+            if entry >= limits.max_entries {
+                return Err(FaultPlanError::TooManyEntries {
+                    max: limits.max_entries,
+                });
+            }
+            wire::check_written(index, &index_limits).map_err(|source| FaultPlanError::BadIndex { entry, source })?;
+            let read = match fault {
+                Fault::Latency(_) if !strict => true,
+                _ => fault.is_valid(),
+            };
+            if !read {
                 return Err(FaultPlanError::BadFault { entry });
             }
-            if let Some(first) = entries[..entry].iter().position(|(i, _)| i == index) {
+            if let Some(first) = self.entries[..entry].iter().position(|(i, _)| i == index) {
                 return Err(FaultPlanError::RepeatedIndex { entry, first });
             }
         }
-        Ok(FaultPlan { entries })
+        Ok(())
+    }
+
+    /// The length of [`encode`](Self::encode)'s text.
+    fn encoded_len(&self) -> usize {
+        let digits = |n: u128| n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        1 + (self.entries.iter())
+            .map(|(index, fault)| {
+                let fault_len = match fault {
+                    Fault::Grpc(code) => 1 + digits(u128::from(*code)),
+                    Fault::Http(status) => 1 + digits(u128::from(*status)),
+                    Fault::Connection => 1,
+                    Fault::Latency(d) => 1 + digits(d.as_millis().min(u128::from(MAX_LATENCY_MS))),
+                };
+                2 + wire::encoded_len(index) + fault_len
+            })
+            .sum::<usize>()
     }
 
     /// The entries.
@@ -312,10 +395,7 @@ impl FaultPlan {
         if parts.next() != Some("1") {
             return Err(FaultPlanError::UnsupportedVersion);
         }
-        let index_limits = wire::Limits {
-            max_len: limits.max_len,
-            ..wire::Limits::default()
-        };
+        let index_limits = entry_index_limits(limits);
         let mut entries = Vec::new();
         for (entry, part) in parts.enumerate() {
             if entry >= limits.max_entries {
@@ -333,6 +413,14 @@ impl FaultPlan {
             entries.push((index, fault));
         }
         Ok(FaultPlan { entries })
+    }
+}
+
+/// The limits under which a plan's entries' indexes are read: the plan's length, and the default depth (64).
+fn entry_index_limits(limits: &PlanLimits) -> wire::Limits {
+    wire::Limits {
+        max_len: limits.max_len,
+        ..wire::Limits::default()
     }
 }
 

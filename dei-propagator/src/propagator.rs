@@ -75,6 +75,13 @@ impl Carriers {
 /// depth limit. Sent whole, it would be rejected by every receiver with the same limits and the call served as a
 /// new root.
 ///
+/// Nor does it write a fault plan that it would reject: a plan built by hand ([`FaultPlan::new`]) beyond its
+/// [`PlanLimits`] (by default 64 entries and 4096 bytes), with an entry's index deeper than 64 elements, or
+/// with any other defect a receiver rejects ([`FaultPlan::check_with`]) is not sent at all, and that is
+/// counted and logged ([`Event::FaultPlanNotSent`]). Sent, it would be rejected whole by every receiver with
+/// the same limits, so none of its faults would be carried out; a part of it would test other faults than
+/// asked. The index is sent as usual.
+///
 /// Extraction reads the carrier alone (the `dei` header, else the carrier's `baggage` header), so it gives the
 /// same result wherever it stands in a [`TextMapCompositePropagator`]. Injection writes the whole `baggage`
 /// header (the context's baggage, properties included, plus our entries), and in a composite the last writer
@@ -133,6 +140,27 @@ impl DeiPropagator {
     /// [`DeiPropagator`]).
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The wire form of `plan`, when a receiver with this propagator's [`PlanLimits`] reads it; otherwise
+    /// `None`, counted and logged ([`Event::FaultPlanNotSent`]): see [`DeiPropagator`].
+    fn plan_to_send(&self, plan: &FaultPlan) -> Option<String> {
+        let wire = plan.encode();
+        if let Err(error) = plan.check(wire.len(), &self.plan_limits, false) {
+            let PlanLimits { max_len, max_entries } = self.plan_limits;
+            rejection::record_event(
+                Event::FaultPlanNotSent,
+                &format_args!(
+                    "a fault plan of {} entries and {} bytes was given to inject, and a receiver with the limits of \
+                     {max_entries} entries and {max_len} bytes would reject it whole ({error}): it was not sent, so \
+                     no callee carries out any of its faults",
+                    plan.entries().len(),
+                    wire.len()
+                ),
+            );
+            return None;
+        }
+        Some(wire)
     }
 
     /// `wire`, the wire form of an index to inject, cut to its longest prefix of whole elements within this
@@ -431,7 +459,7 @@ impl DeiPropagator {
     fn inject_index(&self, cx: &Context, outgoing: Option<&str>, injector: &mut dyn Injector) {
         let index: Option<&str> = outgoing.or_else(|| cx.dei_index_wire().map(|w| &**w));
         let index = index.map(|wire| self.within_limits(wire));
-        let plan = cx.fault_plan().filter(|p| !p.is_empty()).map(|p| p.encode());
+        let plan = (cx.fault_plan().filter(|p| !p.is_empty())).and_then(|p| self.plan_to_send(p));
         let plan = plan.as_deref();
         if index.is_none() && plan.is_none() {
             return;

@@ -71,10 +71,17 @@ pub enum Event {
     /// later message of the stream is, so their calls can share indexes
     /// ([`Index::stream_message`](crate::Index::stream_message)).
     StreamCountOverflow,
+    /// A fault plan the propagator was given to inject (built by hand: [`FaultPlan::new`](crate::FaultPlan::new)
+    /// checks nothing) is one that every receiver with its limits rejects whole: more than 64 entries, more than
+    /// 4096 bytes, an entry's index deeper than 64 elements, an invalid fault, an index named twice
+    /// ([`FaultPlan::check_with`](crate::FaultPlan::check_with)). It is not sent, on that call or any: no callee
+    /// carries out any of its faults (a part of it would test other faults than asked). The call's index is
+    /// sent as usual.
+    FaultPlanNotSent,
 }
 
 impl Event {
-    const ALL: [Event; 7] = [
+    const ALL: [Event; 8] = [
         Event::BaggageFull,
         Event::FaultPlanDropped,
         Event::FaultNotApplied,
@@ -82,6 +89,7 @@ impl Event {
         Event::DepthLimited,
         Event::DroppedAtEdge,
         Event::StreamCountOverflow,
+        Event::FaultPlanNotSent,
     ];
 
     fn slot(self) -> usize {
@@ -98,6 +106,7 @@ impl Event {
             Event::DepthLimited => "depth_limited",
             Event::DroppedAtEdge => "dropped_at_edge",
             Event::StreamCountOverflow => "stream_count_overflow",
+            Event::FaultPlanNotSent => "fault_plan_not_sent",
         }
     }
 }

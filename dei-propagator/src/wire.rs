@@ -173,6 +173,35 @@ fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
     &buf[i..]
 }
 
+/// The error [`decode`] gives for the wire form of `index` under `limits` (the first it finds), without writing
+/// it: an index built by hand can be longer or deeper than the limits, or have a count of 0, which the wire has
+/// no form for. Every other element is written as it is read back.
+pub(crate) fn check_written(index: &Index, limits: &Limits) -> Result<(), WireError> {
+    let len = encoded_len(index);
+    if len > limits.max_len {
+        return Err(WireError::TooLong {
+            len,
+            max: limits.max_len,
+        });
+    }
+    for (element, e) in index.elements().iter().enumerate() {
+        if element >= limits.max_depth {
+            return Err(WireError::TooDeep { max: limits.max_depth });
+        }
+        if e.count == 0 {
+            return Err(WireError::BadCount { element });
+        }
+    }
+    Ok(())
+}
+
+/// The length of the wire form of `index`, without writing it.
+pub(crate) fn encoded_len(index: &Index) -> usize {
+    1 + (index.elements().iter())
+        .map(|e| 1 + DIGEST_CHARS + decimal(e.count, &mut [0; 10]).len() + usize::from(e.preliminary))
+        .sum::<usize>()
+}
+
 /// Reads a wire value under `limits`. Any defect rejects the whole value.
 pub fn decode(value: &str, limits: &Limits) -> Result<Index, WireError> {
     if value.len() > limits.max_len {

@@ -3,7 +3,7 @@
 use dei_propagator::rejection::{self, Event, Source};
 use dei_propagator::{
     Carriers, DeiContextExt, DeiPropagator, Element, ElementDigest, Fault, FaultPlan, INDEX_KEY, Index, Limits,
-    WireError, inject_with_index, inject_with_index_wire,
+    PlanLimits, WireError, inject_with_index, inject_with_index_wire,
 };
 use opentelemetry::baggage::{Baggage, BaggageExt, BaggageMetadata};
 use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
@@ -315,7 +315,7 @@ fn bad_values_are_rejected_with_typed_errors_counted_and_treated_as_absent() {
     for name in ["header", "baggage", "fault_plan"] {
         assert!(snapshot.iter().any(|(n, c)| *n == name && *c > 0), "{snapshot:?}");
     }
-    assert_eq!(snapshot.len(), 10, "three sources and seven events: {snapshot:?}");
+    assert_eq!(snapshot.len(), 11, "three sources and eight events: {snapshot:?}");
 }
 
 #[test]
@@ -382,6 +382,117 @@ fn an_index_beyond_the_limits_is_injected_as_its_first_elements_and_counted() {
     let three = Index::from_elements(six.elements()[..3].to_vec());
     assert_eq!(headers.get(INDEX_KEY), Some(&three.encode()));
     assert_eq!(narrow.extract(&headers).dei_index(), Some(&three));
+}
+
+/// A fault plan that every receiver with the propagator's limits would reject whole (built by hand:
+/// `FaultPlan::new` checks nothing) is not injected at all, in either carrier and by every way of injecting,
+/// and each call injected without it is counted; the call's index goes as usual. A plan at the limits goes
+/// whole.
+#[test]
+fn a_plan_a_receiver_would_reject_is_not_injected_and_counted() {
+    let el = |digest: u8, count: u32| Element::new(ElementDigest([digest; 8]), count);
+    let entry = |count: u32| (Index::root().child(el(1, count)), Fault::UNAVAILABLE);
+    let deep = |depth: u8| -> Index { (0..depth).map(|i| el(i, 1)).collect() };
+    // 4 entries of 64 elements (836 bytes each) and one of 57 with the longest latency: 4096 bytes
+    let of_bytes = |last_count: u32| {
+        let mut entries: Vec<(Index, Fault)> = (1..=4u32)
+            .map(|k| (deep(63).child(el(200, k)), Fault::Connection))
+            .collect();
+        entries.push((
+            deep(56).child(el(201, last_count)),
+            Fault::Latency(std::time::Duration::from_millis(999_999)),
+        ));
+        FaultPlan::new(entries)
+    };
+    assert_eq!((of_bytes(1).encode().len(), of_bytes(10).encode().len()), (4096, 4097));
+    let rejected = [
+        ("65 entries", FaultPlan::new((1..=65).map(entry).collect())),
+        ("4097 bytes", of_bytes(10)),
+        (
+            "an index of 65 elements",
+            FaultPlan::new(vec![entry(1), (deep(65), Fault::Connection)]),
+        ),
+        (
+            "a count of 0",
+            FaultPlan::new(vec![(Index::root().child(el(1, 0)), Fault::Connection)]),
+        ),
+        ("gRPC code 0", FaultPlan::new(vec![(Index::root(), Fault::Grpc(0))])),
+        (
+            "HTTP status 600",
+            FaultPlan::new(vec![entry(1), (Index::root(), Fault::Http(600))]),
+        ),
+        (
+            "an index twice",
+            FaultPlan::new(vec![entry(1), entry(2), (entry(1).0, Fault::Connection)]),
+        ),
+    ];
+    let call = index(3);
+    for (what, plan) in rejected {
+        assert!(
+            FaultPlan::decode(&plan.encode()).is_err(),
+            "{what}: a receiver rejects it"
+        );
+        let before = rejection::event_total(Event::FaultPlanNotSent);
+        let by_context = inject(
+            &DeiPropagator::new(),
+            &Context::new()
+                .with_dei_index(call.clone())
+                .with_fault_plan(plan.clone()),
+        );
+        let mut by_call = Headers::new();
+        inject_with_index(
+            &DeiPropagator::new(),
+            &Context::new().with_fault_plan(plan.clone()),
+            &call,
+            &mut by_call,
+        );
+        let composite = inject(&dei_last(), &sending_context(&call).with_fault_plan(plan.clone()));
+        let counted = rejection::event_total(Event::FaultPlanNotSent) - before;
+        assert_eq!(counted, 3, "{what}: one count per call injected");
+        for headers in [&by_context, &by_call, &composite] {
+            assert_eq!(headers.get("dei-faults"), None, "{what}");
+            let baggage = headers.get("baggage").map(String::as_str).unwrap_or_default();
+            assert!(!baggage.contains("dei-faults"), "{what}: {baggage}");
+            let cx = DeiPropagator::new().extract(headers);
+            assert_eq!(cx.dei_index(), Some(&call), "{what}: the index goes");
+            assert_eq!(cx.fault_plan(), None, "{what}");
+        }
+        assert!(composite["baggage"].contains("user=alice"), "the other entries go");
+    }
+    let at_limits = [
+        FaultPlan::new((1..=64).map(entry).collect()),
+        of_bytes(1),
+        FaultPlan::new(vec![entry(1), (deep(64), Fault::Connection)]),
+    ];
+    for plan in at_limits {
+        let before = rejection::event_total(Event::FaultPlanNotSent);
+        let headers = inject(
+            &DeiPropagator::new(),
+            &Context::new()
+                .with_dei_index(call.clone())
+                .with_fault_plan(plan.clone()),
+        );
+        assert_eq!(headers.get("dei-faults"), Some(&plan.encode()));
+        assert_eq!(DeiPropagator::new().extract(&headers).fault_plan(), Some(&plan));
+        assert_eq!(rejection::event_total(Event::FaultPlanNotSent), before);
+    }
+    // a propagator's own plan limits
+    let narrow = DeiPropagator::with_config(
+        Carriers::HEADER,
+        Limits::default(),
+        PlanLimits {
+            max_len: 4096,
+            max_entries: 2,
+        },
+    );
+    let two = FaultPlan::new((1..=2).map(entry).collect());
+    let three = FaultPlan::new((1..=3).map(entry).collect());
+    let sent = inject(&narrow, &Context::new().with_fault_plan(two.clone()));
+    assert_eq!(narrow.extract(&sent).fault_plan(), Some(&two));
+    let before = rejection::event_total(Event::FaultPlanNotSent);
+    let sent = inject(&narrow, &Context::new().with_fault_plan(three));
+    assert_eq!(sent.get("dei-faults"), None);
+    assert_eq!(rejection::event_total(Event::FaultPlanNotSent), before + 1);
 }
 
 #[test]

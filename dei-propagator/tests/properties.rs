@@ -168,6 +168,31 @@ fn arb_fault() -> impl Strategy<Value = Fault> {
     ]
 }
 
+/// An index as one can be built by hand: often deeper than 64 elements, with a count of 0, or repeated (few
+/// digests and counts).
+fn hand_index() -> impl Strategy<Value = Index> {
+    (0usize..70, 0u8..3, 0u32..3, any::<bool>()).prop_map(|(depth, digest, count, preliminary)| {
+        let element = Element::new(ElementDigest([digest; 8]), count);
+        let mut elements = vec![Element::new(ElementDigest([digest; 8]), 1); depth];
+        if let Some(last) = elements.last_mut() {
+            *last = if preliminary { element.preliminary() } else { element };
+        }
+        Index::from_elements(elements)
+    })
+}
+
+/// A fault as one can be built by hand: codes and statuses out of range, latencies too long or finer than a
+/// millisecond.
+fn hand_fault() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        any::<u8>().prop_map(Fault::Grpc),
+        prop_oneof![any::<u16>(), 190u16..210, 590u16..610].prop_map(Fault::Http),
+        Just(Fault::Connection),
+        prop_oneof![0u64..2_000_000_000, 999_990_000u64..1_000_010_000]
+            .prop_map(|us| Fault::Latency(Duration::from_micros(us))),
+    ]
+}
+
 /// The alphabet of wire values: safe in headers and inside baggage values.
 fn wire_safe(text: &str) -> bool {
     text.bytes()
@@ -329,6 +354,28 @@ proptest! {
         let text = plan.encode();
         prop_assert!(wire_safe(&text), "{}", text);
         prop_assert_eq!(FaultPlan::decode(&text), Ok(plan));
+    }
+
+    /// What a plan built by hand is checked against before it is sent is what a receiver does with its wire
+    /// form: every defect (too long, too many entries, an index too deep or with a count of 0, a fault out of
+    /// range, an index named twice) with the same error, and nothing else. `try_new` adds latencies the wire
+    /// writes shortened.
+    #[test]
+    fn a_plan_is_checked_as_a_receiver_reads_it(
+        entries in prop::collection::vec((hand_index(), hand_fault()), 0..8),
+        max_len in prop_oneof![0usize..400, Just(4096)],
+        max_entries in 0usize..8,
+    ) {
+        let plan = FaultPlan::new(entries.clone());
+        let limits = dei_propagator::PlanLimits { max_len, max_entries };
+        prop_assert_eq!(plan.check_with(&limits), FaultPlan::decode_with(&plan.encode(), &limits).map(drop));
+        let strict = FaultPlan::decode(&plan.encode())
+            .map_err(Some)
+            .and_then(|read| if read == plan { Ok(()) } else { Err(None) });
+        match FaultPlan::try_new(entries) {
+            Ok(built) => prop_assert_eq!(strict, Ok(()), "{}", built),
+            Err(e) => prop_assert!(strict.is_err(), "{}", e),
+        }
     }
 
     #[test]

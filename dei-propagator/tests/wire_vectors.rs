@@ -376,6 +376,91 @@ fn injecting_an_index_beyond_the_limit() {
     }
 }
 
+/// A fault as the table writes it, in the fault grammar but unchecked: `g17` is gRPC code 17.
+fn fault_by_hand(text: &str) -> Fault {
+    let number = |digits: &str| digits.parse::<u64>().unwrap_or_else(|_| panic!("{text}"));
+    match text.split_at(1) {
+        ("g", n) => Fault::Grpc(number(n) as u8),
+        ("h", n) => Fault::Http(number(n) as u16),
+        ("c", "") => Fault::Connection,
+        ("l", n) => Fault::Latency(std::time::Duration::from_millis(number(n))),
+        _ => panic!("{text}"),
+    }
+}
+
+#[test]
+fn injecting_a_fault_plan_beyond_the_limits() {
+    use dei_propagator::rejection::{self, Event};
+    use dei_propagator::{DeiContextExt, DeiPropagator, PlanLimits, inject_with_index};
+    use opentelemetry::Context;
+    use opentelemetry::propagation::TextMapPropagator;
+    use std::collections::HashMap;
+    let call = Index::decode("1.chSN83lZIds1").expect("index");
+    let element = call.elements()[0];
+    for row in table("Injecting a fault plan beyond the limits") {
+        let [entries, depth, fault, bytes, written, counted] = &row[..] else {
+            panic!("{row:?}")
+        };
+        let (entries, depth): (u32, usize) = (entries.parse().expect("entries"), depth.parse().expect("depth"));
+        let fault = fault_by_hand(fault);
+        let plan = FaultPlan::new(
+            (1..=entries)
+                .map(|k| {
+                    let mut elements = vec![element; depth];
+                    if let Some(last) = elements.last_mut() {
+                        last.count = k;
+                    }
+                    (Index::from_elements(elements), fault)
+                })
+                .collect(),
+        );
+        assert_eq!(plan.encode().len().to_string(), *bytes, "{row:?}");
+        let before = rejection::event_total(Event::FaultPlanNotSent);
+        // through a context value, and as an outgoing call's index: both carriers
+        let mut by_context = HashMap::new();
+        let cx = Context::new().with_fault_plan(plan.clone());
+        DeiPropagator::new().inject_context(&cx.with_dei_index(call.clone()), &mut by_context);
+        let mut by_call = HashMap::new();
+        inject_with_index(&DeiPropagator::new(), &cx, &call, &mut by_call);
+        let grew = rejection::event_total(Event::FaultPlanNotSent) - before;
+        for headers in [&by_context, &by_call] {
+            assert_eq!(headers.get("dei"), Some(&call.encode()), "{row:?}");
+            match written.as_str() {
+                "as given" => {
+                    assert_eq!(headers.get("dei-faults"), Some(&plan.encode()), "{row:?}");
+                    assert_eq!(
+                        headers.get("baggage"),
+                        Some(&format!("dei={},dei-faults={}", call.encode(), plan.encode())),
+                        "{row:?}"
+                    );
+                    assert_eq!(FaultPlan::decode(&plan.encode()), Ok(plan.clone()), "{row:?}");
+                }
+                _ => {
+                    assert!(written.is_empty(), "{row:?}");
+                    assert_eq!(headers.get("dei-faults"), None, "{row:?}");
+                    assert_eq!(
+                        headers.get("baggage"),
+                        Some(&format!("dei={}", call.encode())),
+                        "{row:?}"
+                    );
+                    assert!(
+                        FaultPlan::decode(&plan.encode()).is_err(),
+                        "{row:?}: a receiver rejects it"
+                    );
+                    assert!(plan.check_with(&PlanLimits::default()).is_err(), "{row:?}");
+                }
+            }
+        }
+        let expected = if counted == "fault_plan_not_sent" {
+            2
+        } else {
+            assert!(counted.is_empty(), "{row:?}");
+            0
+        };
+        assert_eq!(grew, expected, "{row:?}: counted once per call injected");
+    }
+}
+
 #[test]
 fn faults_as_a_caller_sees_them_are_valid_faults() {
     // The outcomes are checked against real clients in dei-instrumentation/tests/hostile.rs; here, that every
