@@ -35,8 +35,11 @@ const GRPC_CODES: [&str; 17] = [
 ];
 
 /// The largest latency a plan carries, in milliseconds (six decimal digits on the wire, about 17 minutes):
-/// the wire limit. Longer latencies are written as this value; sub-millisecond parts are dropped. A service
-/// applies its own, lower cap (`dei-instrumentation`'s `DeiConfigBuilder::max_latency`, 30 s by default).
+/// the wire limit. Longer latencies are written as this value; sub-millisecond parts are dropped. The
+/// propagator counts and logs each plan it sends with a latency so shortened
+/// ([`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)); [`FaultPlan::try_new`] refuses one. A
+/// service applies its own, lower cap (`dei-instrumentation`'s `DeiConfigBuilder::max_latency`, 30 s by
+/// default).
 pub const MAX_LATENCY_MS: u64 = 999_999;
 
 /// One fault to inject.
@@ -50,7 +53,9 @@ pub enum Fault {
     Http(u16),
     /// Fail as if the connection could not be made: nothing is sent.
     Connection,
-    /// Wait this long, then send as usual. The wire carries whole milliseconds up to [`MAX_LATENCY_MS`].
+    /// Wait this long, then send as usual. The wire carries whole milliseconds up to [`MAX_LATENCY_MS`]: a
+    /// longer or finer latency is written shortened (counted when the propagator sends it:
+    /// [`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)).
     Latency(Duration),
 }
 
@@ -366,7 +371,9 @@ impl FaultPlan {
         self.entries.iter().find(|(i, _)| i == index).map(|(_, f)| *f)
     }
 
-    /// The wire form: `1` then `*index:fault` per entry.
+    /// The wire form: `1` then `*index:fault` per entry. A latency is written as whole milliseconds up to
+    /// [`MAX_LATENCY_MS`] (shortened when it is longer or finer: the propagator counts that when it sends the
+    /// plan, [`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)).
     pub fn encode(&self) -> String {
         let mut out = String::from("1");
         for (index, fault) in &self.entries {

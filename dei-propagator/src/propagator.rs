@@ -1,7 +1,7 @@
 //! The [`TextMapPropagator`] that carries indexes and fault plans between services.
 
 use crate::context::DeiContextExt;
-use crate::fault::{FAULT_PLAN_KEY, FaultPlan, PlanLimits};
+use crate::fault::{FAULT_PLAN_KEY, Fault, FaultPlan, MAX_LATENCY_MS, PlanLimits};
 use crate::rejection::{self, Event, Source};
 use crate::wire::{self, Limits};
 use opentelemetry::Context;
@@ -80,7 +80,9 @@ impl Carriers {
 /// with any other defect a receiver rejects ([`FaultPlan::check_with`]) is not sent at all, and that is
 /// counted and logged ([`Event::FaultPlanNotSent`]). Sent, it would be rejected whole by every receiver with
 /// the same limits, so none of its faults would be carried out; a part of it would test other faults than
-/// asked. The index is sent as usual.
+/// asked. The index is sent as usual. A plan it sends with a latency the wire does not carry (longer than
+/// [`MAX_LATENCY_MS`](crate::MAX_LATENCY_MS), or finer than a millisecond) has it written shortened, and that
+/// is counted and logged ([`Event::LatencyClamped`]).
 ///
 /// Extraction reads the carrier alone (the `dei` header, else the carrier's `baggage` header), so it gives the
 /// same result wherever it stands in a [`TextMapCompositePropagator`]. Injection writes the whole `baggage`
@@ -143,7 +145,8 @@ impl DeiPropagator {
     }
 
     /// The wire form of `plan`, when a receiver with this propagator's [`PlanLimits`] reads it; otherwise
-    /// `None`, counted and logged ([`Event::FaultPlanNotSent`]): see [`DeiPropagator`].
+    /// `None`, counted and logged ([`Event::FaultPlanNotSent`]). A latency the wire does not carry is written
+    /// shortened, counted and logged ([`Event::LatencyClamped`]). See [`DeiPropagator`].
     fn plan_to_send(&self, plan: &FaultPlan) -> Option<String> {
         let wire = plan.encode();
         if let Err(error) = plan.check(wire.len(), &self.plan_limits, false) {
@@ -159,6 +162,20 @@ impl DeiPropagator {
                 ),
             );
             return None;
+        }
+        let mut shortened = (plan.entries().iter().enumerate())
+            .filter(|(_, (_, fault))| matches!(fault, Fault::Latency(_)) && !fault.is_valid());
+        if let Some((entry, (_, Fault::Latency(asked)))) = shortened.next() {
+            rejection::record_event(
+                Event::LatencyClamped,
+                &format_args!(
+                    "a fault plan given to inject has {} latencies that the wire does not carry (whole milliseconds \
+                     up to {MAX_LATENCY_MS}): they were sent shortened, the first (entry {entry}) of {asked:?} as \
+                     l{}",
+                    1 + shortened.count(),
+                    asked.as_millis().min(u128::from(MAX_LATENCY_MS))
+                ),
+            );
         }
         Some(wire)
     }

@@ -495,6 +495,50 @@ fn a_plan_a_receiver_would_reject_is_not_injected_and_counted() {
     assert_eq!(rejection::event_total(Event::FaultPlanNotSent), before + 1);
 }
 
+/// A plan with latencies the wire does not carry (built by hand: longer than 999,999 ms, or finer than a
+/// millisecond) goes whole, each such latency written shortened, and each call injected with it is counted
+/// once; a plan whose latencies the wire carries is not counted.
+#[test]
+fn a_plan_with_a_latency_the_wire_does_not_carry_is_sent_shortened_and_counted() {
+    use std::time::Duration;
+    let call = index(2);
+    let plan = FaultPlan::new(vec![
+        (index(1), Fault::Latency(Duration::from_secs(5000))),
+        (call.clone(), Fault::UNAVAILABLE),
+        (index(3), Fault::Latency(Duration::from_micros(2500))),
+    ]);
+    let written = FaultPlan::new(vec![
+        (index(1), Fault::Latency(Duration::from_millis(999_999))),
+        (call.clone(), Fault::UNAVAILABLE),
+        (index(3), Fault::Latency(Duration::from_millis(2))),
+    ]);
+    let before = rejection::event_total(Event::LatencyClamped);
+    let composite = inject(&dei_last(), &sending_context(&call).with_fault_plan(plan.clone()));
+    let mut by_call = Headers::new();
+    inject_with_index(
+        &DeiPropagator::new(),
+        &Context::new().with_fault_plan(plan),
+        &call,
+        &mut by_call,
+    );
+    assert_eq!(
+        rejection::event_total(Event::LatencyClamped) - before,
+        2,
+        "once per call, not per entry"
+    );
+    for headers in [&composite, &by_call] {
+        assert_eq!(headers.get("dei-faults"), Some(&written.encode()));
+        assert_eq!(DeiPropagator::new().extract(headers).fault_plan(), Some(&written));
+    }
+    let before = rejection::event_total(Event::LatencyClamped);
+    inject(&DeiPropagator::new(), &Context::new().with_fault_plan(written));
+    assert_eq!(
+        rejection::event_total(Event::LatencyClamped),
+        before,
+        "nothing shortened"
+    );
+}
+
 #[test]
 fn baggage_pitfalls() {
     let index = index(3);

@@ -462,6 +462,47 @@ fn injecting_a_fault_plan_beyond_the_limits() {
 }
 
 #[test]
+fn injecting_a_latency_the_wire_does_not_carry() {
+    use dei_propagator::rejection::{self, Event};
+    use dei_propagator::{DeiContextExt, DeiPropagator, inject_with_index};
+    use opentelemetry::Context;
+    use opentelemetry::propagation::TextMapPropagator;
+    use std::collections::HashMap;
+    use std::time::Duration;
+    let call = Index::decode("1.chSN83lZIds1").expect("index");
+    for row in table("Injecting a latency the wire does not carry") {
+        let [given, written, counted] = &row[..] else {
+            panic!("{row:?}")
+        };
+        let latency = match given.split_once(' ') {
+            Some((ms, "ms")) => Duration::from_millis(ms.parse().expect("ms")),
+            Some((us, "µs")) => Duration::from_micros(us.parse().expect("µs")),
+            _ => panic!("{row:?}"),
+        };
+        let plan = FaultPlan::new(vec![(call.clone(), Fault::Latency(latency))]);
+        let before = rejection::event_total(Event::LatencyClamped);
+        let mut by_context = HashMap::new();
+        let cx = Context::new().with_fault_plan(plan.clone());
+        DeiPropagator::new().inject_context(&cx.with_dei_index(call.clone()), &mut by_context);
+        let mut by_call = HashMap::new();
+        inject_with_index(&DeiPropagator::new(), &cx, &call, &mut by_call);
+        let grew = rejection::event_total(Event::LatencyClamped) - before;
+        for headers in [&by_context, &by_call] {
+            assert_eq!(headers.get("dei-faults"), Some(written), "{row:?}");
+            assert!(FaultPlan::decode(written).is_ok(), "{row:?}: a receiver reads it");
+        }
+        let expected = if counted == "latency_clamped" {
+            assert!(!Fault::Latency(latency).is_valid(), "{row:?}");
+            2
+        } else {
+            assert!(counted.is_empty() && Fault::Latency(latency).is_valid(), "{row:?}");
+            0
+        };
+        assert_eq!(grew, expected, "{row:?}: counted once per call injected");
+    }
+}
+
+#[test]
 fn faults_as_a_caller_sees_them_are_valid_faults() {
     // The outcomes are checked against real clients in dei-instrumentation/tests/hostile.rs; here, that every
     // fault of the table is one a plan can carry.
