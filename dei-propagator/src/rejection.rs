@@ -81,10 +81,15 @@ pub enum Event {
     /// carries out any of its faults (a part of it would test other faults than asked). The call's index is
     /// sent as usual.
     FaultPlanNotSent,
+    /// A request scope issued the 4294967296th index (or a later one) for one invocation signature: a count has
+    /// no value past 4294967295, so the call carries count 4294967295, the index of the 4294967295th call, as
+    /// every later one does. Each such index is flagged ambiguous
+    /// ([`IssuedIndex::is_ambiguous`](crate::IssuedIndex::is_ambiguous)), since calls share it.
+    CountSaturated,
 }
 
 impl Event {
-    const ALL: [Event; 8] = [
+    const ALL: [Event; 9] = [
         Event::BaggageFull,
         Event::FaultPlanDropped,
         Event::FaultNotApplied,
@@ -93,6 +98,7 @@ impl Event {
         Event::DroppedAtEdge,
         Event::StreamCountOverflow,
         Event::FaultPlanNotSent,
+        Event::CountSaturated,
     ];
 
     fn slot(self) -> usize {
@@ -110,6 +116,7 @@ impl Event {
             Event::DroppedAtEdge => "dropped_at_edge",
             Event::StreamCountOverflow => "stream_count_overflow",
             Event::FaultPlanNotSent => "fault_plan_not_sent",
+            Event::CountSaturated => "count_saturated",
         }
     }
 }

@@ -60,7 +60,7 @@ struct ScopeState {
 #[derive(Default)]
 struct SignatureState {
     /// How many indexes were issued for it: each issue's sequence number, and the invocation counter (`c`,
-    /// saturating at `u32::MAX`) when the instantiation counts.
+    /// saturating at `u32::MAX`, where each issue is ambiguous and counted) when the instantiation counts.
     issued: u64,
     /// Issued and not yet dropped: in flight.
     live: u32,
@@ -140,6 +140,11 @@ impl RequestScope {
     /// is counted ([`Event::DepthLimited`]). Such an index names the
     /// caller, not this RPC, so no fault plan entry applies to it.
     ///
+    /// A count has no value past 4294967295 (`u32::MAX`, the wire's largest): the 4294967296th issue of one
+    /// invocation signature in one scope, and every later one, takes count 4294967295, the index of the
+    /// 4294967295th. Each of them is ambiguous ([`IssuedIndex::is_ambiguous`]; the 4294967295th too, when it is
+    /// still in flight) and counted ([`Event::CountSaturated`]).
+    ///
     /// ```
     /// use dei_propagator::*;
     /// let deep: Index = (0..64).map(|i| Element::new(ElementDigest([i; 8]), 1)).collect();
@@ -197,6 +202,8 @@ impl RequestScope {
         let signature = state.signatures.entry(digest).or_default();
         signature.issued += 1;
         let seq = signature.issued;
+        // Past the largest count, every issue takes it: calls share that index.
+        let saturated = inst.count && seq > u64::from(u32::MAX);
         let count = if inst.count {
             u32::try_from(seq).unwrap_or(u32::MAX)
         } else {
@@ -207,12 +214,14 @@ impl RequestScope {
         let concurrent = signature.live > 0;
         // A stream whose messages the callee would serve where an earlier stream's were: ambiguous too.
         let overlapping = preliminary && inst.count && count < signature.served_to;
-        let flagged = concurrent || overlapping;
+        // An index an earlier call (of a stream, or past the largest count) has had.
+        let shared = overlapping || saturated;
+        let flagged = concurrent || shared;
         let newly_ambiguous = if concurrent {
             1 + u64::from(std::mem::take(&mut signature.lone_unflagged))
         } else {
-            signature.lone_unflagged = !overlapping;
-            u64::from(overlapping)
+            signature.lone_unflagged = !shared;
+            u64::from(shared)
         };
         signature.live += 1;
         if newly_ambiguous > 0 {
@@ -249,6 +258,16 @@ impl RequestScope {
             state.history.push(element);
         }
         drop(state);
+        if saturated {
+            rejection::record_event(
+                Event::CountSaturated,
+                &format_args!(
+                    "call {seq} of one invocation signature in one request scope has no count of its own (the largest \
+                     is {}): it carries that count, as every later one does, and is flagged ambiguous",
+                    u32::MAX
+                ),
+            );
+        }
         if depth_limited {
             rejection::record_event(
                 Event::DepthLimited,
@@ -315,7 +334,8 @@ impl IssuedIndex {
     }
 
     /// True once another RPC with the same invocation signature was in flight in the same scope together with
-    /// this one. Read it when the RPC completes: a later concurrent issue can still set it. It takes the scope's
+    /// this one, or when its index is one another RPC had (a stream's, [`RequestScope::issue_preliminary`], or
+    /// past the largest count, [`RequestScope::issue`]). Read it when the RPC completes: a later concurrent issue can still set it. It takes the scope's
     /// lock (as does this type's `Debug`); [`complete`](Self::complete) answers and releases in one.
     pub fn is_ambiguous(&self) -> bool {
         self.flagged || self.later_issue(&self.scope.lock())
@@ -538,6 +558,50 @@ mod tests {
         );
         assert_eq!(hist.lock().history.len(), 4);
         assert!(rejection::event_total(Event::DepthLimited) >= before + 6);
+    }
+
+    /// Past the largest count (4294967295) every issue of the signature takes it, so calls share that index: each
+    /// is counted and flagged ambiguous, once. (The scope's counter starts near the largest count here.)
+    #[test]
+    fn a_count_past_the_largest_is_counted_and_ambiguous() {
+        let scope = RequestScope::root(Instantiation::dei());
+        let call = inv(b"x", 1);
+        let start_near_the_largest = |scope: &RequestScope, issued: u64| {
+            let digest = call.element_digest(scope.instantiation());
+            scope.lock().signatures.entry(digest).or_default().issued = issued;
+        };
+        start_near_the_largest(&scope, u64::from(u32::MAX) - 2);
+        let saturated = || rejection::event_total(Event::CountSaturated);
+        let before = saturated();
+        let below = scope.issue(&call);
+        assert_eq!(below.element().count, u32::MAX - 1);
+        assert!(!below.complete());
+        let largest = scope.issue(&call);
+        assert_eq!(largest.element().count, u32::MAX);
+        let largest_index = largest.index().clone();
+        assert!(!largest.complete(), "its own count, alone in flight");
+        assert_eq!((saturated(), scope.ambiguous()), (before, 0));
+        for _ in 0..2 {
+            let past = scope.issue(&call);
+            assert_eq!(past.index(), &largest_index, "the largest count again");
+            assert!(past.complete(), "ambiguous: its index is an earlier call's");
+        }
+        assert_eq!(saturated() - before, 2, "counted, each");
+        assert_eq!(scope.ambiguous(), 2);
+        // in flight together as well: each counted ambiguous once
+        let (a, b) = (scope.issue(&call), scope.issue(&call));
+        assert!(a.is_ambiguous() && b.is_ambiguous());
+        assert_eq!((saturated() - before, scope.ambiguous()), (4, 4));
+        drop((a, b));
+        // a scope that does not count sends 1 every time: nothing saturates
+        let no_count = RequestScope::root(Instantiation::no_count());
+        let held = no_count.issue(&call);
+        start_near_the_largest(&no_count, u64::from(u32::MAX) + 5);
+        let other = no_count.issue(&call);
+        assert_eq!(other.element().count, 1);
+        drop(held);
+        assert!(other.complete(), "concurrent, not saturated");
+        assert_eq!(saturated() - before, 4);
     }
 
     #[test]
