@@ -169,11 +169,7 @@ const KNOWN_METHODS: [(&str, &str); 9] = [
 /// `http.request.method` for any other method, and the signature of such a request that matched no route.
 const OTHER_METHOD: (&str, &str) = ("_OTHER", "_OTHER <unmatched>");
 
-/// `dei.payload.digest.incomplete` (bool): on an HTTP server span, `true` when the request body was dropped
-/// before its end or the digest's cap (the handler did not read it all), or failed, so that the span has no
-/// [`PAYLOAD_DIGEST`](crate::span::PAYLOAD_DIGEST).
-// Defined here until the span contract (`dei_propagator::semconv`) has it.
-pub(crate) const PAYLOAD_DIGEST_INCOMPLETE: &str = "dei.payload.digest.incomplete";
+use dei_propagator::semconv::PAYLOAD_DIGEST_INCOMPLETE;
 
 static INCOMPLETE_DIGESTS: AtomicU64 = AtomicU64::new(0);
 

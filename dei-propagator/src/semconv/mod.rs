@@ -13,8 +13,9 @@
 //! | attribute | value | client span | server span |
 //! |---|---|---|---|
 //! | [`INDEX`] | string, index wire form | the outgoing index | the incoming index (`1` for a root) |
-//! | [`SIGNATURE`] | string | `pkg.Service/Method`, `METHOD host/path` (no port) | `pkg.Service/Method`, `METHOD /route/{template}` |
+//! | [`SIGNATURE`] | string | `pkg.Service/Method`, `METHOD host/path` (no port) or `METHOD name/path` (a named target) | `pkg.Service/Method`, `METHOD /route/{template}`, `METHOD <unmatched>` |
 //! | [`PAYLOAD_DIGEST`] | string, 64 hex | SHA-256 of the payload | the same, digested from the received body |
+//! | [`PAYLOAD_DIGEST_INCOMPLETE`] | bool | — | `true` on an HTTP server span whose handler did not read the body to its end (no digest then) |
 //! | [`PAYLOAD`] | string | the raw payload, only when turned on | the same |
 //! | [`STACK_DIGEST`], [`STACK_MODE`], [`STACK_WALKER`] | string | the caller's application stack | — |
 //! | [`STACK`] | string, one frame a line | the readable frames of that stack, once per distinct digest per process | — |
@@ -53,11 +54,17 @@ pub use streams::{Rewrite, StreamRewriter};
 /// on a server span the incoming one (`1` for a root); on a [`STREAM_MESSAGE_EVENT`], the message's final
 /// index.
 pub const INDEX: &str = "dei.index";
-/// `dei.signature` (string): the readable RPC signature, `pkg.Service/Method` for gRPC, `METHOD host/path` (the
-/// host without its port) on an HTTP client and `METHOD /route/{template}` on an HTTP server.
+/// `dei.signature` (string): the readable RPC signature, `pkg.Service/Method` for gRPC; on an HTTP client
+/// `METHOD host/path` (the host without its port), or `METHOD name/path` when the caller named the target
+/// service; on an HTTP server `METHOD /route/{template}`, or `METHOD <unmatched>` for a request no route
+/// matched (a method outside the HTTP semantic conventions' list is `_OTHER`).
 pub const SIGNATURE: &str = "dei.signature";
 /// `dei.payload.digest` (string): SHA-256 of the payload, 64 hex characters.
 pub const PAYLOAD_DIGEST: &str = "dei.payload.digest";
+/// `dei.payload.digest.incomplete` (bool): on an HTTP server span, `true` when the request body was dropped
+/// before its end or the digest's cap (the handler did not read it all), or failed: the span then has no
+/// [`PAYLOAD_DIGEST`].
+pub const PAYLOAD_DIGEST_INCOMPLETE: &str = "dei.payload.digest.incomplete";
 /// `dei.payload` (string): the raw payload (lossy UTF-8, at most its first KiB), only when the services turn
 /// it on (`record_payloads`).
 pub const PAYLOAD: &str = "dei.payload";
@@ -109,10 +116,11 @@ pub const PRELIMINARY_INDEX: &str = "dei.preliminary_index";
 pub const MESSAGE: &str = "dei.message";
 
 /// Every `dei.*` span attribute key (the event's own keys included), for checks that walk the contract.
-pub const ATTRIBUTES: [&str; 20] = [
+pub const ATTRIBUTES: [&str; 21] = [
     INDEX,
     SIGNATURE,
     PAYLOAD_DIGEST,
+    PAYLOAD_DIGEST_INCOMPLETE,
     PAYLOAD,
     STACK_DIGEST,
     STACK,

@@ -3,8 +3,8 @@
 
 use super::{
     AMBIGUOUS, COUNT, DEPTH, DEPTH_LIMITED, FAULT, FAULT_PLAN, FAULT_PLAN_DROPPED, INCOMING_DROPPED, INDEX,
-    INSTANTIATION, MESSAGE, PAYLOAD, PAYLOAD_DIGEST, PRELIMINARY, PRELIMINARY_INDEX, SIGNATURE, STACK, STACK_DIGEST,
-    STACK_MODE, STACK_WALKER,
+    INSTANTIATION, MESSAGE, PAYLOAD, PAYLOAD_DIGEST, PAYLOAD_DIGEST_INCOMPLETE, PRELIMINARY, PRELIMINARY_INDEX,
+    SIGNATURE, STACK, STACK_DIGEST, STACK_MODE, STACK_WALKER,
 };
 use crate::{Fault, HexDigestError, Index, PayloadDigest, StackDigest, WireError};
 use std::fmt;
@@ -281,6 +281,8 @@ pub struct DeiSpan<'a> {
     pub incoming_dropped: bool,
     /// [`DEPTH_LIMITED`].
     pub depth_limited: bool,
+    /// [`PAYLOAD_DIGEST_INCOMPLETE`].
+    pub payload_digest_incomplete: bool,
 }
 
 impl<'a> DeiSpan<'a> {
@@ -377,6 +379,7 @@ impl<'a> DeiSpan<'a> {
             FAULT_PLAN_DROPPED => self.fault_plan_dropped = bool_value(FAULT_PLAN_DROPPED, value)?,
             INCOMING_DROPPED => self.incoming_dropped = bool_value(INCOMING_DROPPED, value)?,
             DEPTH_LIMITED => self.depth_limited = bool_value(DEPTH_LIMITED, value)?,
+            PAYLOAD_DIGEST_INCOMPLETE => self.payload_digest_incomplete = bool_value(PAYLOAD_DIGEST_INCOMPLETE, value)?,
             // a later version's key: not this contract's to judge
             _ => return Ok(false),
         }

@@ -48,6 +48,7 @@ fn reads_every_span_attribute() {
         (FAULT_PLAN_DROPPED, Bool(true)),
         (INCOMING_DROPPED, Bool(true)),
         (DEPTH_LIMITED, Bool(true)),
+        (PAYLOAD_DIGEST_INCOMPLETE, Bool(true)),
         ("rpc.system", Str("grpc")),
         ("peer.service", Int(3)),
     ];
@@ -72,6 +73,7 @@ fn reads_every_span_attribute() {
     assert_eq!(span.fault, Some(Fault::Http(503)));
     assert_eq!(span.fault_plan, Some("1.AQEBAQEBAQE2=g14"));
     assert!(span.fault_plan_dropped && span.incoming_dropped && span.depth_limited);
+    assert!(span.payload_digest_incomplete);
     // every key of the contract is read by the parser
     for key in ATTRIBUTES.iter().filter(|k| ![PRELIMINARY_INDEX, MESSAGE].contains(k)) {
         let (_, value) = attributes.iter().find(|(k, _)| k == key).expect("in the vector");
