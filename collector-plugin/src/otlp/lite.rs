@@ -10,9 +10,11 @@
 //! `proto.Unmarshal`; the OpenTelemetry Collector's own decoder does not check): the strings the view holds
 //! (keys, string values, span and event names, status messages) and those of the skipped fields that are
 //! strings or hold strings (scope name, version and attributes; link trace state and attributes; span trace
-//! state; schema URLs; entity references; `kvlist` values) are checked once, as they are decoded
-//! ([`std::str::from_utf8`]), and a body with an invalid one is refused ([`DecodeError::InvalidUtf8`], naming
-//! the field), never forwarded. Nesting of array and `kvlist` values counts against one [`MAX_DEPTH`].
+//! state; schema URLs; entity references; `kvlist` values) are checked once, as they are decoded, and a body
+//! with an invalid one is refused ([`DecodeError::InvalidUtf8`], naming the field), never forwarded. The check
+//! is cheap on the hot path: an attribute whose encoding is ASCII as a whole (its tags and short lengths are
+//! ASCII bytes too; nearly every attribute is) has only ASCII strings, checked at once; other strings are
+//! checked one by one, ASCII first, then [`std::str::from_utf8`]. Nesting of array and `kvlist` values counts against one [`MAX_DEPTH`].
 //!
 //! Protobuf's merge rules apply as in generated code: a repeated field appends, a scalar's last value wins,
 //! a message field given twice is merged, and a `oneof` takes its last member (merged when it is the same
@@ -448,13 +450,16 @@ impl<'a> Status<'a> {
 
 fn push_key_value<'a>(to: &mut Vec<KeyValue<'a>>, body: &'a [u8], budget: &Budget) -> Result<(), DecodeError> {
     let mut kv = KeyValue::default();
+    // an attribute is ASCII as a whole nearly always (its tags and short lengths are ASCII bytes too): then so
+    // is every string in it, checked at once instead of one by one
+    let ascii = body.is_ascii();
     fields(body, |tag, wire, buf| {
         match tag {
-            1 => kv.key = string(wire, buf, "key")?,
+            1 => kv.key = string_in(wire, buf, "key", ascii)?,
             2 => kv
                 .value
                 .get_or_insert_with(Default::default)
-                .merge(message(wire, buf)?, 0, budget)
+                .merge(message(wire, buf)?, 0, ascii, budget)
                 .map_err(|e| within(e, || "value".into()))?,
             _ => skip(wire, tag, buf)?,
         }
@@ -464,13 +469,15 @@ fn push_key_value<'a>(to: &mut Vec<KeyValue<'a>>, body: &'a [u8], budget: &Budge
 }
 
 impl<'a> AnyValue<'a> {
-    fn merge(&mut self, body: &'a [u8], depth: u32, budget: &Budget) -> Result<(), DecodeError> {
+    /// Merges the value in `body`, `depth` array levels down; `ascii`: `body` is known to be ASCII, and so are
+    /// its strings.
+    fn merge(&mut self, body: &'a [u8], depth: u32, ascii: bool, budget: &Budget) -> Result<(), DecodeError> {
         if depth > MAX_DEPTH {
             return Err(DecodeError::TooDeep);
         }
         fields(body, |tag, wire, buf| {
             let v = match tag {
-                1 => Value::StringValue(string(wire, buf, "stringValue")?),
+                1 => Value::StringValue(string_in(wire, buf, "stringValue", ascii)?),
                 2 => Value::BoolValue(varint(wire, buf)? != 0),
                 3 => Value::IntValue(varint(wire, buf)? as i64),
                 4 => Value::DoubleValue(f64::from_bits(fixed64(wire, buf)?)),
@@ -484,7 +491,7 @@ impl<'a> AnyValue<'a> {
                         1 => {
                             let mut v = AnyValue::default();
                             let n = array.values.len();
-                            v.merge(message(wire, buf)?, depth + 1, budget)
+                            v.merge(message(wire, buf)?, depth + 1, ascii, budget)
                                 .map_err(|e| within(e, || format!("arrayValue.values[{n}]")))?;
                             push(&mut array.values, v, budget)
                         }
@@ -655,12 +662,29 @@ fn bytes<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], DecodeError
 /// checked to be UTF-8; otherwise [`DecodeError::InvalidUtf8`] at `field` (its OTLP/JSON name).
 fn string<'a>(wire: WireType, buf: &mut &'a [u8], field: &'static str) -> Result<&'a [u8], DecodeError> {
     let value = bytes(wire, buf)?;
+    if value.is_ascii() {
+        return Ok(value);
+    }
     match std::str::from_utf8(value) {
         Ok(_) => Ok(value),
         Err(e) => Err(DecodeError::InvalidUtf8 {
             path: field.to_string(),
             why: e.to_string(),
         }),
+    }
+}
+
+/// [`string`], or when `ascii` (the enclosing message is ASCII, and so this value is) the value unchecked.
+fn string_in<'a>(
+    wire: WireType,
+    buf: &mut &'a [u8],
+    field: &'static str,
+    ascii: bool,
+) -> Result<&'a [u8], DecodeError> {
+    if ascii {
+        bytes(wire, buf)
+    } else {
+        string(wire, buf, field)
     }
 }
 
