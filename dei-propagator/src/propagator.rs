@@ -81,7 +81,7 @@ impl Carriers {
 /// counted and logged ([`Event::FaultPlanNotSent`]). Sent, it would be rejected whole by every receiver with
 /// the same limits, so none of its faults would be carried out; a part of it would test other faults than
 /// asked. The index is sent as usual. A plan it sends with a latency the wire does not carry (longer than
-/// [`MAX_LATENCY_MS`](crate::MAX_LATENCY_MS), or finer than a millisecond) has it written shortened, and that
+/// [`MAX_LATENCY_MS`](crate::fault::MAX_LATENCY_MS), or finer than a millisecond) has it written shortened, and that
 /// is counted and logged ([`Event::LatencyClamped`]).
 ///
 /// Extraction reads the carrier alone (the `dei` header, else the carrier's `baggage` header), so it gives the

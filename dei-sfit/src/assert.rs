@@ -1,4 +1,4 @@
-//! A search as one assertion inside `cargo test`: [`assert_exhaustive`] (in-process services, feature
+//! A search as one assertion inside `cargo test`: `assert_exhaustive` (in-process services, feature
 //! `testing`) and [`Search::assert_exhaustive`] (any span source) run the search, save its JSON report, and
 //! fail the test with one readable block per failing execution (its faults, the assertion's message, the
 //! command that replays it), as `proptest` prints its minimal case.

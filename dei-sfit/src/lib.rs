@@ -20,7 +20,7 @@
 //! - for CI: [`Report::write_junit`] ([`junit`]) and [`Search::assert_exhaustive`] ([`assert`](mod@assert)), which fails
 //!   a `cargo test` with one block per failing execution and a replay command.
 //!
-//! With feature `testing`, [`testing::in_process_spans`] sets up the span source for services in the test's
+//! With feature `testing`, `testing::in_process_spans` sets up the span source for services in the test's
 //! process in one call. A first search from start to finish, with HTTP services, the layers and the oracle's
 //! check, is in the workspace's `docs/sfit.md` (section 0), compiled and run as a doc test.
 //!
