@@ -1,10 +1,9 @@
 //! Malformed input gets 400 / INVALID_ARGUMENT with a clear message, is counted, and the collector keeps
 //! serving.
 
-use bytes::Bytes;
-use dei_collector::server::GRPC_EXPORT_PATH;
+mod common;
+
 use dei_collector::server::{self, Running, ServerConfig};
-use dei_collector_bench::RawCodec;
 use prost::Message;
 use std::io::Write;
 
@@ -43,20 +42,7 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 async fn grpc(r: &Running, body: Vec<u8>) -> Result<(), tonic::Status> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", r.grpc_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut g = tonic::client::Grpc::new(channel);
-    g.ready().await.unwrap();
-    g.unary(
-        tonic::Request::new(Bytes::from(body)),
-        http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH),
-        RawCodec,
-    )
-    .await
-    .map(|_| ())
+    common::grpc_export(r.grpc_addr, body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,10 +5,7 @@
 
 mod common;
 
-use bytes::Bytes;
-use common::{CollectorProcess, Downstream};
-use dei_collector::server::GRPC_EXPORT_PATH;
-use dei_collector_bench::RawCodec;
+use common::{CollectorProcess, Downstream, grpc_export};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -51,23 +48,6 @@ fn request(span: u8, service: &str, name: &str) -> Vec<u8> {
     body
 }
 
-async fn grpc(addr: std::net::SocketAddr, body: Vec<u8>) -> Result<(), tonic::Status> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let mut g = tonic::client::Grpc::new(channel);
-    g.ready().await.expect("ready");
-    g.unary(
-        tonic::Request::new(Bytes::from(body)),
-        http::uri::PathAndQuery::from_static(GRPC_EXPORT_PATH),
-        RawCodec,
-    )
-    .await
-    .map(|_| ())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_utf8_in_a_string_field_is_refused_over_http_and_grpc_and_not_forwarded() {
     let downstream = Downstream::start().await;
@@ -90,7 +70,7 @@ async fn invalid_utf8_in_a_string_field_is_refused_over_http_and_grpc_and_not_fo
     );
 
     // OTLP/gRPC: a service.name that is not UTF-8 (it became `unknown_service`)
-    let status = grpc(collector.grpc, request(2, "@@@", "span"))
+    let status = grpc_export(collector.grpc, request(2, "@@@", "span"))
         .await
         .expect_err("refused");
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
@@ -107,7 +87,9 @@ async fn invalid_utf8_in_a_string_field_is_refused_over_http_and_grpc_and_not_fo
     assert_eq!(counters["requests_accepted"], 0, "{counters:#}");
 
     // a valid request after them is accepted and forwarded, and it alone
-    grpc(collector.grpc, request(3, "svc", "span")).await.expect("accepted");
+    grpc_export(collector.grpc, request(3, "svc", "span"))
+        .await
+        .expect("accepted");
     assert_eq!(downstream.wait_for_spans(1, Duration::from_secs(10)).await, 1);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let received = downstream.received.lock().expect("lock").distinct();

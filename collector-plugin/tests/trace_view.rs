@@ -7,33 +7,56 @@ mod common;
 use common::CollectorProcess;
 use serde_json::{Value, json};
 
-/// A trace of `levels` nested indexes with `k` client spans (distinct span ids) at each: every level's
-/// occurrences collide.
-fn colliding(levels: usize, k: usize, trace_id: &str) -> Value {
+/// A client span of `trace_id` at `index` (wire form), with `dei.count` as given if given (a string is
+/// malformed).
+fn client_span(trace_id: &str, n: u64, index: &str, count: Option<Value>) -> Value {
+    let mut attributes = vec![
+        json!({"key": "dei.index", "value": {"stringValue": index}}),
+        json!({"key": "dei.signature", "value": {"stringValue": "a.B/C"}}),
+    ];
+    if let Some(count) = count {
+        attributes.push(json!({"key": "dei.count", "value": count}));
+    }
+    json!({
+        "traceId": trace_id,
+        "spanId": format!("{n:016x}"),
+        "name": "s",
+        "kind": 3,
+        "startTimeUnixNano": (1_700_000_000_000_000_000u64 + n).to_string(),
+        "endTimeUnixNano": (1_700_000_000_000_001_000u64 + n).to_string(),
+        "attributes": attributes,
+    })
+}
+
+/// The spans of a trace of `levels` nested indexes with `k` client spans (distinct span ids) at each: every
+/// level's occurrences collide.
+fn colliding(levels: usize, k: usize, trace_id: &str) -> Vec<Value> {
     let mut spans = Vec::new();
     let mut n = 1u64;
     for depth in 1..=levels {
         let index = format!("1{}", ".AAAAAAAAAAA1".repeat(depth));
         for _ in 0..k {
             n += 1;
-            spans.push(json!({
-                "traceId": trace_id,
-                "spanId": format!("{n:016x}"),
-                "name": "s",
-                "kind": 3,
-                "startTimeUnixNano": (1_700_000_000_000_000_000u64 + n).to_string(),
-                "endTimeUnixNano": (1_700_000_000_000_001_000u64 + n).to_string(),
-                "attributes": [
-                    {"key": "dei.index", "value": {"stringValue": index}},
-                    {"key": "dei.signature", "value": {"stringValue": "a.B/C"}},
-                ],
-            }));
+            spans.push(client_span(trace_id, n, &index, None));
         }
     }
-    json!({"resourceSpans": [{
+    spans
+}
+
+/// Exports `spans` as one OTLP/JSON request of service `x` to the collector's HTTP port; it must be accepted.
+async fn export(http: std::net::SocketAddr, spans: Vec<Value>) {
+    let body = json!({"resourceSpans": [{
         "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "x"}}]},
         "scopeSpans": [{"spans": spans}],
-    }]})
+    }]});
+    let r = reqwest::Client::new()
+        .post(format!("http://{http}/v1/traces"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("export");
+    assert!(r.status().is_success(), "{}", r.status());
 }
 
 /// Nodes in a view's tree, and its depth.
@@ -49,14 +72,7 @@ fn count(nodes: &[Value], depth: usize) -> (usize, usize) {
 async fn colliding_occurrences_appear_once_in_the_trace_view() {
     let c = CollectorProcess::start(&[]);
     let trace_id = "0102030405060708090a0b0c0d0e0f12";
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/traces", c.http))
-        .header("content-type", "application/json")
-        .body(colliding(8, 3, trace_id).to_string())
-        .send()
-        .await
-        .expect("export");
-    assert!(r.status().is_success(), "{}", r.status());
+    export(c.http, colliding(8, 3, trace_id)).await;
     let view = c.get_json(&format!("/api/v1/traces/{trace_id}"));
     assert_eq!(view["rpcs"], 24, "{}", view["rpcs"]);
     let tree = view["tree"].as_array().expect("tree");
@@ -73,23 +89,6 @@ async fn colliding_occurrences_appear_once_in_the_trace_view() {
     );
 }
 
-/// A client span of `trace_id` at `index` (wire form), with `dei.count` as given (a string is malformed).
-fn client_span(trace_id: &str, n: u64, index: &str, count: Value) -> Value {
-    json!({
-        "traceId": trace_id,
-        "spanId": format!("{n:016x}"),
-        "name": "s",
-        "kind": 3,
-        "startTimeUnixNano": (1_700_000_000_000_000_000u64 + n).to_string(),
-        "endTimeUnixNano": (1_700_000_000_000_001_000u64 + n).to_string(),
-        "attributes": [
-            {"key": "dei.index", "value": {"stringValue": index}},
-            {"key": "dei.signature", "value": {"stringValue": "a.B/C"}},
-            {"key": "dei.count", "value": count},
-        ],
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trace_view_counts_spans_dropped_past_the_cap_and_spans_whose_dei_data_was_skipped() {
     let shard = CollectorProcess::start(&["--max-trace-rpcs", "3"]);
@@ -98,21 +97,22 @@ async fn the_trace_view_counts_spans_dropped_past_the_cap_and_spans_whose_dei_da
     let mut spans: Vec<Value> = "AEIMQ"
         .chars()
         .zip(1u64..)
-        .map(|(last, n)| client_span(trace_id, n, &format!("1.AAAAAAAAAA{last}1"), json!({"intValue": "1"})))
+        .map(|(last, n)| {
+            client_span(
+                trace_id,
+                n,
+                &format!("1.AAAAAAAAAA{last}1"),
+                Some(json!({"intValue": "1"})),
+            )
+        })
         .collect();
-    spans.push(client_span(trace_id, 9, "1.AAAAAAAAAAU1", json!({"stringValue": "x"})));
-    let body = json!({"resourceSpans": [{
-        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "x"}}]},
-        "scopeSpans": [{"spans": spans}],
-    }]});
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/traces", shard.http))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("export");
-    assert!(r.status().is_success(), "{}", r.status());
+    spans.push(client_span(
+        trace_id,
+        9,
+        "1.AAAAAAAAAAU1",
+        Some(json!({"stringValue": "x"})),
+    ));
+    export(shard.http, spans).await;
     let view = shard.get_json(&format!("/api/v1/traces/{trace_id}"));
     assert_eq!(view["rpcs"], 3, "{view:#}");
     assert_eq!(view["occurrences_dropped"], 2, "{view:#}");

@@ -297,6 +297,24 @@ pub fn get_text(addr: SocketAddr, path: &str) -> String {
     body.to_string()
 }
 
+/// Sends `body` (an encoded `ExportTraceServiceRequest`, valid or not) as one OTLP/gRPC export to `addr`.
+pub async fn grpc_export(addr: SocketAddr, body: Vec<u8>) -> Result<(), tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut g = tonic::client::Grpc::new(channel);
+    g.ready().await.expect("ready");
+    g.unary(
+        tonic::Request::new(bytes::Bytes::from(body)),
+        http::uri::PathAndQuery::from_static(server::GRPC_EXPORT_PATH),
+        dei_collector_bench::RawCodec,
+    )
+    .await
+    .map(|_| ())
+}
+
 /// Polls `f` until it returns true or the timeout passes.
 pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

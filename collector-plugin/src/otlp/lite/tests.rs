@@ -491,6 +491,26 @@ proptest! {
     }
 }
 
+/// A request of one span whose one attribute is `key` = `value`.
+fn request_of_one_attribute(key: &str, value: common::AnyValue) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![trace::ResourceSpans {
+            scope_spans: vec![trace::ScopeSpans {
+                spans: vec![trace::Span {
+                    attributes: vec![common::KeyValue {
+                        key: key.into(),
+                        value: Some(value),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
 #[test]
 fn deep_array_nesting_is_refused() {
     let mut v = common::AnyValue {
@@ -501,22 +521,7 @@ fn deep_array_nesting_is_refused() {
             value: Some(any_value::Value::ArrayValue(common::ArrayValue { values: vec![v] })),
         };
     }
-    let req = ExportTraceServiceRequest {
-        resource_spans: vec![trace::ResourceSpans {
-            scope_spans: vec![trace::ScopeSpans {
-                spans: vec![trace::Span {
-                    attributes: vec![common::KeyValue {
-                        key: "deep".into(),
-                        value: Some(v),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
+    let req = request_of_one_attribute("deep", v);
     let err = Request::decode(&req.encode_to_vec()).expect_err("too deep");
     assert_eq!(err, DecodeError::TooDeep);
 }
@@ -767,21 +772,6 @@ fn kvlist_values_nested_past_the_depth_are_refused_like_arrays() {
             })),
         };
     }
-    let req = ExportTraceServiceRequest {
-        resource_spans: vec![trace::ResourceSpans {
-            scope_spans: vec![trace::ScopeSpans {
-                spans: vec![trace::Span {
-                    attributes: vec![common::KeyValue {
-                        key: "deep".into(),
-                        value: Some(v),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
+    let req = request_of_one_attribute("deep", v);
     assert_eq!(Request::decode(&req.encode_to_vec()), Err(DecodeError::TooDeep));
 }
