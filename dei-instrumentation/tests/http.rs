@@ -27,17 +27,7 @@ async fn bodies_pass_untouched_and_only_the_cap_is_digested() {
     let client = http_client(&config);
     let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
     let url = format!("http://{addr}/upload/a?x=1");
-    let (reply, trace) = in_root(&config, |cx| cx, async {
-        client
-            .post(&url)
-            .body(body.clone())
-            .send()
-            .await?
-            .text()
-            .await
-            .map_err(reqwest_middleware::Error::from)
-    })
-    .await;
+    let (reply, trace) = text_in_root(&config, client.post(&url).body(body.clone())).await;
     assert_eq!(reply.expect("upload"), "10000", "the handler got the whole body");
     let spans = spans_of(trace, 3).await;
     let mut expected = b"x=1?".to_vec();

@@ -49,16 +49,10 @@ async fn a_body_the_handler_does_not_read_to_its_end_is_marked_incomplete() {
     let digest = PayloadDigest::of(&expected).to_hex();
     for (route, complete) in [("ignore", false), ("frames", true), ("whole", true)] {
         let before = incomplete_payload_digests_total();
-        let (reply, trace) = in_root(&config, |cx| cx, async {
-            client
-                .post(format!("http://{addr}/{route}"))
-                .body(body.clone())
-                .send()
-                .await?
-                .text()
-                .await
-                .map_err(reqwest_middleware::Error::from)
-        })
+        let (reply, trace) = text_in_root(
+            &config,
+            client.post(format!("http://{addr}/{route}")).body(body.clone()),
+        )
         .await;
         reply.expect("served");
         let spans = spans_of(trace, 3).await;

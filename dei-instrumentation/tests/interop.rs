@@ -78,16 +78,7 @@ async fn the_index_crosses_a_python_service_unchanged() {
 
     let client = http_client(&sys.config);
     let url = format!("http://127.0.0.1:{port}/items/7");
-    let (reply, trace) = in_root(&sys.config, |cx| cx, async {
-        client
-            .get(&url)
-            .send()
-            .await?
-            .text()
-            .await
-            .map_err(reqwest_middleware::Error::from)
-    })
-    .await;
+    let (reply, trace) = text_in_root(&sys.config, client.get(&url)).await;
     let reply = reply.expect("the call through the relay");
     drop(relay);
 

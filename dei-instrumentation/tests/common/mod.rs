@@ -402,6 +402,23 @@ where
     (out, trace_id)
 }
 
+/// Sends `request` (built by an [`http_client`]) in a root scope, as [`in_root`] does, and reads its reply as
+/// text; the trace id with it.
+pub async fn text_in_root(
+    config: &DeiConfig,
+    request: reqwest_middleware::RequestBuilder,
+) -> (reqwest_middleware::Result<String>, TraceId) {
+    in_root(config, |cx| cx, async {
+        request
+            .send()
+            .await?
+            .text()
+            .await
+            .map_err(reqwest_middleware::Error::from)
+    })
+    .await
+}
+
 /// The spans of a trace; waits until `min` spans arrived (spans end when their response bodies finish).
 pub async fn spans_of(trace_id: TraceId, min: usize) -> Vec<SpanData> {
     let t: &TestTelemetry = telemetry();
