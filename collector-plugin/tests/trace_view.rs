@@ -120,6 +120,15 @@ async fn the_trace_view_counts_spans_dropped_past_the_cap_and_spans_whose_dei_da
     // the view parses with the type a client reads it with
     let typed: dei_collector::views::TraceView = serde_json::from_value(view.clone()).expect("a TraceView");
     assert_eq!((typed.occurrences_dropped, typed.spans_dei_skipped), (2, 1));
+    // the trace list says so too, so that an incomplete trace shows before it is opened
+    let listed = |list: &Value| {
+        list["traces"]
+            .as_array()
+            .and_then(|traces| traces.iter().find(|t| t["trace_id"] == trace_id))
+            .map(|t| (t["occurrences_dropped"].clone(), t["spans_dei_skipped"].clone()))
+    };
+    let list = shard.get_json("/api/v1/traces");
+    assert_eq!(listed(&list), Some((json!(2), json!(1))), "{list:#}");
     let counters = &shard.get_json("/api/v1/stats")["counters"];
     assert_eq!(counters["trace_occurrences_dropped"], 2, "{counters:#}");
     assert_eq!(counters["spans_dei_skipped"], 1, "{counters:#}");
@@ -138,4 +147,10 @@ async fn the_trace_view_counts_spans_dropped_past_the_cap_and_spans_whose_dei_da
         })
     });
     assert!(merged, "{:#}", common::get_json(q.api, "/api/v1/snapshot")["traces"]);
+    let list = common::get_json(q.api, "/api/v1/traces");
+    assert_eq!(
+        listed(&list),
+        Some((json!(2), json!(1))),
+        "the query node's list: {list:#}"
+    );
 }

@@ -645,7 +645,8 @@ async function loadTraces() {
       el("td", { title: (tr.services || []).join(", ") }, tr.root_service || "?"),
       el("td", {}, badge(tr.status, tr.status === "error" ? "err" : ""), tr.errors ? ` ${tr.errors} failed` : ""),
       el("td", {}, tr.faults ? badge(String(tr.faults), "fault") : "0"),
-      el("td", {}, tr.rpcs)));
+      el("td", {}, tr.rpcs, ...(tr.occurrences_dropped || tr.spans_dei_skipped
+        ? [" ", badge("incomplete", "err")] : []))));
   }
   const shown = t.traces.length;
   document.getElementById("trace-list").replaceChildren(
@@ -679,12 +680,20 @@ function traceNode(n) {
   return li;
 }
 
+// What the collector did not record of a trace (its RPC cap, malformed dei.* data): the tree lacks those RPCs.
+function incompleteNote(t) {
+  const parts = [];
+  if (t.occurrences_dropped) parts.push(`${plural(t.occurrences_dropped, "span")} past the collector's cap of RPCs per trace (--max-trace-rpcs) not recorded`);
+  if (t.spans_dei_skipped) parts.push(`${plural(t.spans_dei_skipped, "span")} with malformed dei.* data skipped`);
+  return parts.length ? el("p", { class: "hint", id: "trace-incomplete" }, badge("incomplete", "err"), " " + parts.join("; ")) : "";
+}
+
 async function openTrace(id) {
   showTab("traces", "#traces/" + id + (traceQuery ? "?" + traceQuery : ""));
   const t = await getJSON("/traces/" + encodeURIComponent(id));
   const root = el("ul", { id: "trace-tree-root" });
   document.getElementById("trace-tree").replaceChildren(el("p", { class: "mono" }, `trace ${t.trace_id} · ${t.rpcs} RPCs`, await jaegerTraceLink(t.trace_id)),
-    waterfall(t), root);
+    incompleteNote(t), waterfall(t), root);
   renderPaged(root, t.tree, traceNode);
 }
 

@@ -204,6 +204,8 @@ impl TraceRecord {
             } else {
                 TraceStatus::Ok
             },
+            occurrences_dropped: self.occurrences_dropped,
+            spans_dei_skipped: self.spans_dei_skipped,
         }
     }
 }

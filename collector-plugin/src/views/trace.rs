@@ -177,6 +177,12 @@ pub struct TraceSummary {
     /// `error` when an occurrence had an error, `ok` otherwise.
     #[serde(default)]
     pub status: TraceStatus,
+    /// As [`TraceView::occurrences_dropped`]: spans of the trace not recorded past its cap.
+    #[serde(default)]
+    pub occurrences_dropped: u64,
+    /// As [`TraceView::spans_dei_skipped`]: spans of the trace whose DEI data was skipped as malformed.
+    #[serde(default)]
+    pub spans_dei_skipped: u64,
 }
 
 /// A trace's status in the list.
