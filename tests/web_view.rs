@@ -1968,6 +1968,91 @@ async fn a_query_nodes_view_says_when_it_is_partial_in_chromium() {
     shard_a.shutdown().await;
 }
 
+/// A trace the collector did not record whole (past its cap of RPCs per trace, or with malformed `dei.*` data)
+/// is marked incomplete in the trace list and above its tree, saying what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incomplete_trace_is_marked_in_the_list_and_above_its_tree_in_chromium() {
+    let Some((chromium, chromedriver)) = browser_tools("web_view (incomplete trace)") else {
+        return;
+    };
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view_incomplete-{}", std::process::id()));
+    let mut config = ServerConfig::ephemeral();
+    config.state.traces.max_occurrences = 2;
+    let collector = server::start(config).await.expect("a collector");
+    // four RPCs at distinct indexes (two past the cap), and one whose dei.count is not an int
+    let trace = "0102030405060708090a0b0c0d0e0f42";
+    let span = |n: u64, last: char, count: Value| {
+        json!({"traceId": trace, "spanId": format!("{n:016x}"), "name": "a.B/C", "kind": 3,
+               "startTimeUnixNano": "1000", "endTimeUnixNano": "2000",
+               "attributes": [{"key": "dei.index", "value": {"stringValue": format!("1.AAAAAAAAAA{last}1")}},
+                              {"key": "dei.signature", "value": {"stringValue": "a.B/C"}},
+                              {"key": "dei.count", "value": count},
+                              {"key": "dei.depth", "value": {"intValue": "1"}}]})
+    };
+    let mut spans: Vec<Value> = "AEIM"
+        .chars()
+        .zip(1u64..)
+        .map(|(c, n)| span(n, c, json!({"intValue": "1"})))
+        .collect();
+    spans.push(span(9, 'Q', json!({"stringValue": "x"})));
+    let body = json!({"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]},
+                                         "scopeSpans": [{"spans": spans}]}]});
+    let answer = reqwest::Client::new()
+        .post(format!("http://{}/v1/traces", collector.http_addr))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("export");
+    assert!(answer.status().is_success(), "{}", answer.status());
+
+    let driver = start_driver(&chromedriver);
+    let client = connect(&driver, &chromium, &tmp.join("chromium-profile")).await;
+    let ui = format!("http://{}/ui/", collector.api_addr);
+    client.goto(&format!("{ui}#traces/{trace}")).await.expect("the trace");
+    let note = wait_for(
+        &client,
+        "the note above the trace's tree",
+        "return document.getElementById('trace-incomplete')?.textContent ?? null;",
+        |v| v.is_string(),
+    )
+    .await;
+    let note = note.as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("incomplete")
+            && note.contains("2 spans past the collector's cap")
+            && note.contains("1 span with malformed dei.* data"),
+        "{note:?}"
+    );
+    client.goto("about:blank").await.expect("leave the page");
+    client.goto(&format!("{ui}#traces")).await.expect("the trace list");
+    let row = wait_for(
+        &client,
+        "the trace's row in the list",
+        &format!("return document.querySelector('tr[data-trace=\"{trace}\"]')?.textContent ?? null;"),
+        |v| v.is_string(),
+    )
+    .await;
+    assert!(row.as_str().is_some_and(|r| r.ends_with("2 incomplete")), "{row}");
+    let unsent = client
+        .execute(
+            "return window.__deiUnsentReads ? window.__deiUnsentReads() : null;",
+            vec![],
+        )
+        .await
+        .expect("the field-read recorder's findings");
+    // (`peers` is a query node's, read as optional on every node: the other tests see it sent)
+    let unsent: Vec<&Value> = (unsent.as_array().into_iter().flatten())
+        .filter(|r| !r.as_str().is_some_and(|r| r.starts_with("/api/v1/stats .peers ")))
+        .collect();
+    assert!(
+        unsent.is_empty(),
+        "app.js reads fields that the API does not send: {unsent:#?}"
+    );
+    client.close().await.expect("close the session");
+    collector.shutdown().await;
+}
+
 /// The layered layout leaves no two nodes (with their labels) overlapping, and no edge's label over a node:
 /// Cytoscape's own bounding boxes, in model coordinates.
 async fn check_layout_without_overlaps(client: &Client) {
