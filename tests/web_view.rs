@@ -124,6 +124,17 @@ const FIELD_READS_JS: &str = r#"(() => {
   window.__deiUnsentReads = () => [...reads].filter(([, r]) => !sent.has(r.key)).map(([where, r]) => where + " (" + r.at + ")");
 })();"#;
 
+/// What [`FIELD_READS_JS`] recorded on the page so far (`null` when it was not installed).
+async fn unsent_reads(client: &Client) -> Value {
+    client
+        .execute(
+            "return window.__deiUnsentReads ? window.__deiUnsentReads() : null;",
+            vec![],
+        )
+        .await
+        .expect("the field-read recorder's findings")
+}
+
 /// chromedriver's Chrome DevTools command `Page.addScriptToEvaluateOnNewDocument`.
 #[derive(Debug)]
 struct AddScriptToEvaluateOnNewDocument(&'static str);
@@ -193,13 +204,19 @@ fn strings(v: &Value) -> BTreeSet<String> {
 }
 
 /// The paths of chromium and chromedriver; `None` (after a message) when the test must be skipped.
-fn browser_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
+/// Chromium, chromedriver and a scratch folder for the test (`dir` and the process id, in cargo's
+/// `CARGO_TARGET_TMPDIR`); `None` (said loudly) when the browser is missing and not required.
+fn browser_tools(test: &str, dir: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
     let required = std::env::var("DEI_REQUIRE_INTEROP").is_ok_and(|v| v == "1");
     match (
         tool("CHROMIUM", "/usr/bin/chromium"),
         tool("CHROMEDRIVER", "/usr/bin/chromedriver"),
     ) {
-        (Some(c), Some(d)) => Some((c, d)),
+        (Some(c), Some(d)) => Some((
+            c,
+            d,
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{dir}-{}", std::process::id())),
+        )),
         _ => {
             let msg = "chromium or chromedriver is missing (apt-get install -y chromium chromium-driver)";
             assert!(!required, "{msg}, and DEI_REQUIRE_INTEROP=1");
@@ -213,11 +230,10 @@ fn browser_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_view_shows_graph_and_tree_in_chromium() {
-    let Some((chromium, chromedriver)) = browser_tools("web_view") else {
+    let Some((chromium, chromedriver, tmp)) = browser_tools("web_view", "web_view") else {
         return;
     };
 
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view-{}", std::process::id()));
     let reports = tmp.join("sfit");
     let report_path = reports.join(DEMO_REPORT);
     let demo = demo_setup::run(DemoOptions {
@@ -514,13 +530,7 @@ async fn web_view_shows_graph_and_tree_in_chromium() {
         |v| v.as_u64().is_some_and(|n| n > 0),
     )
     .await;
-    let unsent = client
-        .execute(
-            "return window.__deiUnsentReads ? window.__deiUnsentReads() : null;",
-            vec![],
-        )
-        .await
-        .expect("the field-read recorder's findings");
+    let unsent = unsent_reads(&client).await;
     assert!(
         unsent.as_array().is_some_and(|reads| reads.is_empty()),
         "app.js reads fields that the API does not send (null: the recorder was not installed): {unsent:#}"
@@ -1650,10 +1660,9 @@ async fn detail_frames_and_traces(client: &Client) -> (BTreeSet<String>, BTreeSe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_view_stays_bounded_with_thousands_of_nodes_in_chromium() {
-    let Some((chromium, chromedriver)) = browser_tools("web_view (large)") else {
+    let Some((chromium, chromedriver, tmp)) = browser_tools("web_view (large)", "web_view_large") else {
         return;
     };
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view_large-{}", std::process::id()));
 
     // a collector whose client and server halves wait long enough to pair however slowly the spans arrive
     let mut config = ServerConfig::ephemeral();
@@ -1902,10 +1911,9 @@ async fn web_view_stays_bounded_with_thousands_of_nodes_in_chromium() {
 /// shard that does not answer makes the view partial, said above every tab, until it answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_nodes_view_says_when_it_is_partial_in_chromium() {
-    let Some((chromium, chromedriver)) = browser_tools("web_view (query node)") else {
+    let Some((chromium, chromedriver, tmp)) = browser_tools("web_view (query node)", "web_view_query") else {
         return;
     };
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view_query-{}", std::process::id()));
     let shard_a = server::start(ServerConfig::ephemeral()).await.expect("a shard");
     let shard_b = server::start(ServerConfig::ephemeral()).await.expect("a shard");
     let (a_url, b_url) = (
@@ -1951,13 +1959,7 @@ async fn a_query_nodes_view_says_when_it_is_partial_in_chromium() {
     assert_eq!(banner, Value::Bool(true), "no API error while a shard is down");
     let png = client.screenshot().await.expect("a screenshot");
     save("docs/figures/web-view-partial.png", &png);
-    let unsent = client
-        .execute(
-            "return window.__deiUnsentReads ? window.__deiUnsentReads() : null;",
-            vec![],
-        )
-        .await
-        .expect("the field-read recorder's findings");
+    let unsent = unsent_reads(&client).await;
     assert_eq!(
         unsent,
         json!([]),
@@ -1972,10 +1974,10 @@ async fn a_query_nodes_view_says_when_it_is_partial_in_chromium() {
 /// is marked incomplete in the trace list and above its tree, saying what is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incomplete_trace_is_marked_in_the_list_and_above_its_tree_in_chromium() {
-    let Some((chromium, chromedriver)) = browser_tools("web_view (incomplete trace)") else {
+    let Some((chromium, chromedriver, tmp)) = browser_tools("web_view (incomplete trace)", "web_view_incomplete")
+    else {
         return;
     };
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("web_view_incomplete-{}", std::process::id()));
     let mut config = ServerConfig::ephemeral();
     config.state.traces.max_occurrences = 2;
     let collector = server::start(config).await.expect("a collector");
@@ -2034,13 +2036,7 @@ async fn an_incomplete_trace_is_marked_in_the_list_and_above_its_tree_in_chromiu
     )
     .await;
     assert!(row.as_str().is_some_and(|r| r.ends_with("2 incomplete")), "{row}");
-    let unsent = client
-        .execute(
-            "return window.__deiUnsentReads ? window.__deiUnsentReads() : null;",
-            vec![],
-        )
-        .await
-        .expect("the field-read recorder's findings");
+    let unsent = unsent_reads(&client).await;
     // (`peers` is a query node's, read as optional on every node: the other tests see it sent)
     let unsent: Vec<&Value> = (unsent.as_array().into_iter().flatten())
         .filter(|r| !r.as_str().is_some_and(|r| r.starts_with("/api/v1/stats .peers ")))
