@@ -723,6 +723,55 @@ mod tests {
         }
     }
 
+    /// A query node whose cap of RPCs per trace is below a trace's RPCs keeps the first ones and counts what
+    /// it leaves out on the merged trace as a shard with that cap counts it: the spans past the cap (client
+    /// and server), not one per occurrence.
+    #[test]
+    fn a_trace_cut_at_the_query_nodes_cap_counts_the_spans_it_leaves_out() {
+        let with_cap = |max_occurrences| StateConfig {
+            traces: TraceStoreConfig {
+                max_occurrences,
+                ..TraceStoreConfig::default()
+            },
+            ..StateConfig::default()
+        };
+        let state = |cap| CollectorState::new(with_cap(cap), Arc::new(Counters::default()));
+        // ten RPCs of trace 7, each a client span and its server span
+        let spans: Vec<SpanRecord> = (0..10u8)
+            .flat_map(|k| {
+                let index = Index::from_elements(vec![Element::new(ElementDigest([k + 1; 8]), 1)]);
+                let client = 10 + 2 * k;
+                [
+                    span(7, client, None, "front", Kind::Client, &index, false),
+                    span(7, client + 1, Some(client), "api", Kind::Server, &index, false),
+                ]
+            })
+            .collect();
+        let now = Instant::now();
+        let (mut roomy, mut capped, mut merged) = (state(100), state(4), state(4));
+        roomy.ingest(spans.clone(), now);
+        capped.ingest(spans, now);
+        merged.absorb(roomy.snapshot(CountersSnapshot::default()), now);
+        let trace = |s: &CollectorState| {
+            s.snapshot(CountersSnapshot::default())
+                .traces
+                .iter()
+                .map(|t| (t.occurrences.len(), t.occurrences_dropped))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(trace(&roomy), [(10, 0)]);
+        assert_eq!(
+            trace(&capped),
+            [(4, 12)],
+            "a shard with a cap of 4 drops both spans of 6 RPCs"
+        );
+        assert_eq!(
+            trace(&merged),
+            trace(&capped),
+            "a query node with a cap of 4 counts the same"
+        );
+    }
+
     /// Shards that ingest, evict (a tree of at most 60 nodes, 30 traces), restart and stop answering; a
     /// query node that pulls what changed after its first pull. After every pull its view is the one it
     /// would have built from whole snapshots of the shards that answered; and a query node over it, pulling

@@ -261,7 +261,10 @@ impl CollectorState {
     }
 
     /// Adds one trace (an occurrence already here is kept unless the new one replaces it). What the shard
-    /// dropped or skipped of it adds up, and so does an occurrence this state has no room for.
+    /// dropped or skipped of it adds up, and so do the spans of an occurrence this state has no room for (its
+    /// cap of occurrences per trace, `query --max-trace-rpcs`): counted as a shard with that cap counts the
+    /// spans past it, one per client or server span that made the occurrence (at least one), so that
+    /// `occurrences_dropped` means the same on a shard and on a query node.
     pub(crate) fn absorb_trace(&mut self, t: &TraceSnapshot, now: Instant) {
         let max = self.traces.config.max_occurrences;
         let record = self.traces.entry(t.trace_id, now);
@@ -275,7 +278,10 @@ impl CollectorState {
             match record.occurrence(o.rpc, &o.index.clone(), max) {
                 Some((i, true)) => record.occurrences[i] = o.clone(),
                 Some((_, false)) => {}
-                None => record.occurrences_dropped += 1,
+                None => {
+                    let spans = u64::from(o.client_time.is_some()) + u64::from(o.server_time.is_some());
+                    record.occurrences_dropped = record.occurrences_dropped.saturating_add(spans.max(1));
+                }
             }
         }
     }
