@@ -174,8 +174,15 @@ pub(crate) fn open(
     let extracted_any = extracted.is_some();
     // no incoming index: this request is a root
     let index = extracted.unwrap_or_else(Index::root);
+    // A server-streaming request is message 1 of its stream. A crafted stream index whose count is the
+    // largest leaves it no count of its own: it is served under the largest (counted and logged by
+    // `stream_message`) and the span says so.
+    let mut count_overflow = false;
     let prefix = if single_request && index.opens_stream() {
-        index.stream_message(1)
+        index.checked_stream_message(1).unwrap_or_else(|_| {
+            count_overflow = true;
+            index.stream_message(1)
+        })
     } else {
         index.clone()
     };
@@ -210,6 +217,9 @@ pub(crate) fn open(
         if dropped_at_edge > 0 {
             attributes.push(span::INCOMING_DROPPED, true);
         }
+        if count_overflow {
+            attributes.push(span::STREAM_COUNT_OVERFLOW, true);
+        }
         attributes.set_on_otel(&otel);
     }
     let call = IncomingCall {
@@ -235,7 +245,8 @@ fn root_wire() -> std::sync::Arc<str> {
 /// Hands the request to the inner service inside the server span and the request's `Context` and, on a sampled
 /// span, its body wrapped (by `wrap`,
 /// into the service's body type) in an [`InboundBody`] that digests the payload as it passes (`digest` makes
-/// the digester: the payload digest goes on the span only). `grpc`: the outcome is read from gRPC trailers.
+/// the digester: the payload digest goes on the span only; it may leave what the handler needs to record on the
+/// span later in the request's extensions). `grpc`: the outcome is read from gRPC trailers.
 /// On [`Path::Off`] the request goes to the inner service as it is, inside the span.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch<S, B>(
@@ -243,7 +254,7 @@ pub(crate) fn dispatch<S, B>(
     config: &DeiConfig,
     request: http::Request<B>,
     opened: Opened,
-    digest: impl FnOnce(&IncomingCall, &OtelSpan, &http::request::Parts) -> InboundDigest,
+    digest: impl FnOnce(&IncomingCall, &OtelSpan, &mut http::request::Parts) -> InboundDigest,
     span: tracing::Span,
     grpc: bool,
     wrap: impl FnOnce(InboundBody<B>) -> B,
@@ -258,8 +269,8 @@ where
         None => (request, None),
         Some(call) => {
             let request = if record {
-                let (parts, body) = request.into_parts();
-                let digest = digest(&call, &otel, &parts);
+                let (mut parts, body) = request.into_parts();
+                let digest = digest(&call, &otel, &mut parts);
                 let body = wrap(InboundBody::new(body, digest, otel.clone(), config.record_payloads()));
                 http::Request::from_parts(parts, body)
             } else {

@@ -13,7 +13,8 @@
 //!   [`AMBIGUOUS`] when the call completes, [`FAULT`] when one was injected, [`DEPTH_LIMITED`];
 //! - server spans: [`FAULT_PLAN`] (the incoming plan), [`FAULT_PLAN_DROPPED`] when this service refused it
 //!   ([`crate::Faults`]), [`INCOMING_DROPPED`] when an edge layer dropped the incoming `dei`/`dei-faults`
-//!   ([`crate::Incoming`]).
+//!   ([`crate::Incoming`]), [`STREAM_COUNT_OVERFLOW`] when a stream's messages could not each be served under
+//!   a count of their own ([`crate::DeiStreaming`]).
 //!
 //! Only sampled (or recording) spans get them: on a trace that is not sampled the layers compute and
 //! propagate the index but record nothing ([`Unsampled`]).
@@ -43,7 +44,7 @@ pub(crate) const RPC_METHOD: &str = "rpc.method";
 pub use dei_propagator::semconv::{
     AMBIGUOUS, COUNT, DEPTH, DEPTH_LIMITED, FAULT, FAULT_PLAN, FAULT_PLAN_DROPPED, INCOMING_DROPPED, INDEX,
     INSTANTIATION, MESSAGE, PAYLOAD, PAYLOAD_DIGEST, PRELIMINARY, PRELIMINARY_INDEX, SIGNATURE, STACK, STACK_DIGEST,
-    STACK_MODE, STACK_WALKER, STREAM_MESSAGE_EVENT,
+    STACK_MODE, STACK_WALKER, STREAM_COUNT_OVERFLOW, STREAM_MESSAGE_EVENT,
 };
 
 /// Largest raw payload recorded.

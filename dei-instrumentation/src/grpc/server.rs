@@ -20,6 +20,7 @@
 
 use super::frame::MessageDigester;
 use super::methods::MethodKind;
+use super::stream::ServerSpan;
 use crate::body::{DeiResponseBody, InboundDigest};
 use crate::config::{DeiConfig, Incoming};
 use crate::incoming;
@@ -128,10 +129,15 @@ where
             &self.config,
             request,
             opened,
-            |call, otel, _| {
+            |call, otel, parts| {
                 if call.index.opens_stream() {
                     // A stream: its preliminary index has the empty payload.
                     span::record_payload(otel, &PayloadDigest::empty(), None);
+                    if !single_request {
+                        // Its messages are counted by the handler (`DeiStreaming`), which marks the span when a
+                        // count passes the largest.
+                        parts.extensions.insert(ServerSpan(otel.clone()));
+                    }
                     InboundDigest::Done
                 } else {
                     InboundDigest::Grpc(MessageDigester::new(0))

@@ -14,7 +14,9 @@
 //!   with the fault's status (see [`crate::fault`]), later sends fail, and [`StreamSender::injected_fault`]
 //!   tells which fault it was. Its `dei.stream.message` event and the client span carry `dei.fault`.
 //! - Callee: wrap the incoming `tonic::Streaming` in [`DeiStreaming`] and serve each [`StreamMessage`] inside
-//!   its context ([`StreamMessage::in_scope`]).
+//!   its context ([`StreamMessage::in_scope`]). A message whose count would pass the largest (a crafted
+//!   incoming index) is served under the largest count and marks the server span
+//!   ([`STREAM_COUNT_OVERFLOW`](crate::span::STREAM_COUNT_OVERFLOW)).
 
 use super::client::SendSites;
 use crate::config::DeiConfig;
@@ -168,7 +170,11 @@ impl<T> StreamMessage<T> {
 
 /// An incoming stream whose messages are counted implicitly (see the [module docs](self)).
 ///
-/// Each message of a stream that arrived with a preliminary index gets its own scope, `…r|(x+k)~`. A stream
+/// Each message of a stream that arrived with a preliminary index gets its own scope, `…r|(x+k)~`. A message
+/// whose count `x + k` would pass the largest (4294967295: only a crafted incoming index gets there) has no count
+/// of its own: it is served under the largest, as every later message is (so their calls can share indexes),
+/// the case is counted and logged ([`Index::stream_message`]), and the server span gets
+/// [`dei.stream.count_overflow`](crate::span::STREAM_COUNT_OVERFLOW) `= true`. A stream
 /// that arrived without one (a caller without DEI, or a root call) serves every message in the handler's
 /// scope, which is deterministic when messages are served in order.
 #[derive(Debug)]
@@ -176,18 +182,30 @@ pub struct DeiStreaming<T> {
     inner: tonic::Streaming<T>,
     call: Option<IncomingCall>,
     k: u32,
+    /// A message's count passed the largest (the server span is marked once).
+    count_overflow: bool,
+    /// The server span, to mark (a sampled stream's).
+    server_span: Option<ServerSpan>,
 }
+
+/// The server span of a sampled stream request whose messages the handler counts ([`DeiStreaming`]), left in
+/// the request's extensions by the server layer so that what happens to the stream later is recorded on it.
+#[derive(Clone, Debug)]
+pub(crate) struct ServerSpan(pub(crate) crate::span::OtelSpan);
 
 impl<T> DeiStreaming<T> {
     /// Wraps the stream of a request served behind [`crate::DeiServerLayer`]. Call it in the handler (which
     /// runs in the request's `Context`: [`IncomingCall::current`]); an [`IncomingCall`] in the request's
     /// extensions is taken first.
-    pub fn new(request: tonic::Request<tonic::Streaming<T>>) -> Self {
+    pub fn new(mut request: tonic::Request<tonic::Streaming<T>>) -> Self {
         let call = (request.extensions().get::<IncomingCall>().cloned()).or_else(IncomingCall::current);
+        let server_span = request.extensions_mut().remove::<ServerSpan>();
         DeiStreaming {
             inner: request.into_inner(),
             call,
             k: 0,
+            count_overflow: false,
+            server_span,
         }
     }
 
@@ -201,7 +219,17 @@ impl<T> DeiStreaming<T> {
         let k = self.k;
         match &self.call {
             Some(call) if call.index.opens_stream() => {
-                let index = call.index.stream_message(k);
+                let index = call.index.checked_stream_message(k).unwrap_or_else(|_| {
+                    // No count of its own (a crafted stream index near the largest count): served under the
+                    // largest, counted and logged by `stream_message`, and marked on the server span once.
+                    if !self.count_overflow {
+                        self.count_overflow = true;
+                        if let Some(ServerSpan(otel)) = &self.server_span {
+                            otel.set_attribute(crate::span::STREAM_COUNT_OVERFLOW, true);
+                        }
+                    }
+                    call.index.stream_message(k)
+                });
                 let scope = RequestScope::enter(index.clone(), call.instantiation.clone());
                 let context = call.context.with_dei_scope(scope).with_dei_index(index.clone());
                 StreamMessage {

@@ -138,7 +138,7 @@ where
         );
         let cap = self.config.payload_digest_cap();
         let digest =
-            |_: &_, _: &_, parts: &http::request::Parts| InboundDigest::http(parts.uri.query().unwrap_or(""), cap);
+            |_: &_, _: &_, parts: &mut http::request::Parts| InboundDigest::http(parts.uri.query().unwrap_or(""), cap);
         incoming::dispatch(
             &mut self.inner,
             &self.config,

@@ -105,6 +105,12 @@ pub const INCOMING_DROPPED: &str = "dei.incoming.dropped";
 /// its scope was at the depth limit (64 elements): the index is its caller's, not unique to this call, and no
 /// fault applies to it (see [`RequestScope::issue`](crate::RequestScope::issue)).
 pub const DEPTH_LIMITED: &str = "dei.depth_limited";
+/// `dei.stream.count_overflow` (bool): on a stream's server span, `true` when a message's position k, added to
+/// the count of the stream's preliminary index `…r|x~`, passed the largest count (4294967295; only a crafted
+/// incoming index gets there): that message and every later one were served under the largest count, not
+/// under `…r|(x+k)~` each, so the calls made for them can share indexes
+/// ([`Index::checked_stream_message`](crate::Index::checked_stream_message)).
+pub const STREAM_COUNT_OVERFLOW: &str = "dei.stream.count_overflow";
 /// `dei.stream.message`: the span event recorded on a stream's client span for each message sent, with
 /// [`PRELIMINARY_INDEX`], [`INDEX`] (the final index), [`MESSAGE`] and, on a failed message, [`FAULT`].
 pub const STREAM_MESSAGE_EVENT: &str = "dei.stream.message";
