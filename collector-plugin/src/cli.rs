@@ -56,6 +56,14 @@ struct QueryArgs {
     /// larger one is that shard's error and the view is partial.
     #[arg(long, default_value_t = server::DEFAULT_MAX_SNAPSHOT_BYTES)]
     max_snapshot_bytes: usize,
+    /// Most RPC occurrences the merged view keeps per trace (its trace list, node traces and analyses); give
+    /// it the shards' `serve --max-trace-rpcs`. Routed by trace id, a trace is whole on one shard, which
+    /// already cut it at its own cap; a trace whose spans reached several shards adds up their occurrences.
+    /// Occurrences past it are left out of the merged trace and their spans counted on it, added to what the
+    /// shards dropped (its `occurrences_dropped` in the trace list), as a shard with this cap counts them. A
+    /// trace's own view (`/api/v1/traces/{id}`) is its shard's, whole.
+    #[arg(long, default_value_t = crate::tree::traces::DEFAULT_MAX_OCCURRENCES, value_parser = at_least_one)]
+    max_trace_rpcs: usize,
 }
 
 #[derive(clap::Args)]
@@ -170,8 +178,9 @@ struct ServeArgs {
     #[arg(long, default_value_t = 600)]
     trace_max_age_secs: u64,
     /// Most RPC occurrences kept per retained trace; spans past it are counted on the trace (its view's
-    /// `occurrences_dropped`) and in dei_collector_trace_occurrences_dropped_total.
-    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
+    /// `occurrences_dropped`) and in dei_collector_trace_occurrences_dropped_total. A query node over this
+    /// shard takes the same `--max-trace-rpcs`.
+    #[arg(long, default_value_t = crate::tree::traces::DEFAULT_MAX_OCCURRENCES, value_parser = at_least_one)]
     max_trace_rpcs: usize,
     /// Milliseconds an unpaired client/server span waits for its peer.
     #[arg(long, default_value_t = 2000)]
@@ -417,6 +426,7 @@ fn query(a: QueryArgs) -> Result<(), String> {
     config.interval = Duration::from_millis(a.interval_ms.max(1));
     config.timeout = Duration::from_millis(a.timeout_ms.max(1));
     config.max_snapshot_bytes = a.max_snapshot_bytes;
+    config.state.traces.max_occurrences = a.max_trace_rpcs;
     let rt = runtime().map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let node = server::start_query(config).await.map_err(|e| e.to_string())?;

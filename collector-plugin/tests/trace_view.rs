@@ -154,3 +154,54 @@ async fn the_trace_view_counts_spans_dropped_past_the_cap_and_spans_whose_dei_da
         "the query node's list: {list:#}"
     );
 }
+
+/// `dei-collector query --max-trace-rpcs` bounds the RPCs its merged view keeps per trace: a trace of 5 RPCs
+/// on a shard that keeps them all is listed by a query node with a cap of 3 with 3 RPCs and the spans of the
+/// other 2 counted (`occurrences_dropped`), not cut silently; the trace's own view is still the shard's,
+/// whole. A cap of 0 is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_nodes_cap_of_rpcs_per_trace_is_counted_on_the_merged_trace() {
+    let shard = CollectorProcess::start(&["--max-trace-rpcs", "100"]);
+    let trace_id = "0102030405060708090a0b0c0d0e0f14";
+    let spans = "AEIMQ"
+        .chars()
+        .zip(1u64..)
+        .map(|(last, n)| client_span(trace_id, n, &format!("1.AAAAAAAAAA{last}1"), None))
+        .collect();
+    export(shard.http, spans).await;
+    let q = common::QueryNodeProcess::start(&[format!("http://{}", shard.api)], &["--max-trace-rpcs", "3"]);
+    let listed = || {
+        let list = common::get_json(q.api, "/api/v1/traces");
+        list["traces"]
+            .as_array()
+            .and_then(|traces| traces.iter().find(|t| t["trace_id"] == trace_id))
+            .map(|t| (t["rpcs"].clone(), t["occurrences_dropped"].clone()))
+    };
+    assert!(
+        common::eventually(std::time::Duration::from_secs(10), || listed().is_some()),
+        "the query node lists the trace: {:#}",
+        common::get_json(q.api, "/api/v1/traces")
+    );
+    assert_eq!(
+        listed(),
+        Some((json!(3), json!(2))),
+        "3 RPCs kept, the 2 others' spans counted"
+    );
+    let view = common::get_json(q.api, &format!("/api/v1/traces/{trace_id}"));
+    assert_eq!(
+        (&view["rpcs"], &view["occurrences_dropped"]),
+        (&json!(5), &json!(0)),
+        "the trace's view is the shard's: {view:#}"
+    );
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_dei-collector"))
+        .args(["query", "--peers", "http://127.0.0.1:9", "--max-trace-rpcs", "0"])
+        .output()
+        .expect("run dei-collector query");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("--max-trace-rpcs") && stderr.contains("must be 1 or more"),
+        "{:?}: {stderr}",
+        refused.status
+    );
+}

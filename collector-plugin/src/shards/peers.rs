@@ -53,7 +53,9 @@ pub struct QueryConfig {
     /// Largest snapshot read from one shard; a larger one is that shard's error.
     pub max_snapshot_bytes: usize,
     /// Limits of the merged state: they must hold the union (by default, the shards' limits times their
-    /// number).
+    /// number, but for the cap of RPC occurrences per trace, one shard's: routed by trace id, a trace is whole
+    /// on one shard). A merged trace past `state.traces.max_occurrences` keeps the first occurrences and
+    /// counts the spans of the others on its `occurrences_dropped`, as a shard does.
     pub state: StateConfig,
     /// Connection limits of the API listener.
     pub limits: ConnectionLimits,

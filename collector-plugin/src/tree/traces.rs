@@ -210,6 +210,9 @@ impl TraceRecord {
     }
 }
 
+/// Most RPC occurrences kept per trace, by default (`serve --max-trace-rpcs`, `query --max-trace-rpcs`).
+pub const DEFAULT_MAX_OCCURRENCES: usize = 10_000;
+
 /// Limits of the trace store.
 #[derive(Debug, Clone)]
 pub struct TraceStoreConfig {
@@ -228,7 +231,7 @@ impl Default for TraceStoreConfig {
         TraceStoreConfig {
             max_traces: 20_000,
             max_age: Duration::from_secs(600),
-            max_occurrences: 10_000,
+            max_occurrences: DEFAULT_MAX_OCCURRENCES,
             max_pending: 1_000,
         }
     }
