@@ -73,7 +73,8 @@ impl Carriers {
 /// 1473 bytes, the wire limits; an index built by hand through the public API can be) is cut to its first
 /// elements within them, and the cut is counted and logged ([`Event::DepthLimited`]), as for a scope at the
 /// depth limit. Sent whole, it would be rejected by every receiver with the same limits and the call served as a
-/// new root.
+/// new root. An index with an element whose count is 0 (built by hand too: counts start at 1, and the wire has
+/// no form for 0) is cut before that element, counted and logged ([`Event::ZeroCount`]), for the same reason.
 ///
 /// Nor does it write a fault plan that it would reject: a plan built by hand ([`FaultPlan::new`]) beyond its
 /// [`PlanLimits`] (by default 64 entries and 4096 bytes), with an entry's index deeper than 64 elements, or
@@ -180,25 +181,34 @@ impl DeiPropagator {
         Some(wire)
     }
 
-    /// `wire`, the wire form of an index to inject, cut to its longest prefix of whole elements within this
-    /// propagator's [`Limits`] (by default 64 elements, 1473 bytes): a deeper index, built by hand through the
-    /// public API, would be rejected whole by a receiver with the same limits, which would serve the call as
-    /// a new root. A cut keeps the outermost elements, as a scope at the depth limit does
+    /// `wire`, the wire form of an index to inject, cut to its longest prefix of whole elements that a receiver
+    /// with this propagator's [`Limits`] (by default 64 elements, 1473 bytes) reads: a deeper index, built by hand
+    /// through the public API, would be rejected whole by a receiver with the same limits, which would serve the
+    /// call as a new root. A cut keeps the outermost elements, as a scope at the depth limit does
     /// ([`RequestScope::issue`](crate::RequestScope::issue)); it is counted and logged ([`Event::DepthLimited`]).
+    /// So is an element with a count of 0 (built by hand: counts start at 1, and a receiver rejects a count of 0
+    /// whole): the index is cut before it, counted and logged as [`Event::ZeroCount`].
     fn within_limits<'a>(&self, wire: &'a str) -> &'a str {
         let Limits { max_len, max_depth } = self.limits;
         // An index of more than `max_depth` elements has at least this many bytes (each element is at least
         // `.`, 11 digest characters and a one-digit count), so a shorter value within the length limit (every
-        // index a scope issues, under the default limits) needs no look at its elements.
+        // index a scope issues, under the default limits) needs no look at its elements' ends, only at their
+        // counts.
         let shortest_too_deep = 1 + max_depth.saturating_add(1).saturating_mul(2 + wire::DIGEST_CHARS);
-        if wire.len() <= max_len && wire.len() < shortest_too_deep {
+        if wire.len() <= max_len && wire.len() < shortest_too_deep && !has_zero_count(wire) {
             return wire;
         }
         // The end of each element: the `.` that starts the next one, and the end of the value for the last.
         let ends = (wire.match_indices('.').skip(1).map(|(at, _)| at)).chain(std::iter::once(wire.len()));
         let mut cut = 1.min(wire.len());
+        let mut zero_count = false;
         for (depth, end) in (1..).zip(ends) {
             if depth > max_depth || end > max_len {
+                break;
+            }
+            // A count is written without leading zeros, so one that starts with `0` is 0.
+            if wire.as_bytes().get(cut + 1 + wire::DIGEST_CHARS) == Some(&b'0') {
+                zero_count = true;
                 break;
             }
             cut = end;
@@ -208,16 +218,33 @@ impl DeiPropagator {
         }
         let depth = wire.bytes().filter(|&b| b == b'.').count();
         let kept = wire[..cut].bytes().filter(|&b| b == b'.').count();
-        rejection::record_event(
-            Event::DepthLimited,
-            &format_args!(
-                "an index of {depth} elements and {} bytes was given to inject, beyond the limits of {max_depth} \
-                 elements and {max_len} bytes that a receiver accepts: its first {kept} elements were sent",
-                wire.len()
-            ),
-        );
+        if zero_count {
+            rejection::record_event(
+                Event::ZeroCount,
+                &format_args!(
+                    "an index of {depth} elements was given to inject whose element {} has a count of 0, which no \
+                     receiver accepts (counts start at 1): its first {kept} elements were sent",
+                    kept + 1
+                ),
+            );
+        } else {
+            rejection::record_event(
+                Event::DepthLimited,
+                &format_args!(
+                    "an index of {depth} elements and {} bytes was given to inject, beyond the limits of {max_depth} \
+                     elements and {max_len} bytes that a receiver accepts: its first {kept} elements were sent",
+                    wire.len()
+                ),
+            );
+        }
         &wire[..cut]
     }
+}
+
+/// True when an element of `wire`, the wire form of an index, has a count of 0: its count, written without
+/// leading zeros, starts with `0`.
+fn has_zero_count(wire: &str) -> bool {
+    (wire.match_indices('.')).any(|(at, _)| wire.as_bytes().get(at + 1 + wire::DIGEST_CHARS) == Some(&b'0'))
 }
 
 /// Why a value was rejected before its text was decoded: how it was carried, not what it said.

@@ -86,10 +86,16 @@ pub enum Event {
     /// every later one does. Each such index is flagged ambiguous
     /// ([`IssuedIndex::is_ambiguous`](crate::IssuedIndex::is_ambiguous)), since calls share it.
     CountSaturated,
+    /// The propagator was given an index to inject with an element whose count is 0 (built by hand:
+    /// [`Element::new`](crate::Element::new) and [`RequestScope::enter`](crate::RequestScope::enter) check nothing;
+    /// a scope counts from 1): every receiver rejects such an index whole and serves the call as a new root, so
+    /// the propagator writes the index's elements before that one, as it cuts an index beyond its limits
+    /// ([`Event::DepthLimited`]). The callee serves the call under that prefix, which names an outer call.
+    ZeroCount,
 }
 
 impl Event {
-    const ALL: [Event; 9] = [
+    const ALL: [Event; 10] = [
         Event::BaggageFull,
         Event::FaultPlanDropped,
         Event::FaultNotApplied,
@@ -99,6 +105,7 @@ impl Event {
         Event::StreamCountOverflow,
         Event::FaultPlanNotSent,
         Event::CountSaturated,
+        Event::ZeroCount,
     ];
 
     fn slot(self) -> usize {
@@ -117,6 +124,7 @@ impl Event {
             Event::StreamCountOverflow => "stream_count_overflow",
             Event::FaultPlanNotSent => "fault_plan_not_sent",
             Event::CountSaturated => "count_saturated",
+            Event::ZeroCount => "zero_count",
         }
     }
 }

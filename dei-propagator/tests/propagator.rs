@@ -315,7 +315,7 @@ fn bad_values_are_rejected_with_typed_errors_counted_and_treated_as_absent() {
     for name in ["header", "baggage", "fault_plan"] {
         assert!(snapshot.iter().any(|(n, c)| *n == name && *c > 0), "{snapshot:?}");
     }
-    assert_eq!(snapshot.len(), 12, "three sources and nine events: {snapshot:?}");
+    assert_eq!(snapshot.len(), 13, "three sources and ten events: {snapshot:?}");
 }
 
 #[test]

@@ -385,6 +385,26 @@ proptest! {
         }
     }
 
+    /// An index built by hand (any depth, counts of 0 anywhere) is written as its longest prefix that a receiver
+    /// with the default limits reads: its elements before the first with a count of 0, at most 64 of them.
+    #[test]
+    fn a_hand_built_index_is_written_as_its_longest_prefix_a_receiver_reads(
+        elements in prop::collection::vec((0u8..3, prop_oneof![Just(0u32), 1u32..20, Just(u32::MAX)], any::<bool>()), 0..70),
+    ) {
+        let index: Index = (elements.iter())
+            .map(|&(digest, count, preliminary)| {
+                let element = Element::new(ElementDigest([digest; 8]), count);
+                if preliminary { element.preliminary() } else { element }
+            })
+            .collect();
+        let readable: Index = index.elements().iter().copied().take_while(|e| e.count > 0).take(64).collect();
+        let mut headers: HashMap<String, String> = HashMap::new();
+        dei_propagator::inject_with_index(&DeiPropagator::new(), &Context::new(), &index, &mut headers);
+        prop_assert_eq!(headers.get("dei"), Some(&readable.encode()));
+        let read = DeiPropagator::new().extract(&headers);
+        prop_assert_eq!(read.dei_index(), Some(&readable));
+    }
+
     #[test]
     fn propagator_round_trip_through_either_carrier(index in arb_index(20), plan in distinct_entries(3, 1..4)) {
         let plan = FaultPlan::try_new(plan).expect("valid");

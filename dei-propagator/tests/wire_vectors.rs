@@ -376,6 +376,76 @@ fn injecting_an_index_beyond_the_limit() {
     }
 }
 
+/// An index in the index grammar, except that a count may be 0 (which [`Index::decode`] rejects).
+fn index_by_hand(text: &str) -> Index {
+    let elements = text.strip_prefix('1').unwrap_or_else(|| panic!("{text}"));
+    (elements.split('.').skip(1))
+        .map(|part| {
+            let (digest, count) = part.split_at(11);
+            let digest = Index::decode(&format!("1.{digest}1"))
+                .unwrap_or_else(|e| panic!("{part}: {e}"))
+                .elements()[0]
+                .digest;
+            let (count, preliminary) = count.strip_suffix('~').map_or((count, false), |c| (c, true));
+            let element = Element::new(digest, count.parse().unwrap_or_else(|_| panic!("{part}")));
+            if preliminary { element.preliminary() } else { element }
+        })
+        .collect()
+}
+
+#[test]
+fn injecting_an_index_with_a_count_of_0() {
+    use dei_propagator::rejection::{self, Event};
+    use dei_propagator::{DeiContextExt, DeiPropagator, inject_with_index, inject_with_index_wire};
+    use opentelemetry::Context;
+    use opentelemetry::propagation::TextMapPropagator;
+    use std::collections::HashMap;
+    let _counting = DEPTH_LIMITED.lock().unwrap_or_else(|p| p.into_inner());
+    for row in table("Injecting an index with a count of 0") {
+        let [given, written, counted] = &row[..] else {
+            panic!("{row:?}")
+        };
+        let (given, written) = (expand(given), expand(written));
+        let index = index_by_hand(&given);
+        assert_eq!(index.encode(), given, "{row:?}");
+        let read = Index::decode(&written).unwrap_or_else(|e| panic!("{row:?}: a receiver reads what is written: {e}"));
+        assert!(index.starts_with(&read), "{row:?}: a prefix of the index given");
+        let zero = |index: &Index| index.elements().iter().any(|e| e.count == 0);
+        assert_eq!(
+            Index::decode(&given).is_ok(),
+            !zero(&index) && index.depth() <= 64,
+            "{row:?}"
+        );
+        let before = [Event::ZeroCount, Event::DepthLimited].map(rejection::event_total);
+        // through a context value, as an outgoing call's index, and with its wire form: both carriers
+        let mut by_context = HashMap::new();
+        DeiPropagator::new().inject_context(&Context::new().with_dei_index(index.clone()), &mut by_context);
+        let mut by_call = HashMap::new();
+        inject_with_index(&DeiPropagator::new(), &Context::new(), &index, &mut by_call);
+        let mut by_wire = HashMap::new();
+        inject_with_index_wire(&DeiPropagator::new(), &Context::new(), &index, &given, &mut by_wire);
+        let after = [Event::ZeroCount, Event::DepthLimited].map(rejection::event_total);
+        for headers in [&by_context, &by_call, &by_wire] {
+            assert_eq!(headers.get("dei"), Some(&written), "{row:?}");
+            assert_eq!(headers.get("baggage"), Some(&format!("dei={written}")), "{row:?}");
+        }
+        let expected = match counted.as_str() {
+            "zero_count" => [3, 0],
+            "depth_limited" => [0, 3],
+            "" => {
+                assert_eq!(written, given, "{row:?}");
+                [0, 0]
+            }
+            _ => panic!("{row:?}"),
+        };
+        assert_eq!(
+            [0, 1].map(|i| after[i] - before[i]),
+            expected,
+            "{row:?}: counted once per call injected"
+        );
+    }
+}
+
 /// A fault as the table writes it, in the fault grammar but unchecked: `g17` is gRPC code 17.
 fn fault_by_hand(text: &str) -> Fault {
     let number = |digits: &str| digits.parse::<u64>().unwrap_or_else(|_| panic!("{text}"));
