@@ -5,10 +5,14 @@
 //!   request's `Context`, so that a streamed response produced lazily still issues indexes in the request's
 //!   scope.
 //! - [`InboundBody`] digests what a server receives (the first gRPC message, or `query?body` up to a cap for
-//!   HTTP) without buffering it, and records `dei.payload.digest` once the digest is complete. An HTTP body
-//!   dropped before that (a handler that does not read it, or not to its end or the cap) or that fails leaves
-//!   no digest: the span gets `dei.payload.digest.incomplete = true` instead, and the case is counted
-//!   ([`crate::http::server::incomplete_payload_digests_total`]).
+//!   HTTP) without buffering it, and records `dei.payload.digest` once the digest is complete. A body dropped
+//!   before that (a handler that does not read it: an HTTP body not to its end or the cap, a gRPC request
+//!   stream not to its first message) or that fails leaves no digest: the span gets
+//!   `dei.payload.digest.incomplete = true` instead, and the case is counted
+//!   ([`crate::http::server::incomplete_payload_digests_total`],
+//!   [`crate::grpc::server::incomplete_payload_digests_total`]). A gRPC request stream that ends without a
+//!   message has no digest and no mark (there was no payload to see), and a stream opened with a preliminary
+//!   index has the empty payload's digest from the start, read or not (its index's payload).
 
 #[cfg(feature = "tonic")]
 use crate::fault;
@@ -255,13 +259,7 @@ pin_project! {
     impl<B> PinnedDrop for InboundBody<B> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            #[cfg(feature = "axum")]
-            if let InboundDigest::Http { .. } = this.digest {
-                *this.digest = InboundDigest::Done;
-                crate::http::server::record_incomplete_digest(this.otel, "the body was dropped before its end");
-            }
-            #[cfg(not(feature = "axum"))]
-            let _ = this;
+            incomplete(this.digest, this.otel, Incomplete::Dropped);
         }
     }
 }
@@ -283,6 +281,50 @@ impl<B: Body> InboundBody<B> {
 }
 
 const RAW_CAP: usize = 1024;
+
+/// Why a digest will not be complete.
+#[derive(Clone, Copy)]
+enum Incomplete {
+    /// The body was dropped first (the handler did not read it far enough).
+    Dropped,
+    /// The body failed first.
+    Failed,
+}
+
+/// Marks the span of a digest that is still under way as incomplete (and counts it), as the body is dropped or
+/// fails: an HTTP body before its end or the cap, a gRPC request stream before its first message. A digest that
+/// is done (or a stream that ended without a message: there was no payload to see) is left as it is.
+fn incomplete(digest: &mut InboundDigest, otel: &OtelSpan, why: Incomplete) {
+    match std::mem::replace(digest, InboundDigest::Done) {
+        #[cfg(feature = "tonic")]
+        InboundDigest::Grpc(_) => crate::grpc::server::record_incomplete_digest(
+            otel,
+            match why {
+                Incomplete::Dropped => "the request stream was dropped before its first message",
+                Incomplete::Failed => "the request stream failed before its first message",
+            },
+        ),
+        #[cfg(feature = "axum")]
+        InboundDigest::Http { .. } => crate::http::server::record_incomplete_digest(
+            otel,
+            match why {
+                Incomplete::Dropped => "the body was dropped before its end",
+                Incomplete::Failed => "the body failed",
+            },
+        ),
+        _ => {
+            let _ = (otel, why);
+        }
+    }
+}
+
+/// Marks a server span whose payload digest will not be complete (`dei.payload.digest.incomplete = true`) and
+/// counts it in `count`; true for the first such span of the process (which the caller warns about).
+#[cfg(any(feature = "tonic", feature = "axum"))]
+pub(crate) fn mark_incomplete_digest(otel: &OtelSpan, count: &std::sync::atomic::AtomicU64) -> bool {
+    otel.set_attribute(span::PAYLOAD_DIGEST_INCOMPLETE, true);
+    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0
+}
 
 fn finish(digest: &mut InboundDigest, otel: &OtelSpan, raw: &[u8], keep_raw: bool) {
     if let InboundDigest::Http { hasher, .. } = std::mem::replace(digest, InboundDigest::Done) {
@@ -340,13 +382,7 @@ where
                 }
             }
             None => finish(this.digest, this.otel, this.raw, *this.keep_raw),
-            Some(Err(_)) => {
-                #[cfg(feature = "axum")]
-                if let InboundDigest::Http { .. } = this.digest {
-                    crate::http::server::record_incomplete_digest(this.otel, "the body failed");
-                }
-                *this.digest = InboundDigest::Done;
-            }
+            Some(Err(_)) => incomplete(this.digest, this.otel, Incomplete::Failed),
         }
         Poll::Ready(polled)
     }

@@ -11,7 +11,9 @@
 //! - client spans: [`STACK_DIGEST`], [`STACK_MODE`], [`STACK_WALKER`], the readable frames [`STACK`] (once per
 //!   distinct stack digest per process, on the first sampled client span that carries it: [`StackFrames`]),
 //!   [`AMBIGUOUS`] when the call completes, [`FAULT`] when one was injected, [`DEPTH_LIMITED`];
-//! - server spans: [`FAULT_PLAN`] (the incoming plan), [`FAULT_PLAN_DROPPED`] when this service refused it
+//! - server spans: [`PAYLOAD_DIGEST_INCOMPLETE`] in place of [`PAYLOAD_DIGEST`] when the handler dropped the
+//!   request body before the digest was complete, or the body failed (an HTTP body before its end or the
+//!   digest's cap, a gRPC request stream before its first message), [`FAULT_PLAN`] (the incoming plan), [`FAULT_PLAN_DROPPED`] when this service refused it
 //!   ([`crate::Faults`]), [`INCOMING_DROPPED`] when an edge layer dropped the incoming `dei`/`dei-faults`
 //!   ([`crate::Incoming`]), [`STREAM_COUNT_OVERFLOW`] when a stream's messages could not each be served under
 //!   a count of their own ([`crate::DeiStreaming`]).
@@ -43,8 +45,8 @@ pub(crate) const RPC_METHOD: &str = "rpc.method";
 
 pub use dei_propagator::semconv::{
     AMBIGUOUS, COUNT, DEPTH, DEPTH_LIMITED, FAULT, FAULT_PLAN, FAULT_PLAN_DROPPED, INCOMING_DROPPED, INDEX,
-    INSTANTIATION, MESSAGE, PAYLOAD, PAYLOAD_DIGEST, PRELIMINARY, PRELIMINARY_INDEX, SIGNATURE, STACK, STACK_DIGEST,
-    STACK_MODE, STACK_WALKER, STREAM_COUNT_OVERFLOW, STREAM_MESSAGE_EVENT,
+    INSTANTIATION, MESSAGE, PAYLOAD, PAYLOAD_DIGEST, PAYLOAD_DIGEST_INCOMPLETE, PRELIMINARY, PRELIMINARY_INDEX,
+    SIGNATURE, STACK, STACK_DIGEST, STACK_MODE, STACK_WALKER, STREAM_COUNT_OVERFLOW, STREAM_MESSAGE_EVENT,
 };
 
 /// Largest raw payload recorded.

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use dei_instrumentation::{DeiServerLayer, DeiStreaming, IncomingCall};
+use dei_propagator::PayloadDigest;
 use opentelemetry::Value;
 use opentelemetry::trace::TraceId;
 use opentelemetry_sdk::trace::SpanData;
@@ -14,6 +15,9 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Endpoint, Server};
 use tonic::{Request, Response, Status};
 
+/// Request metadata that makes `Collect` drop its request stream before reading a message.
+const DROP: &str = "x-drop-unread";
+
 /// Trace ids handed to the raw requests (each request is its own trace).
 static NEXT_TRACE: AtomicU64 = AtomicU64::new(0x5700);
 
@@ -21,8 +25,9 @@ fn next_trace() -> TraceId {
     TraceId::from(u128::from(NEXT_TRACE.fetch_add(1, Ordering::SeqCst)))
 }
 
-/// `Collect` answers `k:index` for each message it read (the index it served the message under); `Watch`
-/// answers once, with the index its request was served under.
+/// `Collect` answers `k:index` for each message it read (the index it served the message under), or, for a
+/// request with [`DROP`], drops the request stream unread and answers `dropped`; `Watch` answers once, with the
+/// index its request was served under.
 struct Streams;
 
 #[tonic::async_trait]
@@ -32,6 +37,10 @@ impl pb::leaf_server::Leaf for Streams {
     }
 
     async fn collect(&self, request: Request<tonic::Streaming<pb::Msg>>) -> Result<Response<pb::Msg>, Status> {
+        if request.metadata().contains_key(DROP) {
+            drop(request);
+            return Ok(Response::new(msg("dropped")));
+        }
         let mut stream = DeiStreaming::new(request);
         let mut served = Vec::new();
         while let Some(m) = stream.message().await? {
@@ -107,9 +116,17 @@ fn value(span: &SpanData, key: &str) -> Option<Value> {
 
 /// Sends `texts` on `Collect` with the `dei` value `dei`; the reply and the server span.
 async fn collect(addr: SocketAddr, dei: Option<&str>, texts: &[&str]) -> (String, SpanData) {
+    collect_with(addr, dei, texts, false).await
+}
+
+/// [`collect`], asking the handler to drop the request stream unread when `drop_unread`.
+async fn collect_with(addr: SocketAddr, dei: Option<&str>, texts: &[&str], drop_unread: bool) -> (String, SpanData) {
     let messages: Vec<pb::Msg> = texts.iter().map(|t| msg(t)).collect();
     let mut request = Request::new(futures::stream::iter(messages));
     let trace = crafted(&mut request, dei);
+    if drop_unread {
+        request.metadata_mut().insert(DROP, MetadataValue::from_static("1"));
+    }
     let reply = raw_client(addr)
         .await
         .collect(request)
@@ -152,4 +169,38 @@ async fn a_stream_message_past_the_largest_count_is_marked_on_the_server_span() 
         let span = server_span(trace).await;
         assert_eq!(value(&span, overflow), marked, "{dei}: {:?}", span.attributes);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_stream_dropped_before_its_first_message_is_marked_incomplete_on_the_server_span() {
+    let addr = serve().await;
+    let (digest, incomplete) = ("dei.payload.digest", "dei.payload.digest.incomplete");
+    let total = dei_instrumentation::grpc::server::incomplete_payload_digests_total;
+
+    // A stream from a caller without DEI (no preliminary index): the digest is its first message's, so a
+    // handler that drops the stream unread leaves none, and the span says why.
+    let before = total();
+    let (reply, span) = collect_with(addr, None, &["a", "b"], true).await;
+    assert_eq!(reply, "dropped");
+    assert_eq!(attr(&span, digest), None, "{:?}", span.attributes);
+    assert_eq!(
+        value(&span, incomplete),
+        Some(Value::Bool(true)),
+        "{:?}",
+        span.attributes
+    );
+    assert!(total() > before, "counted: {before} -> {}", total());
+
+    // The same stream read to its end: the first message's digest, no mark.
+    let (reply, span) = collect(addr, None, &["a", "b"]).await;
+    assert_eq!(reply, "1:1 2:1", "served in the handler's root scope");
+    let first = PayloadDigest::of(&prost::Message::encode_to_vec(&msg("a")));
+    assert_eq!(attr(&span, digest), Some(first.to_hex()));
+    assert_eq!(value(&span, incomplete), None, "{:?}", span.attributes);
+
+    // A stream from a DEI caller: its payload is its preliminary index's, the empty one, read or not.
+    let (reply, span) = collect_with(addr, Some("1.AQEBAQEBAQE5~"), &["a", "b"], true).await;
+    assert_eq!(reply, "dropped");
+    assert_eq!(attr(&span, digest), Some(PayloadDigest::empty().to_hex()));
+    assert_eq!(value(&span, incomplete), None, "{:?}", span.attributes);
 }

@@ -24,9 +24,10 @@ use super::stream::ServerSpan;
 use crate::body::{DeiResponseBody, InboundDigest};
 use crate::config::{DeiConfig, Incoming};
 use crate::incoming;
-use crate::span;
+use crate::span::{self, OtelSpan};
 use bytes::Bytes;
 use dei_propagator::PayloadDigest;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use tonic::body::Body;
 use tower_layer::Layer;
@@ -147,5 +148,29 @@ where
             true,
             Body::new,
         )
+    }
+}
+
+static INCOMPLETE_DIGESTS: AtomicU64 = AtomicU64::new(0);
+
+/// gRPC server spans (sampled, or under a fault plan) left without `dei.payload.digest` because the request
+/// stream was dropped before its first message (a streaming handler that returned without reading it, a
+/// method that is not served) or failed before it, since the process started (an in-process count, not exported
+/// as a metric). Each such span has `dei.payload.digest.incomplete = true`; the first case is also logged, once,
+/// as a warning. A stream that came with a preliminary index (from a DEI caller) is not among them: its
+/// payload digest is the empty payload's, whether the handler reads it or not.
+pub fn incomplete_payload_digests_total() -> u64 {
+    INCOMPLETE_DIGESTS.load(Ordering::Relaxed)
+}
+
+/// Marks a server span whose payload digest will not be complete, counts it, and warns about the first.
+pub(crate) fn record_incomplete_digest(otel: &OtelSpan, why: &str) {
+    if crate::body::mark_incomplete_digest(otel, &INCOMPLETE_DIGESTS) {
+        tracing::warn!(
+            "dei: a gRPC server span has no dei.payload.digest ({why}; the digest is the first message's): it \
+             carries dei.payload.digest.incomplete = true. Streaming handlers that return without reading their \
+             request stream leave it so. Counted by \
+             dei_instrumentation::grpc::server::incomplete_payload_digests_total(); this warning is shown once"
+        );
     }
 }

@@ -169,8 +169,6 @@ const KNOWN_METHODS: [(&str, &str); 9] = [
 /// `http.request.method` for any other method, and the signature of such a request that matched no route.
 const OTHER_METHOD: (&str, &str) = ("_OTHER", "_OTHER <unmatched>");
 
-use dei_propagator::semconv::PAYLOAD_DIGEST_INCOMPLETE;
-
 static INCOMPLETE_DIGESTS: AtomicU64 = AtomicU64::new(0);
 
 /// HTTP server spans (sampled, or under a fault plan) left without `dei.payload.digest` because the handler did
@@ -183,8 +181,7 @@ pub fn incomplete_payload_digests_total() -> u64 {
 
 /// Marks a server span whose payload digest will not be complete, counts it, and warns about the first.
 pub(crate) fn record_incomplete_digest(otel: &OtelSpan, why: &str) {
-    otel.set_attribute(PAYLOAD_DIGEST_INCOMPLETE, true);
-    if INCOMPLETE_DIGESTS.fetch_add(1, Ordering::Relaxed) == 0 {
+    if crate::body::mark_incomplete_digest(otel, &INCOMPLETE_DIGESTS) {
         tracing::warn!(
             "dei: an HTTP server span has no dei.payload.digest ({why}; the digest covers the query and the body \
              up to payload_digest_cap): it carries dei.payload.digest.incomplete = true. Handlers that ignore \
