@@ -36,8 +36,9 @@ const GRPC_CODES: [&str; 17] = [
 
 /// The largest latency a plan carries, in milliseconds (six decimal digits on the wire, about 17 minutes):
 /// the wire limit. Longer latencies are written as this value; sub-millisecond parts are dropped. The
-/// propagator counts and logs each plan it sends with a latency so shortened
-/// ([`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)); [`FaultPlan::try_new`] refuses one. A
+/// propagator counts and logs each plan it sends with a latency so shortened, and [`FaultPlan::encode`] each
+/// text it writes so ([`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped));
+/// [`FaultPlan::try_new`] refuses one. A
 /// service applies its own, lower cap (`dei-instrumentation`'s `DeiConfigBuilder::max_latency`, 30 s by
 /// default).
 pub const MAX_LATENCY_MS: u64 = 999_999;
@@ -54,8 +55,8 @@ pub enum Fault {
     /// Fail as if the connection could not be made: nothing is sent.
     Connection,
     /// Wait this long, then send as usual. The wire carries whole milliseconds up to [`MAX_LATENCY_MS`]: a
-    /// longer or finer latency is written shortened (counted when the propagator sends it:
-    /// [`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)).
+    /// longer or finer latency is written shortened (counted when the propagator sends it, and when a plan's
+    /// text is written: [`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)).
     Latency(Duration),
 }
 
@@ -372,9 +373,36 @@ impl FaultPlan {
     }
 
     /// The wire form: `1` then `*index:fault` per entry. A latency is written as whole milliseconds up to
-    /// [`MAX_LATENCY_MS`] (shortened when it is longer or finer: the propagator counts that when it sends the
-    /// plan, [`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)).
+    /// [`MAX_LATENCY_MS`]: one the wire does not carry (longer, or with a part finer than a millisecond, in a plan
+    /// built by [`new`](Self::new)) is written shortened, so that the text decodes to another plan, and that is
+    /// counted and logged ([`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)), once per text
+    /// written, as the propagator counts each call it sends such a plan on. The text is also what a record of the
+    /// plan holds (a server span's `dei.fault.plan`, a search report's plan); [`Display`](fmt::Display) writes the
+    /// same text and counts the same way. [`try_new`](Self::try_new) refuses such a plan.
+    ///
+    /// ```
+    /// use dei_propagator::rejection::{self, Event};
+    /// use dei_propagator::{Fault, FaultPlan, Index};
+    /// use std::time::Duration;
+    /// let plan = FaultPlan::new(vec![(Index::root(), Fault::Latency(Duration::from_secs(3600)))]);
+    /// let before = rejection::event_total(Event::LatencyClamped);
+    /// assert_eq!(plan.encode(), "1*1:l999999");
+    /// assert_eq!(rejection::event_total(Event::LatencyClamped), before + 1);
+    /// ```
     pub fn encode(&self) -> String {
+        let text = self.encode_unrecorded();
+        if let Some(shortened) = self.shortened_latencies() {
+            crate::rejection::record_event(
+                crate::rejection::Event::LatencyClamped,
+                &format_args!("the text of a fault plan (a record of it, or its wire form) has {shortened}"),
+            );
+        }
+        text
+    }
+
+    /// [`encode`](Self::encode)'s text, without counting a latency written shortened: for the propagator, which
+    /// counts each call it sends such a plan on.
+    pub(crate) fn encode_unrecorded(&self) -> String {
         let mut out = String::from("1");
         for (index, fault) in &self.entries {
             out.push('*');
@@ -383,6 +411,21 @@ impl FaultPlan {
             out.push_str(&fault.to_string());
         }
         out
+    }
+
+    /// The latencies of this plan that the wire does not carry (longer than [`MAX_LATENCY_MS`], or with a part
+    /// finer than a millisecond), described for a log line, or `None` when every one is carried as it is.
+    pub(crate) fn shortened_latencies(&self) -> Option<ShortenedLatencies> {
+        let mut shortened = (self.entries.iter().enumerate()).filter_map(|(entry, (_, fault))| match fault {
+            Fault::Latency(asked) if !fault.is_valid() => Some((entry, *asked)),
+            _ => None,
+        });
+        let (entry, asked) = shortened.next()?;
+        Some(ShortenedLatencies {
+            count: 1 + shortened.count(),
+            entry,
+            asked,
+        })
     }
 
     /// Decodes under the default [`PlanLimits`].
@@ -428,6 +471,29 @@ fn entry_index_limits(limits: &PlanLimits) -> wire::Limits {
     wire::Limits {
         max_len: limits.max_len,
         ..wire::Limits::default()
+    }
+}
+
+/// The latencies of a plan that its text has shortened ([`FaultPlan::shortened_latencies`]).
+pub(crate) struct ShortenedLatencies {
+    /// How many.
+    count: usize,
+    /// The first one's entry, 0-based.
+    entry: usize,
+    /// The first one's latency, as given.
+    asked: Duration,
+}
+
+impl fmt::Display for ShortenedLatencies {
+    /// `{count} latencies that the wire does not carry …: written shortened, the first (entry …) of … as l…`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ShortenedLatencies { count, entry, asked } = self;
+        write!(
+            f,
+            "{count} latencies that the wire does not carry (whole milliseconds up to {MAX_LATENCY_MS}): written \
+             shortened, the first (entry {entry}) of {asked:?} as l{}",
+            asked.as_millis().min(u128::from(MAX_LATENCY_MS))
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! The [`TextMapPropagator`] that carries indexes and fault plans between services.
 
 use crate::context::DeiContextExt;
-use crate::fault::{FAULT_PLAN_KEY, Fault, FaultPlan, MAX_LATENCY_MS, PlanLimits};
+use crate::fault::{FAULT_PLAN_KEY, FaultPlan, PlanLimits};
 use crate::rejection::{self, Event, Source};
 use crate::wire::{self, Limits};
 use opentelemetry::Context;
@@ -149,7 +149,7 @@ impl DeiPropagator {
     /// `None`, counted and logged ([`Event::FaultPlanNotSent`]). A latency the wire does not carry is written
     /// shortened, counted and logged ([`Event::LatencyClamped`]). See [`DeiPropagator`].
     fn plan_to_send(&self, plan: &FaultPlan) -> Option<String> {
-        let wire = plan.encode();
+        let wire = plan.encode_unrecorded();
         if let Err(error) = plan.check(wire.len(), &self.plan_limits, false) {
             let PlanLimits { max_len, max_entries } = self.plan_limits;
             rejection::record_event(
@@ -164,18 +164,10 @@ impl DeiPropagator {
             );
             return None;
         }
-        let mut shortened = (plan.entries().iter().enumerate())
-            .filter(|(_, (_, fault))| matches!(fault, Fault::Latency(_)) && !fault.is_valid());
-        if let Some((entry, (_, Fault::Latency(asked)))) = shortened.next() {
+        if let Some(shortened) = plan.shortened_latencies() {
             rejection::record_event(
                 Event::LatencyClamped,
-                &format_args!(
-                    "a fault plan given to inject has {} latencies that the wire does not carry (whole milliseconds \
-                     up to {MAX_LATENCY_MS}): they were sent shortened, the first (entry {entry}) of {asked:?} as \
-                     l{}",
-                    1 + shortened.count(),
-                    asked.as_millis().min(u128::from(MAX_LATENCY_MS))
-                ),
+                &format_args!("a fault plan given to inject has {shortened}: it was sent so"),
             );
         }
         Some(wire)

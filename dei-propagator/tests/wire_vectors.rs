@@ -561,6 +561,11 @@ fn injecting_a_latency_the_wire_does_not_carry() {
             assert_eq!(headers.get("dei-faults"), Some(written), "{row:?}");
             assert!(FaultPlan::decode(written).is_ok(), "{row:?}: a receiver reads it");
         }
+        // a record of the plan: its text, by either way of writing it
+        let before = rejection::event_total(Event::LatencyClamped);
+        let records = [plan.encode(), plan.to_string()];
+        let recorded = rejection::event_total(Event::LatencyClamped) - before;
+        assert_eq!(records, [written.clone(), written.clone()], "{row:?}");
         let expected = if counted == "latency_clamped" {
             assert!(!Fault::Latency(latency).is_valid(), "{row:?}");
             2
@@ -569,6 +574,7 @@ fn injecting_a_latency_the_wire_does_not_carry() {
             0
         };
         assert_eq!(grew, expected, "{row:?}: counted once per call injected");
+        assert_eq!(recorded, expected, "{row:?}: counted once per text written");
     }
 }
 
