@@ -12,7 +12,8 @@
 //! - work the search did not do is an `<error>` of a test case named `search`, present only then: nothing
 //!   injected, the execution limit reached with plans pending, spans that ended outside every execution's
 //!   trace in a parallel search;
-//! - redundant executions and the search's notes and warnings go to `<system-out>` / `<system-err>`.
+//! - redundant executions, spans an execution's observation lacks (malformed, or dropped by the collector),
+//!   and the search's notes and warnings go to `<system-out>` / `<system-err>`.
 //!
 //! `errors=` counts the test cases with an `<error>`, so a file for a search that did not do its work is
 //! never green.
@@ -215,6 +216,18 @@ impl Report {
             ("nothing_injected", self.nothing_injected.to_string()),
             ("unsettled", unsettled.to_string()),
             ("unattributed_spans", self.unattributed_spans.to_string()),
+            (
+                "malformed_spans",
+                self.executions
+                    .iter()
+                    .map(|e| e.malformed_spans)
+                    .sum::<usize>()
+                    .to_string(),
+            ),
+            (
+                "spans_dropped",
+                self.executions.iter().map(|e| e.spans_dropped).sum::<u64>().to_string(),
+            ),
         ];
         for (name, value) in props {
             let _ = writeln!(
@@ -296,6 +309,21 @@ impl Report {
             }
             if let Some(why) = &e.in_flight_redundant {
                 let _ = write!(out, "; ran while already redundant (in flight): {why}");
+            }
+            if e.malformed_spans > 0 {
+                let _ = write!(
+                    out,
+                    "; {} span(s) with malformed dei.* attributes, left out: RPCs or faults may be missing",
+                    e.malformed_spans
+                );
+            }
+            if e.spans_dropped > 0 {
+                let _ = write!(
+                    out,
+                    "; {} span(s) not recorded where the span source reads them (dei-collector dropped them past \
+                     its cap of RPCs per trace): their RPCs and faults are missing",
+                    e.spans_dropped
+                );
             }
             let _ = write!(x, "\n      <system-out>{}</system-out>", escape(&out));
             let _ = writeln!(x, "\n    </testcase>");

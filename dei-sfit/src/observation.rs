@@ -146,6 +146,13 @@ pub struct Observation {
     /// observation.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub malformed: usize,
+    /// Spans of the execution that were not recorded where the source reads them, so that their RPCs and
+    /// faults are missing from this observation however long the source waits: the spans `dei-collector`
+    /// dropped past its cap of RPCs per trace (`occurrences_dropped` in its trace view; `serve
+    /// --max-trace-rpcs`), read by [`CollectorSpans`](crate::CollectorSpans). 0 from the in-memory sources,
+    /// which read every span that ended.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub spans_dropped: u64,
     /// The traces the RPCs were read from (hex trace ids): where to find the execution in a trace backend
     /// or in dei-collector's web view.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
@@ -153,6 +160,10 @@ pub struct Observation {
 }
 
 fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
@@ -337,6 +348,7 @@ mod tests {
                 final_index: message.clone(),
             }],
             malformed: 0,
+            spans_dropped: 0,
             traces: BTreeSet::new(),
         };
         obs.finalize();

@@ -77,6 +77,13 @@ pub struct ExecutionRecord {
     /// [`Observation::malformed`]: crate::Observation::malformed
     #[serde(default, skip_serializing_if = "is_zero")]
     pub malformed_spans: usize,
+    /// Spans of the execution that were not recorded where the span source reads them
+    /// ([`Observation::spans_dropped`]: `dei-collector` dropped them past its cap of RPCs per trace): its
+    /// observed RPCs and injected faults are incomplete by these spans'.
+    ///
+    /// [`Observation::spans_dropped`]: crate::Observation::spans_dropped
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub spans_dropped: u64,
     /// The traces its RPCs ran in (hex trace ids), when the span source knows them: links from the report to
     /// the execution's traces in a trace backend or dei-collector's web view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -93,6 +100,10 @@ pub struct ExecutionRecord {
 }
 
 fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 

@@ -535,6 +535,7 @@ impl Search {
             scheduled_by: None,
             in_flight_redundant: None,
             malformed_spans: obs.malformed,
+            spans_dropped: obs.spans_dropped,
             traces: obs.traces.into_iter().collect(),
             rpcs: obs.rpcs,
             test_us: test_time.as_micros() as u64,

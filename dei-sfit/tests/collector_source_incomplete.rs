@@ -95,6 +95,18 @@ async fn spans_the_collector_dropped_past_its_cap_or_skipped_are_counted_on_the_
     assert!(e.outcome.passed(), "{:?}\n{report}", e.outcome);
     assert_eq!(e.rpcs.len(), 3, "the cap's worth of RPCs: {:#?}", e.rpcs);
     assert_eq!(e.malformed_spans, 1, "the span whose DEI data was skipped\n{report}");
+    assert_eq!(e.spans_dropped, 2, "the spans dropped past the cap\n{report}");
+    // in the JSON report and the JUnit file too
+    let json = serde_json::to_value(&report).expect("json");
+    assert_eq!(json["executions"][0]["spans_dropped"], 2, "{json:#}");
+    let junit = report.to_junit(&dei_sfit::ReplayCommand::Api);
+    assert!(
+        junit.contains(r#"<property name="dei.spans_dropped" value="2"/>"#)
+            && junit.contains(r#"<property name="dei.malformed_spans" value="1"/>"#)
+            && junit.contains("2 span(s) not recorded where the span source reads them")
+            && junit.contains("1 span(s) with malformed dei.* attributes"),
+        "{junit}"
+    );
     let unsettled = e.unsettled.as_deref().unwrap_or_default();
     assert!(
         unsettled.contains("dropped 2 span(s)") && unsettled.contains("past its cap of RPCs per trace"),

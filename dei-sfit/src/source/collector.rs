@@ -28,9 +28,10 @@
 //!
 //! What the collector could not record of the trace is not passed over either: the spans whose DEI data it
 //! skipped for a malformed `dei.*` attribute (`spans_dei_skipped`) count as malformed spans on the execution
-//! ([`Observation::malformed`]), as the in-memory source counts the ones it reads; and when it dropped spans
-//! past its cap of RPCs per trace (`occurrences_dropped`), [`settle`](SpanSource::settle) ends with
-//! [`Settled::TimedOut`] saying how many, which the search records on the execution (its RPCs are incomplete).
+//! ([`Observation::malformed`]), as the in-memory source counts the ones it reads; and the spans it dropped
+//! past its cap of RPCs per trace (`occurrences_dropped`) are counted on the observation
+//! ([`Observation::spans_dropped`]), while [`settle`](SpanSource::settle) ends with [`Settled::TimedOut`]
+//! saying how many, which the search records on the execution (its RPCs are incomplete).
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
 use crate::source::{ExecutionKey, MessageTargeting, Settled, SourceError, SpanSource};
@@ -405,7 +406,8 @@ fn fault_of(value: Option<&str>, rpc: &[u8; 8], malformed: &mut usize) -> Option
 /// and counted in [`Observation::malformed`] (the view's indexes and digests are typed: a malformed one fails
 /// to parse with the view), and so is every span whose DEI data the collector skipped as malformed (the
 /// view's `spans_dei_skipped`). The spans the collector dropped past its cap of RPCs per trace
-/// (`occurrences_dropped`) are what [`CollectorSpans`]' settle step reports; here they are only logged.
+/// (`occurrences_dropped`) are in [`Observation::spans_dropped`]: their RPCs and faults are missing. Both are
+/// logged too.
 ///
 /// [`observation_from_spans`]: crate::source::observation_from_spans
 pub fn observation_from_trace_with(view: &TraceView, messages_targeting: MessageTargeting) -> Observation {
@@ -521,6 +523,7 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
     }
     let skipped = usize::try_from(view.spans_dei_skipped).unwrap_or(usize::MAX);
     obs.malformed = malformed.saturating_add(skipped);
+    obs.spans_dropped = view.occurrences_dropped;
     if !obs.rpcs.is_empty() || view.spans_dei_skipped > 0 || view.occurrences_dropped > 0 {
         obs.traces.insert(view.trace_id.clone());
     }

@@ -198,3 +198,38 @@ fn the_collectors_json_decodes() {
     let bad_index = json.replace(&a.encode(), "not an index");
     assert!(serde_json::from_str::<TraceView>(&bad_index).is_err());
 }
+
+/// What the collector did not record of a trace is in the observation, not only in the log: the spans it
+/// dropped past its cap of RPCs per trace (`spans_dropped`) and those whose DEI data it skipped (counted as
+/// malformed), besides the RPCs it did record.
+#[test]
+fn spans_the_collector_dropped_or_skipped_are_counted_on_the_observation() {
+    let a = idx(&[(1, 1)]);
+    let view = TraceView {
+        trace_id: "0102030405060708090a0b0c0d0e0f10".into(),
+        start_unix_nano: 1,
+        rpcs: 1,
+        tree: vec![node(occurrence(&a, 0xaa, (1, 2)), Vec::new())],
+        pending_preliminary: 0,
+        occurrences_dropped: 7,
+        spans_dei_skipped: 2,
+    };
+    let obs = observation_from_trace(&view);
+    assert_eq!(obs.rpcs.len(), 1);
+    assert_eq!((obs.spans_dropped, obs.malformed), (7, 2));
+    // and it round-trips through the report's JSON
+    let json = serde_json::to_value(&obs).expect("json");
+    assert_eq!(
+        (json["spans_dropped"].clone(), json["malformed"].clone()),
+        (7.into(), 2.into())
+    );
+    // a complete trace has none, and the JSON leaves the field out
+    let whole = TraceView {
+        occurrences_dropped: 0,
+        spans_dei_skipped: 0,
+        ..view
+    };
+    let obs = observation_from_trace(&whole);
+    assert_eq!((obs.spans_dropped, obs.malformed), (0, 0));
+    assert!(serde_json::to_value(&obs).expect("json").get("spans_dropped").is_none());
+}
