@@ -106,6 +106,15 @@ impl SendSites {
     }
 }
 
+/// `server.port` of a request to `uri`: its port, or its scheme's default (80 for `http`, 443 for `https`).
+fn server_port(uri: &http::Uri) -> Option<u16> {
+    uri.port_u16().or_else(|| match uri.scheme_str() {
+        Some("http") => Some(80),
+        Some("https") => Some(443),
+        _ => None,
+    })
+}
+
 impl<S, B> Service<http::Request<Body>> for DeiClientService<S>
 where
     S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
@@ -139,6 +148,7 @@ where
             rpc.service = tracing::field::Empty,
             rpc.method = tracing::field::Empty,
             server.address = tracing::field::Empty,
+            server.port = tracing::field::Empty,
             dei.signature = tracing::field::Empty,
             dei.index = tracing::field::Empty,
             dei.count = tracing::field::Empty,
@@ -152,9 +162,14 @@ where
             dei.ambiguous = tracing::field::Empty,
             rpc.grpc.status_code = tracing::field::Empty,
         );
-        // A generated client's requests carry only the path; the channel adds the authority later.
+        // A generated client's requests carry only the path; the channel adds the authority later. A client
+        // made `with_origin` (or a request with a full URI) names the server: its port is the URI's, or the
+        // scheme's default.
         if let Some(host) = request.uri().host() {
             span.record("server.address", host);
+            if let Some(port) = server_port(request.uri()) {
+                span.record("server.port", i64::from(port));
+            }
         }
         let otel = OtelSpan::of(&span);
         let (caller_cx, scoped) = crate::caller::caller_lookup();

@@ -386,6 +386,7 @@ impl Middleware for DeiReqwestMiddleware {
             http.request.method = %method,
             url.full = &*full,
             server.address = host,
+            server.port = url.port_or_known_default().map(i64::from),
             http.response.status_code = tracing::field::Empty,
             dei.signature = tracing::field::Empty,
             dei.index = tracing::field::Empty,
