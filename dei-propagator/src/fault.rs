@@ -258,7 +258,8 @@ impl FaultPlan {
     /// than 4096 bytes on the wire, an entry's index deeper than 64 elements, an invalid fault, an index named
     /// twice: see [`check_with`](Self::check_with)). The propagator does not send such a plan at all: it is
     /// counted and logged ([`Event::FaultPlanNotSent`](crate::rejection::Event::FaultPlanNotSent)), since every
-    /// receiver would reject it whole. [`try_new`](Self::try_new) refuses it here instead.
+    /// receiver would reject it whole; the entries naming the calls of the process that holds it are still
+    /// matched there, in process. [`try_new`](Self::try_new) refuses it here instead.
     pub fn new(entries: Vec<(Index, Fault)>) -> Self {
         FaultPlan { entries }
     }

@@ -81,9 +81,11 @@ impl Carriers {
 /// with any other defect a receiver rejects ([`FaultPlan::check_with`]) is not sent at all, and that is
 /// counted and logged ([`Event::FaultPlanNotSent`]). Sent, it would be rejected whole by every receiver with
 /// the same limits, so none of its faults would be carried out; a part of it would test other faults than
-/// asked. The index is sent as usual. A plan it sends with a latency the wire does not carry (longer than
-/// [`MAX_LATENCY_MS`](crate::fault::MAX_LATENCY_MS), or finer than a millisecond) has it written shortened, and that
-/// is counted and logged ([`Event::LatencyClamped`]).
+/// asked. The index is sent as usual. The plan stays in the context, so the entries naming the sending process's
+/// own calls are still carried out where its layers apply plans, and those alone; the count says so. A plan it
+/// sends with a latency the wire does not carry (longer than [`MAX_LATENCY_MS`](crate::fault::MAX_LATENCY_MS),
+/// or finer than a millisecond) has it written shortened, and that is counted and logged
+/// ([`Event::LatencyClamped`]).
 ///
 /// Extraction reads the carrier alone (the `dei` header, else the carrier's `baggage` header), so it gives the
 /// same result wherever it stands in a [`TextMapCompositePropagator`]. Injection writes the whole `baggage`
@@ -157,7 +159,9 @@ impl DeiPropagator {
                 &format_args!(
                     "a fault plan of {} entries and {} bytes was given to inject, and a receiver with the limits of \
                      {max_entries} entries and {max_len} bytes would reject it whole ({error}): it was not sent, so \
-                     no callee carries out any of its faults",
+                     no callee carries out any of its faults, while the entries naming this process's own calls are \
+                     still carried out where its layers apply plans (they read the plan from the context, not from \
+                     the wire), and those alone",
                     plan.entries().len(),
                     wire.len()
                 ),
