@@ -7,8 +7,15 @@
 //! A `World` service answers `Get` by calling an `Echo` service twice, in a loop; a client calls `World.Get`
 //! twice from one root scope. Every RPC span then carries its index as `dei.index`, and the example prints
 //! them: a call's index extends its caller's, and the count `c` of its last element `r|c` tells the loop's
-//! iterations apart. The services keep their own OpenTelemetry setup (here an in-memory exporter, in yours
-//! OTLP); DEI adds its propagator and the two layers.
+//! iterations apart.
+//!
+//! The telemetry is set up as a service sets it up (`telemetry` below; dei-instrumentation's GUIDE.md,
+//! section 1): a tracer provider with the service's name, exporting in batches over OTLP when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` names a collector (`OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317 cargo
+//! run --example tonic_layers`, to Jaeger, an OpenTelemetry Collector or dei-collector), behind
+//! tracing-opentelemetry, with log lines (DEI's warnings among them) filtered by `RUST_LOG`. The example also
+//! keeps the spans in memory, which a service does not, to print their indexes. DEI adds its propagator and
+//! the two layers.
 //!
 //! Standalone: it uses only the published crates and the `helloworld` proto that the root package compiles.
 #![forbid(unsafe_code)]
@@ -17,12 +24,15 @@ use dei_instrumentation::{DeiClientLayer, DeiClientService, DeiConfig, DeiServer
 use dei_propagator::Index;
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tonic::transport::{Endpoint, Server, server::TcpIncoming};
 use tonic::{Request, Response, Status};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 mod pb {
     tonic::include_proto!("helloworld");
@@ -69,15 +79,39 @@ impl World for WorldService {
     }
 }
 
+/// The service's telemetry, as it already is: a tracer provider named after the service, exporting over
+/// OTLP/gRPC in batches when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, behind tracing-opentelemetry, beside a log
+/// layer. `in_memory` is this example's own addition, to read the spans back.
+fn telemetry(in_memory: InMemorySpanExporter) -> Result<SdkTracerProvider, Box<dyn std::error::Error>> {
+    let mut provider =
+        SdkTracerProvider::builder().with_resource(Resource::builder().with_service_name("tonic-layers").build());
+    if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
+        // The endpoint, headers and timeout come from the standard OTEL_EXPORTER_OTLP_* variables.
+        let otlp = opentelemetry_otlp::SpanExporter::builder().with_tonic().build()?;
+        provider = provider.with_batch_exporter(otlp);
+    }
+    let provider = provider.with_simple_exporter(in_memory).build();
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    // Spans at INFO and above go to OpenTelemetry: the RPC spans, not the TRACE-level internals of h2, hyper
+    // and tower (nor those of the OTLP exporter's own connection). Log lines (`RUST_LOG`, `info` by default) go
+    // to stderr.
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("tonic-layers"))
+        .with_filter(LevelFilter::INFO);
+    let logs = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let subscriber = tracing_subscriber::registry().with(spans).with(
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(logs),
+    );
+    tracing::subscriber::set_global_default(subscriber)?;
+    Ok(provider)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // The service's OpenTelemetry, as it already is: a tracer provider behind tracing-opentelemetry.
     let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let telemetry = tracing_opentelemetry::layer().with_tracer(provider.tracer("tonic_layers"));
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(telemetry))?;
+    let provider = telemetry(exporter.clone())?;
     // DEI's part: the propagator (the default global one is a no-op) and the layers.
     dei_propagator::install_global_propagator();
     let config = DeiConfig::default();
@@ -109,7 +143,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Each RPC's client span carries its index; print them, shortest first.
-    provider.force_flush()?;
+    // (The in-memory exporter has them once they ended; a collector that cannot be reached is logged, not
+    // fatal, as it would be in a service.)
+    if let Err(e) = provider.force_flush() {
+        tracing::warn!("exporting spans: {e}");
+    }
     let mut indexes: Vec<(String, Index)> = exporter
         .get_finished_spans()?
         .into_iter()
@@ -155,5 +193,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("expected 6 distinct indexes, 4 Echo calls under 2 World calls: {indexes:?}").into());
     }
     println!("6 RPCs, 6 distinct indexes, each Echo call's index extends its World call's");
+    // As a service does when it stops: the spans still in the batch are exported.
+    if let Err(e) = provider.shutdown() {
+        tracing::warn!("exporting spans at shutdown: {e}");
+    }
     Ok(())
 }
