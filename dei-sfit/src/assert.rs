@@ -4,8 +4,10 @@
 //! command that replays it), as `proptest` prints its minimal case.
 //!
 //! The test fails when an execution failed, when an execution did not carry out its plan (unreached faults),
-//! when an execution's spans did not settle, when nothing was injected at all, when the execution limit
-//! stopped the search before the fault space was exhausted, or when the report could not be saved.
+//! when an execution's spans did not settle, when an execution is incomplete (spans the collector dropped:
+//! [`ExecutionRecord::incomplete`](crate::ExecutionRecord::incomplete)), when nothing was injected at all,
+//! when the execution limit stopped the search before the fault space was exhausted, or when the report
+//! could not be saved.
 //!
 //! The report is saved as `<dir>/<test name>.json`, where `<dir>` is `DEI_SFIT_REPORT_DIR` or
 //! `<temp dir>/dei-sfit/<package>` (the package from cargo's `CARGO_PKG_NAME`). The path must outlive the
@@ -124,6 +126,9 @@ pub fn check_exhaustive(report: &Report, replay: &ReplayCommand) -> Result<(), S
                 "execution #{}: its spans did not settle, so its observation may be incomplete: {what}",
                 e.number
             ));
+        }
+        if let Some(incomplete) = e.incomplete() {
+            blocks.push(format!("execution #{}: its observation is {incomplete}", e.number));
         }
     }
     if let Err(why) = report.tested_faults() {

@@ -7,8 +7,10 @@
 //!   command that replays it;
 //! - an execution with unreached faults (planned, never injected) is `<skipped>` with the reason: its verdict
 //!   does not test its plan, so it is neither a pass nor a failure (a failing verdict is quoted in the text);
-//! - an execution whose spans did not settle is an `<error>`: what it observed may be incomplete, whatever
-//!   its verdict (quoted in the text);
+//! - an execution whose spans did not settle is an `<error>` of type `unsettled`: what it observed may be
+//!   incomplete, whatever its verdict (quoted in the text); one some of whose spans the collector dropped is
+//!   an `<error>` of type `incomplete` (`incomplete: the collector dropped N span(s) …`): what it observed is
+//!   incomplete (when both, the `unsettled` error's text says it is incomplete too);
 //! - work the search did not do is an `<error>` of a test case named `search`, present only then: nothing
 //!   injected, the execution limit reached with plans pending, spans that ended outside every execution's
 //!   trace in a parallel search;
@@ -21,7 +23,9 @@
 //! The output is valid against the Jenkins xUnit plugin's `junit-10.xsd` (tested in
 //! `dei-sfit/tests/junit.rs`). Text is escaped, and characters XML 1.0 cannot carry are replaced by U+FFFD.
 
-use crate::report::{ExecutionRecord, Report, TestOutcome, UNATTRIBUTED_WHY, UNREACHED_WHY, UNSETTLED_WHY};
+use crate::report::{
+    ExecutionRecord, INCOMPLETE_WHY, Report, TestOutcome, UNATTRIBUTED_WHY, UNREACHED_WHY, UNSETTLED_WHY,
+};
 use crate::test::PlannedFault;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -170,22 +174,26 @@ impl Report {
 
     /// The report as JUnit XML: one test suite (this search), one test case per execution named by its
     /// faults; failures carry the assertion, the injected faults and `replay`'s command; executions with
-    /// unreached faults are skipped with the reason; executions whose spans did not settle are errors, and so
-    /// is what the search did not do ([`search_errors`](Report::search_errors), a test case named `search`).
+    /// unreached faults are skipped with the reason; executions whose spans did not settle (`unsettled`) or
+    /// whose spans the collector dropped (`incomplete`) are errors, and so is what the search did not do
+    /// ([`search_errors`](Report::search_errors), a test case named `search`).
     pub fn to_junit(&self, replay: &ReplayCommand) -> String {
         let search_errors = self.search_errors();
         let tests = self.executions.len() + usize::from(!search_errors.is_empty());
         let unsettled = self.executions.iter().filter(|e| e.unsettled.is_some()).count();
-        let errors = unsettled + usize::from(!search_errors.is_empty());
+        let incomplete = self.incomplete().len();
+        // an execution whose observation is not whole (unsettled, incomplete, or both) is an error
+        let errored = |e: &ExecutionRecord| e.unsettled.is_some() || e.spans_dropped > 0;
+        let errors = self.executions.iter().filter(|e| errored(e)).count() + usize::from(!search_errors.is_empty());
         let skipped = self
             .executions
             .iter()
-            .filter(|e| e.unsettled.is_none() && !e.unreached.is_empty())
+            .filter(|e| !errored(e) && !e.unreached.is_empty())
             .count();
         let failures = self
             .executions
             .iter()
-            .filter(|e| e.unsettled.is_none() && e.unreached.is_empty() && !e.outcome.passed())
+            .filter(|e| !errored(e) && e.unreached.is_empty() && !e.outcome.passed())
             .count();
         let total_us: u64 = self.executions.iter().map(|e| e.test_us + e.overhead_us).sum();
         let suite = escape(&format!("sfit: {}", self.test));
@@ -215,6 +223,7 @@ impl Report {
             ("pending", self.pending.to_string()),
             ("nothing_injected", self.nothing_injected.to_string()),
             ("unsettled", unsettled.to_string()),
+            ("incomplete", incomplete.to_string()),
             ("unattributed_spans", self.unattributed_spans.to_string()),
             (
                 "malformed_spans",
@@ -247,9 +256,22 @@ impl Report {
                 seconds(e.test_us)
             );
             let replay_cmd = replay.for_execution(e.number);
-            if let Some(what) = &e.unsettled {
-                let message = format!("spans did not settle: {what}");
-                let mut text = format!("{message}\n{UNSETTLED_WHY}");
+            let not_whole = match (&e.unsettled, e.incomplete()) {
+                (Some(what), incomplete) => {
+                    let message = format!("spans did not settle: {what}");
+                    let mut text = format!("{message}\n{UNSETTLED_WHY}");
+                    if let Some(incomplete) = incomplete {
+                        let _ = write!(text, "\n{incomplete}\n{INCOMPLETE_WHY}");
+                    }
+                    Some(("unsettled", message, text))
+                }
+                (None, Some(incomplete)) => {
+                    let text = format!("{incomplete}\n{INCOMPLETE_WHY}");
+                    Some(("incomplete", incomplete, text))
+                }
+                (None, None) => None,
+            };
+            if let Some((kind, message, mut text)) = not_whole {
                 match &e.outcome {
                     TestOutcome::Fail { message } => {
                         let _ = write!(text, "\nthe test failed: {message}");
@@ -262,7 +284,7 @@ impl Report {
                 let _ = write!(text, "\nreplay: {replay_cmd}");
                 let _ = write!(
                     x,
-                    "\n      <error type=\"unsettled\" message=\"{}\">{}</error>",
+                    "\n      <error type=\"{kind}\" message=\"{}\">{}</error>",
                     escape(&message),
                     escape(&text)
                 );

@@ -11,8 +11,9 @@
 //! - the [`Search`] plans faults on observed indexes, at most one new fault per execution, never on an
 //!   ancestor of a planned fault and never where a fault could become unreachable, and reports executions
 //!   whose effective fault set repeats an earlier one, and those that did not carry out their plan (planned
-//!   faults not injected) or whose spans did not settle ([`Report`], JSON and terminal, replayable; a replay
-//!   that does not inject its whole plan is an error, [`SearchError::Unreached`]);
+//!   faults not injected), whose spans did not settle or whose spans the collector dropped (incomplete)
+//!   ([`Report`], JSON and terminal, replayable; a replay that does not inject its whole plan is an error,
+//!   [`SearchError::Unreached`]);
 //! - the brute-force [`Oracle`] runs every combination of observed indexes, to check that the search is
 //!   complete and non-redundant ([`oracle`] has the example that checks a search against it);
 //! - [`SearchOptions::parallelism`] runs several executions at once, each its own root, plan and trace

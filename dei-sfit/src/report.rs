@@ -53,7 +53,8 @@ pub struct ExecutionRecord {
     /// The test's verdict.
     pub outcome: TestOutcome,
     /// Set when the span source's settle step timed out: what was still missing. The observed RPCs and
-    /// injected faults may then be incomplete.
+    /// injected faults may then be incomplete. (Spans that arrived but were not recorded are not this: see
+    /// [`spans_dropped`](ExecutionRecord::spans_dropped) and [`incomplete`](ExecutionRecord::incomplete).)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsettled: Option<String>,
     /// The earlier execution with the same effective fault set, if any.
@@ -79,7 +80,8 @@ pub struct ExecutionRecord {
     pub malformed_spans: usize,
     /// Spans of the execution that were not recorded where the span source reads them
     /// ([`Observation::spans_dropped`]: `dei-collector` dropped them past its cap of RPCs per trace): its
-    /// observed RPCs and injected faults are incomplete by these spans'.
+    /// observed RPCs and injected faults are incomplete by these spans', however long the source waited. Such
+    /// an execution is [incomplete](ExecutionRecord::incomplete) ([`Report::incomplete`]).
     ///
     /// [`Observation::spans_dropped`]: crate::Observation::spans_dropped
     #[serde(default, skip_serializing_if = "is_zero_u64")]
@@ -108,6 +110,19 @@ fn is_zero_u64(n: &u64) -> bool {
 }
 
 impl ExecutionRecord {
+    /// Why the execution's observation is incomplete, when some of its spans were not recorded where the span
+    /// source reads them ([`spans_dropped`](ExecutionRecord::spans_dropped)): `incomplete: the collector
+    /// dropped N span(s) …`. `None` when none was dropped.
+    pub fn incomplete(&self) -> Option<String> {
+        (self.spans_dropped > 0).then(|| {
+            format!(
+                "incomplete: the collector dropped {} span(s) of the execution's trace past its cap of RPCs per \
+                 trace (dei-collector serve --max-trace-rpcs): their RPCs and faults are missing",
+                self.spans_dropped
+            )
+        })
+    }
+
     /// The effective fault set by reference index, as a set.
     pub fn reference_set(&self) -> Option<BTreeSet<(Index, Fault)>> {
         self.effective_reference.as_ref().map(|v| v.iter().cloned().collect())
@@ -172,6 +187,10 @@ pub struct Report {
     /// Executions whose spans did not settle in time ([`Report::unsettled`]).
     #[serde(default)]
     pub unsettled_executions: usize,
+    /// Executions some of whose spans were not recorded where the span source reads them
+    /// ([`Report::incomplete`]).
+    #[serde(default)]
+    pub incomplete_executions: usize,
     /// True when no execution injected any fault: the search tested nothing beyond the fault-free run. Its
     /// warning says why ([`NOTHING_INJECTED_WHY`] when faults were planned, [`NOTHING_PLANNED_WHY`] when none
     /// was); [`Report::tested_faults`] is the check for a test to assert.
@@ -226,6 +245,12 @@ faults they would have tested are untested (raise max_executions, --max, or drop
 pub const UNSETTLED_WHY: &str = "the span source gave up waiting for some executions' spans: their observed RPCs \
 and injected faults may be incomplete, so faults may be reported unreached and RPCs left unplanned";
 
+/// Why an execution whose spans the collector dropped matters.
+pub const INCOMPLETE_WHY: &str = "dei-collector dropped some of these executions' spans past its cap of RPCs per \
+trace, so their observed RPCs and injected faults are incomplete however long the span source waits: faults may \
+be reported unreached and RPCs left unplanned. Run the collector with a --max-trace-rpcs above an execution's \
+RPCs";
+
 /// Why spans outside the executions' traces in a parallel search matter.
 pub const UNATTRIBUTED_WHY: &str = "spans ended in no running execution's trace while the parallel search ran, so \
 no execution saw them: a test that issues requests outside TestRun::context() (whose trace tells the source \
@@ -275,6 +300,7 @@ impl Report {
     ) -> Self {
         let unreached_executions = executions.iter().filter(|e| !e.unreached.is_empty()).count();
         let unsettled_executions = executions.iter().filter(|e| e.unsettled.is_some()).count();
+        let incomplete_executions = executions.iter().filter(|e| e.spans_dropped > 0).count();
         let mut warnings = Vec::new();
         let nothing_injected = !executions.is_empty() && executions.iter().all(|e| e.effective.is_empty());
         if unreached_executions > 0 {
@@ -285,6 +311,13 @@ impl Report {
         if unsettled_executions > 0 {
             warnings.push(format!(
                 "{unsettled_executions} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            ));
+        }
+        if incomplete_executions > 0 {
+            let spans: u64 = executions.iter().map(|e| e.spans_dropped).sum();
+            warnings.push(format!(
+                "{incomplete_executions} execution(s) incomplete, {spans} span(s) dropped by the collector: \
+                 {INCOMPLETE_WHY}"
             ));
         }
         if truncated {
@@ -319,6 +352,7 @@ impl Report {
             pending,
             unreached_executions,
             unsettled_executions,
+            incomplete_executions,
             nothing_injected,
             warnings,
             notes: Vec::new(),
@@ -418,6 +452,13 @@ impl Report {
     /// The executions whose span source timed out waiting for their spans.
     pub fn unsettled(&self) -> Vec<&ExecutionRecord> {
         self.executions.iter().filter(|e| e.unsettled.is_some()).collect()
+    }
+
+    /// The executions some of whose spans were not recorded where the span source reads them (dropped by the
+    /// collector past its cap of RPCs per trace): their observations are incomplete
+    /// ([`ExecutionRecord::incomplete`]).
+    pub fn incomplete(&self) -> Vec<&ExecutionRecord> {
+        self.executions.iter().filter(|e| e.spans_dropped > 0).collect()
     }
 
     /// The failing executions.
@@ -655,7 +696,7 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "sfit report: {} [{}]: {} executions, {} failing, {} redundant, {} with unreached faults, {} \
-             unsettled, {} skipped by reduction{}",
+             unsettled, {} incomplete, {} skipped by reduction{}",
             self.test,
             self.options.instantiation.name,
             self.executions.len(),
@@ -663,6 +704,7 @@ impl fmt::Display for Report {
             self.redundant().len(),
             self.unreached().len(),
             self.unsettled().len(),
+            self.incomplete().len(),
             self.skipped.len(),
             if self.truncated {
                 format!(", STOPPED at the limit with {} pending", self.pending)
@@ -682,6 +724,15 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  WARNING: {unsettled} execution(s) whose spans did not settle: {UNSETTLED_WHY}"
+            )?;
+        }
+        let incomplete = self.incomplete();
+        if !incomplete.is_empty() {
+            let spans: u64 = incomplete.iter().map(|e| e.spans_dropped).sum();
+            writeln!(
+                f,
+                "  WARNING: {} execution(s) incomplete, {spans} span(s) dropped by the collector: {INCOMPLETE_WHY}",
+                incomplete.len()
             )?;
         }
         if self.truncated {
@@ -747,6 +798,9 @@ impl fmt::Display for Report {
             }
             if e.unsettled.is_some() {
                 write!(f, " UNSETTLED")?;
+            }
+            if e.spans_dropped > 0 {
+                write!(f, " INCOMPLETE ({} span(s) dropped by the collector)", e.spans_dropped)?;
             }
             if let Some(r) = e.redundant_with {
                 write!(f, " REDUNDANT with #{r}")?;

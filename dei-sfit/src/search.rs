@@ -315,6 +315,9 @@ impl std::fmt::Display for Unreached {
         if let Some(what) = &r.unsettled {
             write!(f, ";\n  - spans that did not arrive: {what}")?;
         }
+        if let Some(incomplete) = r.incomplete() {
+            write!(f, ";\n  - spans that were not recorded: {incomplete}")?;
+        }
         Ok(())
     }
 }

@@ -89,6 +89,7 @@ async fn search(max_occurrences: usize, rpcs: usize, malformed: usize) -> Report
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_the_collector_dropped_past_its_cap_or_skipped_are_counted_on_the_execution() {
+    // 5 RPCs past a cap of 3, and one span whose DEI data is skipped
     let report = search(3, 5, 1).await;
     assert_eq!(report.executions.len(), 1, "{report}");
     let e = &report.executions[0];
@@ -107,21 +108,59 @@ async fn spans_the_collector_dropped_past_its_cap_or_skipped_are_counted_on_the_
             && junit.contains("1 span(s) with malformed dei.* attributes"),
         "{junit}"
     );
-    let unsettled = e.unsettled.as_deref().unwrap_or_default();
+    // incomplete, not unsettled: its spans all arrived, the collector did not record some of them
+    assert_eq!(e.unsettled, None, "{report}");
+    assert_eq!(report.unsettled_executions, 0);
+    assert_eq!(report.incomplete_executions, 1);
+    assert_eq!(report.incomplete().len(), 1);
+    let incomplete = e.incomplete().unwrap_or_default();
     assert!(
-        unsettled.contains("dropped 2 span(s)") && unsettled.contains("past its cap of RPCs per trace"),
-        "the execution says its RPCs are incomplete: {unsettled:?}\n{report}"
+        incomplete.starts_with("incomplete: the collector dropped 2 span(s)")
+            && incomplete.contains("past its cap of RPCs per trace"),
+        "{incomplete:?}"
     );
-    assert_eq!(report.unsettled_executions, 1);
     assert!(
         report.warnings.iter().any(|w| w.contains("malformed dei.* attributes")),
         "{:?}",
         report.warnings
     );
     assert!(
-        report.warnings.iter().any(|w| w.contains("did not settle")),
+        report
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("1 execution(s) incomplete, 2 span(s) dropped by the collector")),
         "{:?}",
         report.warnings
+    );
+    assert!(
+        !report.warnings.iter().any(|w| w.contains("did not settle")),
+        "{:?}",
+        report.warnings
+    );
+    assert_eq!(json["incomplete_executions"], 1, "{json:#}");
+    // the text summary, the JUnit file and the exhaustive check say so, and it does not pass quietly
+    let text = report.to_string();
+    assert!(
+        text.contains("0 unsettled, 1 incomplete")
+            && text.contains("INCOMPLETE (2 span(s) dropped by the collector)")
+            && text.contains("WARNING: 1 execution(s) incomplete")
+            && !text.contains("UNSETTLED"),
+        "{text}"
+    );
+    assert!(
+        junit.contains(r#"<error type="incomplete" message="incomplete: the collector dropped 2 span(s)"#)
+            && junit.matches("<error type=\"incomplete\"").count() == 1
+            // the execution's error and the search's (no fault catalog: nothing injected)
+            && junit.contains(r#"errors="2""#)
+            && junit.contains(r#"<property name="dei.incomplete" value="1"/>"#)
+            && junit.contains(r#"<property name="dei.unsettled" value="0"/>"#),
+        "{junit}"
+    );
+    let check = dei_sfit::check_exhaustive(&report, &dei_sfit::ReplayCommand::Api)
+        .expect_err("an incomplete execution is not a clean exhaustive pass");
+    assert!(
+        check.contains("execution #1: its observation is incomplete: the collector dropped 2 span(s)"),
+        "{check}"
     );
     assert_eq!(e.traces.len(), 1, "the execution names its trace");
 }

@@ -435,3 +435,58 @@ async fn work_the_search_did_not_do_is_an_error_never_green() {
         }
     }
 }
+
+/// A source whose observations lack spans the collector dropped: every execution is incomplete.
+struct DropsSpans(Recorder);
+
+impl dei_sfit::SpanSource for DropsSpans {
+    fn begin(&self) -> futures::future::BoxFuture<'_, Result<(), dei_sfit::SourceError>> {
+        self.0.begin()
+    }
+    fn collect(&self) -> futures::future::BoxFuture<'_, Result<dei_sfit::Observation, dei_sfit::SourceError>> {
+        Box::pin(async {
+            let mut obs = self.0.collect().await?;
+            obs.spans_dropped = 3;
+            Ok(obs)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_whose_spans_the_collector_dropped_is_an_incomplete_error_never_green() {
+    let rec = Recorder::new();
+    let options = SearchOptions {
+        catalog: FaultCatalog::single(Fault::Connection),
+        ..SearchOptions::default()
+    };
+    let report = Search::new(options, DropsSpans(rec.clone()))
+        .run(&dei_sfit::model::programs::FIG2.test(&rec))
+        .await
+        .expect("search");
+    assert!(report.executions.len() > 1, "{report}");
+    assert_eq!(report.incomplete().len(), report.executions.len(), "{report}");
+    assert!(report.unsettled().is_empty(), "{report}");
+    let Some(suite) = junit_suite(&report, "incomplete.xml") else {
+        return;
+    };
+    assert_eq!(suite["errors"], report.executions.len().to_string(), "{suite:#}");
+    assert_eq!(
+        suite["properties"]["dei.incomplete"],
+        report.executions.len().to_string()
+    );
+    assert_eq!(
+        suite["properties"]["dei.spans_dropped"],
+        (3 * report.executions.len()).to_string()
+    );
+    for case in suite["cases"].as_array().expect("cases") {
+        let error = &case["error"];
+        assert_eq!(error["type"], "incomplete", "{case:#}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("incomplete: the collector dropped 3 span(s)")),
+            "{case:#}"
+        );
+        assert!(case["failure"].is_null() && case["skipped"].is_null(), "{case:#}");
+    }
+}

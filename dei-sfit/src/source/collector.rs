@@ -30,8 +30,10 @@
 //! skipped for a malformed `dei.*` attribute (`spans_dei_skipped`) count as malformed spans on the execution
 //! ([`Observation::malformed`]), as the in-memory source counts the ones it reads; and the spans it dropped
 //! past its cap of RPCs per trace (`occurrences_dropped`) are counted on the observation
-//! ([`Observation::spans_dropped`]), while [`settle`](SpanSource::settle) ends with [`Settled::TimedOut`]
-//! saying how many, which the search records on the execution (its RPCs are incomplete).
+//! ([`Observation::spans_dropped`]), which the search reports as an *incomplete* execution
+//! ([`ExecutionRecord::incomplete`](crate::ExecutionRecord::incomplete)): its RPCs and faults are missing.
+//! Such a trace settles once it is quiet (waiting longer would not bring the dropped spans back): it is not
+//! an unsettled execution, whose spans did not arrive in time.
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
 use crate::source::{ExecutionKey, MessageTargeting, Settled, SourceError, SpanSource};
@@ -237,8 +239,9 @@ impl SpanSource for CollectorSpans {
     /// no RPC, or whose spans never reach the collector), spans waiting for a stream mapping, RPCs whose
     /// client span never arrived, or a trace still changing. A trace of which the collector dropped spans past
     /// its cap of RPCs per trace (`occurrences_dropped`) cannot become complete: once it is unchanged for the
-    /// quiet period, it warns and returns [`Settled::TimedOut`] saying how many, since those RPCs are missing
-    /// from the execution.
+    /// quiet period it has settled ([`Settled::Complete`]: nothing more will arrive), and the dropped spans are
+    /// on the observation [`collect`](SpanSource::collect) returns ([`Observation::spans_dropped`]), which the
+    /// search reports as an incomplete execution.
     fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
         Box::pin(async move {
             let started = Instant::now();
@@ -252,13 +255,8 @@ impl SpanSource for CollectorSpans {
                         Some((p, since)) if *p == print => {
                             let quiet = now.duration_since(*since) >= self.settle.quiet;
                             // a trace the collector dropped spans of cannot become complete: once it is
-                            // quiet, waiting longer would not bring them back
-                            if quiet && print.dropped > 0 {
-                                let what = self.dropped_past_the_cap(print.dropped);
-                                tracing::warn!("dei-sfit: {what}");
-                                return Ok(Settled::TimedOut(what));
-                            }
-                            if quiet && print.complete {
+                            // quiet, waiting longer would not bring them back (the observation counts them)
+                            if quiet && (print.complete || print.dropped > 0) {
                                 return Ok(Settled::Complete);
                             }
                         }
@@ -286,29 +284,12 @@ impl SpanSource for CollectorSpans {
                             self.settle.timeout
                         ),
                     };
-                    let what = match &last {
-                        Some((p, _)) if p.dropped > 0 => format!("{what}; {}", self.dropped_past_the_cap(p.dropped)),
-                        _ => what,
-                    };
                     tracing::warn!("dei-sfit: {what}; using what arrived");
                     return Ok(Settled::TimedOut(what));
                 }
                 tokio::time::sleep(self.settle.poll).await;
             }
         })
-    }
-}
-
-impl CollectorSpans {
-    /// Why an execution whose trace lost `dropped` spans past the collector's cap is incomplete.
-    fn dropped_past_the_cap(&self, dropped: u64) -> String {
-        let trace = self.trace_id().map(|t| t.to_string()).unwrap_or_default();
-        format!(
-            "the collector at {} dropped {dropped} span(s) of trace {trace} past its cap of RPCs per trace \
-             (occurrences_dropped in the trace view; serve --max-trace-rpcs): their RPCs and faults are missing \
-             from the execution",
-            self.api
-        )
     }
 }
 
