@@ -13,10 +13,10 @@
 //!   [`AMBIGUOUS`] when the call completes, [`FAULT`] when one was injected, [`DEPTH_LIMITED`];
 //! - server spans: [`PAYLOAD_DIGEST_INCOMPLETE`] in place of [`PAYLOAD_DIGEST`] when the handler dropped the
 //!   request body before the digest was complete, or the body failed (an HTTP body before its end or the
-//!   digest's cap, a gRPC request stream before its first message), [`FAULT_PLAN`] (the incoming plan), [`FAULT_PLAN_DROPPED`] when this service refused it
-//!   ([`crate::Faults`]), [`INCOMING_DROPPED`] when an edge layer dropped the incoming `dei`/`dei-faults`
-//!   ([`crate::Incoming`]), [`STREAM_COUNT_OVERFLOW`] when a stream's messages could not each be served under
-//!   a count of their own ([`crate::DeiStreaming`]).
+//!   digest's cap, a gRPC request stream before its first message), [`FAULT_PLAN`] (the incoming plan),
+//!   [`FAULT_PLAN_DROPPED`] when this service refused it ([`crate::Faults`]), [`INCOMING_DROPPED`] when an edge
+//!   layer dropped the incoming `dei`/`dei-faults` ([`crate::Incoming`]), [`STREAM_COUNT_OVERFLOW`] when a
+//!   stream's messages could not each be served under a count of their own (`DeiStreaming`, feature `tonic`).
 //!
 //! Only sampled (or recording) spans get them: on a trace that is not sampled the layers compute and
 //! propagate the index but record nothing ([`Unsampled`]).
