@@ -27,6 +27,7 @@
 //! | [`FAULT_PLAN`] | string, plan wire form | — | the plan that came with the request |
 //! | [`FAULT_PLAN_DROPPED`], [`INCOMING_DROPPED`] | bool | — | `true` when this service dropped them |
 //! | [`DEPTH_LIMITED`] | bool | `true` when the index could not grow past 64 elements | — |
+//! | [`STREAM_COUNT_OVERFLOW`] | bool | — | `true` on a stream's server span when a message's count would pass the largest (4294967295): its later messages share that count |
 //!
 //! A stream's client span gets one [`STREAM_MESSAGE_EVENT`] per message sent, with [`PRELIMINARY_INDEX`],
 //! [`INDEX`], [`MESSAGE`] and, when the plan failed that message, [`FAULT`].
@@ -122,7 +123,7 @@ pub const PRELIMINARY_INDEX: &str = "dei.preliminary_index";
 pub const MESSAGE: &str = "dei.message";
 
 /// Every `dei.*` span attribute key (the event's own keys included), for checks that walk the contract.
-pub const ATTRIBUTES: [&str; 21] = [
+pub const ATTRIBUTES: [&str; 22] = [
     INDEX,
     SIGNATURE,
     PAYLOAD_DIGEST,
@@ -142,6 +143,7 @@ pub const ATTRIBUTES: [&str; 21] = [
     FAULT_PLAN_DROPPED,
     INCOMING_DROPPED,
     DEPTH_LIMITED,
+    STREAM_COUNT_OVERFLOW,
     PRELIMINARY_INDEX,
     MESSAGE,
 ];

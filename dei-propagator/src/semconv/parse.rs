@@ -4,7 +4,7 @@
 use super::{
     AMBIGUOUS, COUNT, DEPTH, DEPTH_LIMITED, FAULT, FAULT_PLAN, FAULT_PLAN_DROPPED, INCOMING_DROPPED, INDEX,
     INSTANTIATION, MESSAGE, PAYLOAD, PAYLOAD_DIGEST, PAYLOAD_DIGEST_INCOMPLETE, PRELIMINARY, PRELIMINARY_INDEX,
-    SIGNATURE, STACK, STACK_DIGEST, STACK_MODE, STACK_WALKER,
+    SIGNATURE, STACK, STACK_DIGEST, STACK_MODE, STACK_WALKER, STREAM_COUNT_OVERFLOW,
 };
 use crate::{Fault, HexDigestError, Index, PayloadDigest, StackDigest, WireError};
 use std::fmt;
@@ -283,6 +283,8 @@ pub struct DeiSpan<'a> {
     pub depth_limited: bool,
     /// [`PAYLOAD_DIGEST_INCOMPLETE`].
     pub payload_digest_incomplete: bool,
+    /// [`STREAM_COUNT_OVERFLOW`].
+    pub stream_count_overflow: bool,
 }
 
 impl<'a> DeiSpan<'a> {
@@ -380,6 +382,7 @@ impl<'a> DeiSpan<'a> {
             INCOMING_DROPPED => self.incoming_dropped = bool_value(INCOMING_DROPPED, value)?,
             DEPTH_LIMITED => self.depth_limited = bool_value(DEPTH_LIMITED, value)?,
             PAYLOAD_DIGEST_INCOMPLETE => self.payload_digest_incomplete = bool_value(PAYLOAD_DIGEST_INCOMPLETE, value)?,
+            STREAM_COUNT_OVERFLOW => self.stream_count_overflow = bool_value(STREAM_COUNT_OVERFLOW, value)?,
             // a later version's key: not this contract's to judge
             _ => return Ok(false),
         }

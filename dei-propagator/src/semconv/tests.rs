@@ -49,6 +49,7 @@ fn reads_every_span_attribute() {
         (INCOMING_DROPPED, Bool(true)),
         (DEPTH_LIMITED, Bool(true)),
         (PAYLOAD_DIGEST_INCOMPLETE, Bool(true)),
+        (STREAM_COUNT_OVERFLOW, Bool(true)),
         ("rpc.system", Str("grpc")),
         ("peer.service", Int(3)),
     ];
@@ -74,6 +75,7 @@ fn reads_every_span_attribute() {
     assert_eq!(span.fault_plan, Some("1.AQEBAQEBAQE2=g14"));
     assert!(span.fault_plan_dropped && span.incoming_dropped && span.depth_limited);
     assert!(span.payload_digest_incomplete);
+    assert!(span.stream_count_overflow);
     // every key of the contract is read by the parser
     for key in ATTRIBUTES.iter().filter(|k| ![PRELIMINARY_INDEX, MESSAGE].contains(k)) {
         let (_, value) = attributes.iter().find(|(k, _)| k == key).expect("in the vector");
@@ -95,7 +97,7 @@ fn no_attribute_and_unknown_keys_give_an_empty_record() {
 
 #[test]
 fn a_malformed_value_is_an_error_naming_its_key() {
-    let cases: [(&str, AttributeValue, &str); 22] = [
+    let cases: [(&str, AttributeValue, &str); 24] = [
         (INDEX, Int(5), "expected a string, got int"),
         (INDEX, Str("not an index"), "malformed index"),
         (INDEX, Other("invalid UTF-8 string"), "got invalid UTF-8 string"),
@@ -118,6 +120,8 @@ fn a_malformed_value_is_an_error_naming_its_key() {
         (FAULT_PLAN, Bool(true), "got bool"),
         (FAULT_PLAN_DROPPED, Str("true"), "expected a bool"),
         (DEPTH_LIMITED, Other("empty"), "got empty"),
+        (PAYLOAD_DIGEST_INCOMPLETE, Int(1), "expected a bool, got int"),
+        (STREAM_COUNT_OVERFLOW, Str("true"), "expected a bool, got string"),
     ];
     for (key, value, problem) in cases {
         // a well-formed attribute before it does not save the span
