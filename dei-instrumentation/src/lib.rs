@@ -3,7 +3,7 @@
 //!
 //! | integration | where | what it does |
 //! |---|---|---|
-//! | [`DeiClientLayer`] | over a tonic `Channel` | signature, payload digest, call stack → next index; injects it through the global propagator (the default: `dei`, `traceparent`; `baggage` for other entries, and a `dei` copy there only with [`Carriers::HEADER_AND_BAGGAGE`](dei_propagator::Carriers::HEADER_AND_BAGGAGE)); faults |
+//! | [`DeiClientLayer`] | over a tonic `Channel` | signature, payload digest, call stack → next index; injects it through the global propagator (the default: `dei`, `traceparent`; `baggage` for other entries, and a `dei` copy there only with [`Carriers::HEADER_AND_BAGGAGE`](dei_propagator::Carriers::HEADER_AND_BAGGAGE)); faults. `DeiClientLayer::new(config).server(endpoint.uri())` names the server on its spans (`server.address`, `server.port`) |
 //! | [`DeiServerLayer`] | `tonic::transport::Server::builder().layer(..)` | extracts; serves the request in its own scope |
 //! | [`DeiHttpServerLayer`] | axum `Router::layer` | the same for HTTP (signature from the matched route) |
 //! | [`DeiReqwestMiddleware`] | reqwest-middleware | the client side for HTTP calls |

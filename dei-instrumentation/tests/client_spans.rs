@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use dei_instrumentation::DeiClientLayer;
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::SpanData;
 
@@ -66,5 +67,100 @@ async fn client_spans_carry_server_address_and_port() {
         Some(Value::I64(i64::from(sys.leaf_http.port()))),
         "{:?}",
         span.attributes
+    );
+}
+
+/// A generated client made the usual way (`new(channel)`, the layer over the channel) sends only the path: a
+/// layer given the endpoint's URI (`server`) names the server on its spans; one without names none. The index
+/// is the same either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usual_clients_name_the_server_the_layer_was_given() {
+    use tonic::transport::Endpoint;
+    use tower::ServiceBuilder;
+
+    let sys = System::start().await;
+    let config = sys.config.clone();
+    let endpoint = Endpoint::from_shared(format!("http://{}", sys.leaf)).expect("endpoint");
+    let connected = endpoint.connect().await.expect("connect");
+    let told = ServiceBuilder::new()
+        .layer(DeiClientLayer::new(config.clone()).server(endpoint.uri()))
+        .service(connected.clone());
+    let untold = ServiceBuilder::new()
+        .layer(DeiClientLayer::new(config.clone()))
+        .service(connected);
+
+    let mut spans = Vec::new();
+    // One call site for both clients, so that their calls have the same stack and, if the server does not
+    // enter it, the same index.
+    for channel in [told, untold] {
+        let mut client = pb::leaf_client::LeafClient::new(channel);
+        let (reply, trace) = in_root(&config, |cx| cx, async { client.get(msg("x")).await }).await;
+        assert!(reply.is_ok(), "{reply:?}");
+        spans.push(client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get"));
+    }
+    let [told, untold] = <[SpanData; 2]>::try_from(spans).expect("two spans");
+
+    assert_eq!(
+        value(&told, "server.address"),
+        Some(Value::from("127.0.0.1")),
+        "{:?}",
+        told.attributes
+    );
+    assert_eq!(
+        value(&told, "server.port"),
+        Some(Value::I64(i64::from(sys.leaf.port()))),
+        "{:?}",
+        told.attributes
+    );
+    assert_eq!(value(&untold, "server.address"), None);
+    assert_eq!(value(&untold, "server.port"), None);
+
+    let index = attr(&told, "dei.index");
+    assert!(index.as_deref().is_some_and(|i| i.starts_with("1.")), "{index:?}");
+    assert_eq!(index, attr(&untold, "dei.index"), "the server does not enter the index");
+}
+
+/// A layer given the server by a URI without a port records the scheme's default; the request's own URI (a
+/// client made `with_origin`) wins over the layer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_uri_wins_over_the_layers_server_and_a_default_port_is_the_schemes() {
+    use tonic::transport::Endpoint;
+    use tower::ServiceBuilder;
+
+    let sys = System::start().await;
+    let config = sys.config.clone();
+    let connected = Endpoint::from_shared(format!("http://{}", sys.leaf))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let elsewhere: http::Uri = "https://movies.internal".parse().expect("uri");
+    let layer = DeiClientLayer::new(config.clone()).server(&elsewhere);
+
+    // The layer's server, with https's port.
+    let mut usual =
+        pb::leaf_client::LeafClient::new(ServiceBuilder::new().layer(layer.clone()).service(connected.clone()));
+    let (reply, trace) = in_root(&config, |cx| cx, async { usual.get(msg("x")).await }).await;
+    assert!(reply.is_ok(), "{reply:?}");
+    let span = client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get");
+    assert_eq!(value(&span, "server.address"), Some(Value::from("movies.internal")));
+    assert_eq!(
+        value(&span, "server.port"),
+        Some(Value::I64(443)),
+        "{:?}",
+        span.attributes
+    );
+
+    // The request's own.
+    let origin: http::Uri = format!("http://{}", sys.leaf).parse().expect("origin");
+    let mut named =
+        pb::leaf_client::LeafClient::with_origin(ServiceBuilder::new().layer(layer).service(connected), origin);
+    let (reply, trace) = in_root(&config, |cx| cx, async { named.get(msg("x")).await }).await;
+    assert!(reply.is_ok(), "{reply:?}");
+    let span = client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get");
+    assert_eq!(value(&span, "server.address"), Some(Value::from("127.0.0.1")));
+    assert_eq!(
+        value(&span, "server.port"),
+        Some(Value::I64(i64::from(sys.leaf.port())))
     );
 }

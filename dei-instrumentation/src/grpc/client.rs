@@ -5,8 +5,10 @@
 //! use dei_instrumentation::{DeiClientLayer, DeiConfig};
 //! use tower::ServiceBuilder;
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:50051").connect().await?;
-//! let channel = ServiceBuilder::new().layer(DeiClientLayer::new(DeiConfig::default())).service(channel);
+//! let endpoint = tonic::transport::Endpoint::from_static("http://127.0.0.1:50051");
+//! // `server`: the client spans' `server.address` and `server.port` (the channel's requests do not carry them).
+//! let layer = DeiClientLayer::new(DeiConfig::default()).server(endpoint.uri());
+//! let channel = ServiceBuilder::new().layer(layer).service(endpoint.connect().await?);
 //! let mut client = pb::leaf_client::LeafClient::new(channel);
 //! # Ok(()) }
 //! ```
@@ -50,15 +52,51 @@ use tower_service::Service;
 
 /// A tower layer for a tonic `Channel` (or any gRPC client service) that gives every call its index,
 /// injects it, records the `dei.*` attributes on a client span and injects planned faults.
+///
+/// The span's `server.address` and `server.port` come from the request's URI when it names the server (a
+/// generated client made `with_origin`), else from [`server`](Self::server): a generated client made with
+/// `new(channel)` sends only the path, and the channel adds the authority below this layer. Neither enters
+/// the index.
 #[derive(Clone, Debug, Default)]
 pub struct DeiClientLayer {
     config: DeiConfig,
+    server: Option<Server>,
+}
+
+/// The server a layer's calls go to, as its spans name it: `server.address` and `server.port`.
+#[derive(Clone, Debug)]
+struct Server {
+    address: Arc<str>,
+    port: Option<u16>,
 }
 
 impl DeiClientLayer {
     /// A layer with this configuration.
     pub fn new(config: DeiConfig) -> Self {
-        DeiClientLayer { config }
+        DeiClientLayer { config, server: None }
+    }
+
+    /// Names the server of the channel this layer wraps, by the URI it connects to (`endpoint.uri()`): its
+    /// host is the spans' `server.address`, and its port, or the scheme's default (80 for `http`, 443 for
+    /// `https`), their `server.port`. A request whose URI names a server (a client made `with_origin`) is
+    /// recorded with that one instead. A URI without a host names none. Span attributes only: the index does
+    /// not depend on the server, so it stays the same wherever the server runs.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use dei_instrumentation::{DeiClientLayer, DeiConfig};
+    /// let endpoint = tonic::transport::Endpoint::from_static("http://movies:50051");
+    /// let layer = DeiClientLayer::new(DeiConfig::default()).server(endpoint.uri());
+    /// let channel = tower::ServiceBuilder::new().layer(layer).service(endpoint.connect().await?);
+    /// # let _ = channel;
+    /// # Ok(()) }
+    /// ```
+    pub fn server(mut self, uri: &http::Uri) -> Self {
+        self.server = uri.host().map(|host| Server {
+            address: Arc::from(host),
+            port: server_port(uri),
+        });
+        self
     }
 }
 
@@ -68,6 +106,7 @@ impl<S> Layer<S> for DeiClientLayer {
         DeiClientService {
             inner,
             config: self.config.clone(),
+            server: self.server.clone(),
         }
     }
 }
@@ -77,6 +116,7 @@ impl<S> Layer<S> for DeiClientLayer {
 pub struct DeiClientService<S> {
     inner: S,
     config: DeiConfig,
+    server: Option<Server>,
 }
 
 /// Send sites of a stream's messages, in send order, shared between [`super::stream::StreamSender`] and the
@@ -164,10 +204,15 @@ where
         );
         // A generated client's requests carry only the path; the channel adds the authority later. A client
         // made `with_origin` (or a request with a full URI) names the server: its port is the URI's, or the
-        // scheme's default.
+        // scheme's default. Otherwise the layer's own `server`, if it was given one.
         if let Some(host) = request.uri().host() {
             span.record("server.address", host);
             if let Some(port) = server_port(request.uri()) {
+                span.record("server.port", i64::from(port));
+            }
+        } else if let Some(server) = &self.server {
+            span.record("server.address", &*server.address);
+            if let Some(port) = server.port {
                 span.record("server.port", i64::from(port));
             }
         }
