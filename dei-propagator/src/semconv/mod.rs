@@ -15,7 +15,7 @@
 //! | [`INDEX`] | string, index wire form | the outgoing index | the incoming index (`1` for a root) |
 //! | [`SIGNATURE`] | string | `pkg.Service/Method`, `METHOD host/path` (no port) or `METHOD name/path` (a named target) | `pkg.Service/Method`, `METHOD /route/{template}`, `METHOD <unmatched>` |
 //! | [`PAYLOAD_DIGEST`] | string, 64 hex | SHA-256 of the payload | the same, digested from the received body |
-//! | [`PAYLOAD_DIGEST_INCOMPLETE`] | bool | — | `true` on an HTTP server span whose handler did not read the body to its end (no digest then) |
+//! | [`PAYLOAD_DIGEST_INCOMPLETE`] | bool | — | `true` when the request's payload was dropped or failed before its digest was complete: an HTTP body before its end or the digest's cap, a gRPC request stream before its first message (no digest then) |
 //! | [`PAYLOAD`] | string | the raw payload, only when turned on | the same |
 //! | [`STACK_DIGEST`], [`STACK_MODE`], [`STACK_WALKER`] | string | the caller's application stack | — |
 //! | [`STACK`] | string, one frame a line | the readable frames of that stack, once per distinct digest per process | — |
@@ -62,9 +62,11 @@ pub const INDEX: &str = "dei.index";
 pub const SIGNATURE: &str = "dei.signature";
 /// `dei.payload.digest` (string): SHA-256 of the payload, 64 hex characters.
 pub const PAYLOAD_DIGEST: &str = "dei.payload.digest";
-/// `dei.payload.digest.incomplete` (bool): on an HTTP server span, `true` when the request body was dropped
-/// before its end or the digest's cap (the handler did not read it all), or failed: the span then has no
-/// [`PAYLOAD_DIGEST`].
+/// `dei.payload.digest.incomplete` (bool): on a server span, `true` when the request's payload was dropped
+/// (the handler did not read it) or failed before its digest was complete: on HTTP, a body before its end or
+/// the digest's cap; on gRPC, whose digest is the first request message's, a request stream before its first
+/// message (only a stream from a caller without DEI: a DEI caller's stream has a preliminary index, whose
+/// payload digest is the empty payload's). The span then has no [`PAYLOAD_DIGEST`].
 pub const PAYLOAD_DIGEST_INCOMPLETE: &str = "dei.payload.digest.incomplete";
 /// `dei.payload` (string): the raw payload (lossy UTF-8, at most its first KiB), only when the services turn
 /// it on (`record_payloads`).
