@@ -85,7 +85,7 @@ impl Faults {
 }
 
 /// What a server layer does with the `dei` and `dei-faults` values a request arrives with. Set per layer
-/// ([`crate::DeiServerLayer::incoming`], [`crate::DeiHttpServerLayer::incoming`]).
+/// (`DeiServerLayer::incoming`, feature `tonic`; `DeiHttpServerLayer::incoming`, feature `axum`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Incoming {
     /// The default, for services whose callers are other services of the system: the incoming index is the

@@ -8,16 +8,16 @@
 //! | `g<code>` (1–16) | that status, as a trailers-only response | the HTTP status gRPC maps the code to (14 → 503, 4 → 504, 12 → 501, 5 → 404, 16 → 401, 7 → 403, 8 → 429, others → 500) |
 //! | `h<status>` (200–599) | that HTTP status without `grpc-status`, which the caller reads as gRPC's HTTP mapping says: 400 → INTERNAL, 401 → UNAUTHENTICATED, 403 → PERMISSION_DENIED, 404 → UNIMPLEMENTED, 429, 502, 503, 504 → UNAVAILABLE, any other (200 and 418 too) → UNKNOWN | that status, empty body |
 //! | `c` | UNAVAILABLE with message `dei: injected connection error` (what tonic reports for a refused connection) | an error, [`InjectedConnectionError`] (a middleware error: `is_connect()` is false) |
-//! | `l<ms>` | sends the headers, holds the request's body that long (at most [`DeiConfig::max_latency`](crate::DeiConfig::max_latency)): the channel's `Endpoint::timeout` and the call's `grpc-timeout` count the wait, and a call past them ends as tonic ends any (`CANCELLED`, "Timeout expired") | waits (at most the same cap), then sends with what is left of the request's timeout (`RequestBuilder::timeout`); a wait as long as that timeout or longer waits the timeout and fails, unsent, with [`InjectedTimeout`](crate::http::client::InjectedTimeout) (its `is_timeout()` is false). A client-level timeout (`reqwest::ClientBuilder::timeout`) is invisible to middleware: the wait is outside it; set the timeout per request or with `with_init` |
+//! | `l<ms>` | sends the headers, holds the request's body that long (at most [`DeiConfig::max_latency`](crate::DeiConfig::max_latency)): the channel's `Endpoint::timeout` and the call's `grpc-timeout` count the wait, and a call past them ends as tonic ends any (`CANCELLED`, "Timeout expired") | waits (at most the same cap), then sends with what is left of the request's timeout (`RequestBuilder::timeout`); a wait as long as that timeout or longer waits the timeout and fails, unsent, with `InjectedTimeout` (feature `reqwest`; its `is_timeout()` is false). A client-level timeout (`reqwest::ClientBuilder::timeout`) is invisible to middleware: the wait is outside it; set the timeout per request or with `with_init` |
 //!
 //! docs/wire-format.md lists the same mapping as test vectors ("Faults as a caller sees them"), which the
 //! tests check against real tonic and reqwest clients. A plan cannot carry `g0` (OK is not a fault) or a 1xx
 //! status (never a final response): such a plan is rejected as a whole.
 //!
-//! Stream messages are targeted by their final index (see [`crate::grpc::stream`]): a failing fault ends the
-//! request stream before that message (the callee sees the earlier messages, then the end of the stream),
-//! the call ends with the matching gRPC status towards the caller, and later sends through the
-//! [`crate::grpc::stream::StreamSender`] fail; a latency fault delays that message and those after it.
+//! Stream messages are targeted by their final index (see `grpc::stream`, feature `tonic`): a failing fault
+//! ends the request stream before that message (the callee sees the earlier messages, then the end of the
+//! stream), the call ends with the matching gRPC status towards the caller, and later sends through the
+//! `StreamSender` fail; a latency fault delays that message and those after it.
 
 use dei_propagator::Fault;
 use std::sync::{Arc, OnceLock};

@@ -1,13 +1,16 @@
 //! Distributed execution indexes for services that already use OpenTelemetry: add a few layers, and every RPC
 //! carries its index.
 //!
-//! | integration | where | what it does |
-//! |---|---|---|
-//! | [`DeiClientLayer`] | over a tonic `Channel` | signature, payload digest, call stack → next index; injects it through the global propagator (the default: `dei`, `traceparent`; `baggage` for other entries, and a `dei` copy there only with [`Carriers::HEADER_AND_BAGGAGE`](dei_propagator::Carriers::HEADER_AND_BAGGAGE)); faults. `DeiClientLayer::new(config).server(endpoint.uri())` names the server on its spans (`server.address`, `server.port`) |
-//! | [`DeiServerLayer`] | `tonic::transport::Server::builder().layer(..)` | extracts; serves the request in its own scope |
-//! | [`DeiHttpServerLayer`] | axum `Router::layer` | the same for HTTP (signature from the matched route) |
-//! | [`DeiReqwestMiddleware`] | reqwest-middleware | the client side for HTTP calls |
-//! | [`grpc::stream`] | streaming calls | preliminary and final indexes (paper §4.2) |
+//! | integration | feature | where | what it does |
+//! |---|---|---|---|
+//! | `DeiClientLayer` | `tonic` | over a tonic `Channel` | signature, payload digest, call stack → next index; injects it through the global propagator (the default: `dei`, `traceparent`; `baggage` for other entries, and a `dei` copy there only with [`Carriers::HEADER_AND_BAGGAGE`](dei_propagator::Carriers::HEADER_AND_BAGGAGE)); faults. `DeiClientLayer::new(config).server(endpoint.uri())` names the server on its spans (`server.address`, `server.port`) |
+//! | `DeiServerLayer` | `tonic` | `tonic::transport::Server::builder().layer(..)` | extracts; serves the request in its own scope |
+//! | `DeiHttpServerLayer` | `axum` | axum `Router::layer` | the same for HTTP (signature from the matched route) |
+//! | `DeiReqwestMiddleware` | `reqwest` | reqwest-middleware | the client side for HTTP calls |
+//! | `grpc::stream` | `tonic` | streaming calls | preliminary and final indexes (paper §4.2) |
+//!
+//! (Named without links: each exists only in a build with its feature. The [`grpc`] and [`http`] modules
+//! describe them.)
 //!
 //! Each call's index is recorded on its client and server spans as `dei.*` attributes ([`span`]) through
 //! tracing-opentelemetry, so they reach whatever exporter the service uses. Install the propagator once

@@ -5,7 +5,7 @@
 //! `Grpc::unary` wraps the message in a one-item stream and goes through the same `Grpc::streaming` as every
 //! other kind. So the kinds are declared — one by one, or all at once from the protobuf descriptor set — and
 //! undeclared methods are classified from their request body without ever waiting for it (see
-//! [`super::client`]).
+//! `grpc::client`, feature `tonic`).
 
 use prost::Message;
 use std::collections::HashMap;

@@ -146,7 +146,7 @@ impl TargetHost {
     }
 }
 
-/// reqwest-middleware middleware doing for HTTP calls what [`crate::DeiClientLayer`] does for gRPC.
+/// reqwest-middleware middleware doing for HTTP calls what `DeiClientLayer` (feature `tonic`) does for gRPC.
 #[derive(Clone, Debug, Default)]
 pub struct DeiReqwestMiddleware {
     config: DeiConfig,
