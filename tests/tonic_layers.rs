@@ -1,14 +1,21 @@
 //! The minimal example, `examples/tonic_layers.rs`, run as a user runs it: it exits 0 only when its six RPCs
-//! got six distinct indexes, each Echo call's under the World call it was made in; its output lists them.
+//! got six distinct indexes, each Echo call's under the World call it was made in; its output lists them. The
+//! run is hermetic: the child gets none of the `OTEL_*` variables (with `OTEL_EXPORTER_OTLP_ENDPOINT` the
+//! example exports over OTLP to whatever collector it names).
 
 mod built_examples;
 use built_examples::example;
 
 #[test]
 fn the_minimal_tonic_example_indexes_every_rpc() {
-    let out = std::process::Command::new(example("tonic_layers"))
-        .output()
-        .expect("run the example");
+    let mut command = std::process::Command::new(example("tonic_layers"));
+    // No exporter, endpoint, sampler or resource from the environment of whoever runs the tests.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("OTEL_") {
+            command.env_remove(name);
+        }
+    }
+    let out = command.output().expect("run the example");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
