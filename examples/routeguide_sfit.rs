@@ -249,9 +249,10 @@ async fn search(out: &mut Stdout) -> Result<(), String> {
     outln!(out, "{report}");
     report.tested_faults().map_err(|e| e.to_string())?;
     ensure(report.failing().is_empty(), || "the fallbacks failed the test".into())?;
-    ensure(report.unreached().is_empty() && report.unsettled().is_empty(), || {
-        "executions with unreached faults or unsettled spans".into()
-    })?;
+    ensure(
+        report.unreached().is_empty() && report.unsettled().is_empty() && report.incomplete().is_empty(),
+        || "executions with unreached faults, unsettled spans or spans the collector dropped".into(),
+    )?;
     ensure(report.redundant().is_empty(), || "redundant executions".into())?;
 
     // every kind was targeted; the server-streaming call both as a stream and by its request message

@@ -187,8 +187,8 @@ fn unclean(report: &Report, n: usize, expected: usize) -> Option<String> {
     if !report.failing().is_empty() || !report.redundant().is_empty() {
         why.push("failing or redundant executions".to_string());
     }
-    if !report.unreached().is_empty() || !report.unsettled().is_empty() {
-        why.push("unreached or unsettled executions".to_string());
+    if !report.unreached().is_empty() || !report.unsettled().is_empty() || !report.incomplete().is_empty() {
+        why.push("unreached, unsettled or incomplete executions".to_string());
     }
     if !report.warnings.is_empty() {
         why.push(format!("warnings: {:?}", report.warnings));

@@ -89,7 +89,10 @@ async fn same_as_sequential(
         assert_eq!(parallel.executions.len(), sequential.executions.len(), "{what}");
         assert_eq!(parallel.failing().len(), sequential.failing().len(), "{what}");
         assert!(
-            parallel.redundant().is_empty() && parallel.unreached().is_empty() && parallel.unsettled().is_empty(),
+            parallel.redundant().is_empty()
+                && parallel.unreached().is_empty()
+                && parallel.unsettled().is_empty()
+                && parallel.incomplete().is_empty(),
             "{what}\n{parallel}"
         );
     }
@@ -143,6 +146,7 @@ async fn the_corpus_in_parallel_matches_the_sequential_search() {
                 report.redundant().is_empty()
                     && report.unreached().is_empty()
                     && report.unsettled().is_empty()
+                    && report.incomplete().is_empty()
                     && report.in_flight_redundant().is_empty(),
                 "{what}\n{report}"
             );

@@ -114,7 +114,10 @@ fn check(report: &Report, truth: &BTreeSet<FaultSet>, what: &str) {
         "{what}: one execution per set\n{report}"
     );
     assert!(
-        report.redundant().is_empty() && report.unreached().is_empty() && report.unsettled().is_empty(),
+        report.redundant().is_empty()
+            && report.unreached().is_empty()
+            && report.unsettled().is_empty()
+            && report.incomplete().is_empty(),
         "{what}\n{report}"
     );
     // A has no fallback: failing the stream or either message fails the test

@@ -45,13 +45,14 @@ fn essence(report: &Report) -> Vec<String> {
                 .map(|r| format!("{} {}", r.index.encode(), r.signature))
                 .collect();
             format!(
-                "#{} plan {:?} effective {:?} unreached {:?} outcome {:?} unsettled {:?} rpcs {rpcs:?}",
+                "#{} plan {:?} effective {:?} unreached {:?} outcome {:?} unsettled {:?} dropped {} rpcs {rpcs:?}",
                 e.number,
                 faults(&e.plan),
                 faults(&e.effective),
                 faults(&e.unreached),
                 e.outcome,
                 e.unsettled,
+                e.spans_dropped,
             )
         })
         .collect()
@@ -151,8 +152,11 @@ fn the_search_through_three_shards_gives_the_single_instances_report() {
 
     assert!(through_one.executions.len() > 1, "{through_one}");
     assert!(
-        through_one.executions.iter().all(|e| e.unsettled.is_none()),
-        "every execution's trace settled in the single instance: {through_one}"
+        through_one
+            .executions
+            .iter()
+            .all(|e| e.unsettled.is_none() && e.spans_dropped == 0),
+        "every execution's trace settled, whole, in the single instance: {through_one}"
     );
     let (a, b) = (essence(&through_shards), essence(&through_one));
     let differ: Vec<String> = a

@@ -74,6 +74,9 @@ pub struct Summary {
     pub unreached: usize,
     /// Executions whose spans did not settle (their observation may be incomplete).
     pub unsettled: usize,
+    /// Executions some of whose spans the collector dropped (past its cap of RPCs per trace): their
+    /// observations are incomplete.
+    pub incomplete: usize,
     /// Client spans still waiting for their server peer when the demo stopped waiting (the graph may then
     /// miss edges to virtual nodes).
     pub graph_waiting: usize,
@@ -165,6 +168,7 @@ impl Demo {
             spans_received: stats.counters.spans_received,
             unreached: self.report.unreached().len(),
             unsettled: self.report.unsettled().len(),
+            incomplete: self.report.incomplete().len(),
             graph_waiting: stats.graph_waiting_spans,
         }
     }
