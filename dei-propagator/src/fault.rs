@@ -378,8 +378,10 @@ impl FaultPlan {
     /// built by [`new`](Self::new)) is written shortened, so that the text decodes to another plan, and that is
     /// counted and logged ([`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)), once per text
     /// written, as the propagator counts each call it sends such a plan on. The text is also what a record of the
-    /// plan holds (a server span's `dei.fault.plan`, a search report's plan); [`Display`](fmt::Display) writes the
-    /// same text and counts the same way. [`try_new`](Self::try_new) refuses such a plan.
+    /// plan holds (a server span's `dei.fault.plan`, a search report's plan). [`Display`](fmt::Display) writes the
+    /// same text without counting: a log line may format a plan once per subscriber layer, or not at all when
+    /// its level is off, so a count there would follow the logging. [`try_new`](Self::try_new) refuses such a
+    /// plan.
     ///
     /// ```
     /// use dei_propagator::rejection::{self, Event};
@@ -498,9 +500,10 @@ impl fmt::Display for ShortenedLatencies {
     }
 }
 
+/// The text [`FaultPlan::encode`] writes, uncounted (see there).
 impl fmt::Display for FaultPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.encode())
+        f.write_str(&self.encode_unrecorded())
     }
 }
 
