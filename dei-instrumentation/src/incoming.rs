@@ -276,8 +276,8 @@ where
             } else {
                 request
             };
-            // The handler finds the call in its Context (`IncomingCall::current`): nothing goes in the request's
-            // extensions.
+            // The handler finds the call in its Context (`IncomingCall::current`), not in the request's extensions
+            // (which hold only what `digest` left there for the span).
             (request, Some(call.context))
         }
     };

@@ -232,6 +232,12 @@ impl OtelSpan {
     }
 }
 
+/// `server.address` of a host as a URL writes it: an IPv6 address without its brackets (`[::1]` is `::1`), as
+/// the semantic conventions write it beside `server.port`.
+pub(crate) fn server_address(host: &str) -> &str {
+    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
+}
+
 /// `dei.payload`: the first [`PAYLOAD_RECORD_CAP`] bytes of a payload, lossy UTF-8.
 pub(crate) fn raw_payload(raw: &[u8]) -> String {
     String::from_utf8_lossy(&raw[..raw.len().min(PAYLOAD_RECORD_CAP)]).into_owned()

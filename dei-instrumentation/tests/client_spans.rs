@@ -164,3 +164,46 @@ async fn the_request_uri_wins_over_the_layers_server_and_a_default_port_is_the_s
         Some(Value::I64(i64::from(sys.leaf.port())))
     );
 }
+
+/// An IPv6 server is named without the brackets its URL writes it with (`[::1]` is `::1`), as the semantic
+/// conventions write `server.address` beside `server.port`: on a gRPC span (the layer's server) and on an HTTP
+/// span (a call to a port nothing listens on: the span still says where it went).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv6_server_address_has_no_brackets() {
+    use tonic::transport::Endpoint;
+    use tower::ServiceBuilder;
+
+    let sys = System::start().await;
+    let config = sys.config.clone();
+    let connected = Endpoint::from_shared(format!("http://{}", sys.leaf))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let v6: http::Uri = "http://[::1]:50051".parse().expect("uri");
+    let layer = DeiClientLayer::new(config.clone()).server(&v6);
+    let mut client = pb::leaf_client::LeafClient::new(ServiceBuilder::new().layer(layer).service(connected));
+    let (reply, trace) = in_root(&config, |cx| cx, async { client.get(msg("x")).await }).await;
+    assert!(reply.is_ok(), "{reply:?}");
+    let span = client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get");
+    assert_eq!(
+        value(&span, "server.address"),
+        Some(Value::from("::1")),
+        "{:?}",
+        span.attributes
+    );
+    assert_eq!(value(&span, "server.port"), Some(Value::I64(50051)));
+
+    // Port 9 (discard) on loopback: refused, or unreachable without IPv6; either way the call fails.
+    let http = http_client(&config);
+    let (reply, trace) = text_in_root(&config, http.get("http://[::1]:9/items/7")).await;
+    assert!(reply.is_err(), "{reply:?}");
+    let span = client_span(&spans_of(trace, 1).await, "GET [::1]/items/7");
+    assert_eq!(
+        value(&span, "server.address"),
+        Some(Value::from("::1")),
+        "{:?}",
+        span.attributes
+    );
+    assert_eq!(value(&span, "server.port"), Some(Value::I64(9)));
+}

@@ -93,7 +93,7 @@ impl DeiClientLayer {
     /// ```
     pub fn server(mut self, uri: &http::Uri) -> Self {
         self.server = uri.host().map(|host| Server {
-            address: Arc::from(host),
+            address: Arc::from(crate::span::server_address(host)),
             port: server_port(uri),
         });
         self
@@ -206,7 +206,7 @@ where
         // made `with_origin` (or a request with a full URI) names the server: its port is the URI's, or the
         // scheme's default. Otherwise the layer's own `server`, if it was given one.
         if let Some(host) = request.uri().host() {
-            span.record("server.address", host);
+            span.record("server.address", crate::span::server_address(host));
             if let Some(port) = server_port(request.uri()) {
                 span.record("server.port", i64::from(port));
             }

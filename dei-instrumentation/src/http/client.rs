@@ -385,7 +385,7 @@ impl Middleware for DeiReqwestMiddleware {
             otel.kind = "client",
             http.request.method = %method,
             url.full = &*full,
-            server.address = host,
+            server.address = crate::span::server_address(host),
             server.port = url.port_or_known_default().map(i64::from),
             http.response.status_code = tracing::field::Empty,
             dei.signature = tracing::field::Empty,
