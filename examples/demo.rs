@@ -158,20 +158,9 @@ async fn main() -> ExitCode {
         outln!(out, "  #{}: {:?} with {}", e.number, e.outcome, faults.join(", "));
     }
     outln!(out, "spans received: {}", s.spans_received);
+    // among them: how many executions were unreached, unsettled or incomplete
     for warning in &demo.report.warnings {
         outln!(out, "WARNING: {warning}");
-    }
-    for (n, what) in [
-        (s.unreached, "planned faults that were not injected"),
-        (s.unsettled, "spans that did not settle"),
-        (s.incomplete, "spans the collector dropped"),
-    ] {
-        if n > 0 {
-            outln!(
-                out,
-                "WARNING: {n} execution(s) with {what} (the search report says which)"
-            );
-        }
     }
     if s.graph_waiting > 0 {
         outln!(

@@ -368,6 +368,9 @@ pub async fn search_main(name: &str, test: &dyn dei_sfit::FunctionalTest, base: 
         if let Some(what) = &e.unsettled {
             eprintln!("warning: the execution's spans did not settle: {what}");
         }
+        if let Some(what) = e.incomplete() {
+            eprintln!("warning: {what}");
+        }
         if !e.unreached.is_empty() || !deviations.is_empty() {
             let unreached = dei_sfit::Unreached {
                 record: e.clone(),
