@@ -66,11 +66,14 @@ pub enum PeerSource {
     DbSystem,
 }
 
-/// The peer attributes that name an uninstrumented callee, in order of preference.
+/// The peer attributes that name an uninstrumented callee, in order of preference. `rpc.service` comes before
+/// `server.address`: it names the service a call was for, which the collector can merge into the service seen
+/// serving it, where an address (an IP, a load balancer's name) names no service; a gRPC client span carries
+/// both when its layer knows the server.
 pub const PEER_ATTRIBUTES: [(&str, PeerSource); 4] = [
     ("peer.service", PeerSource::PeerService),
-    ("server.address", PeerSource::ServerAddress),
     ("rpc.service", PeerSource::RpcService),
+    ("server.address", PeerSource::ServerAddress),
     ("db.system", PeerSource::DbSystem),
 ];
 
@@ -599,6 +602,26 @@ mod tests {
                 "cut before the character that crosses the limit"
             );
             assert_eq!(stack[1], "src/x.rs:1:1");
+        }
+    }
+
+    /// A gRPC client span that names its server's address and its `rpc.service` is a call to that
+    /// `rpc.service` (which the graph merges into the service seen serving it); an HTTP span's address names it;
+    /// `peer.service` wins over both.
+    #[test]
+    fn a_peer_is_named_by_its_rpc_service_before_its_address() {
+        let address = r#"{"key":"server.address","value":{"stringValue":"127.0.0.1"}}"#;
+        let rpc = r#"{"key":"rpc.service","value":{"stringValue":"cinema.Bookings"}}"#;
+        let peer = r#"{"key":"peer.service","value":{"stringValue":"bookings"}}"#;
+        for (attrs, expected) in [
+            (format!("{address},{rpc}"), ("cinema.Bookings", PeerSource::RpcService)),
+            (format!("{rpc},{address}"), ("cinema.Bookings", PeerSource::RpcService)),
+            (address.to_string(), ("127.0.0.1", PeerSource::ServerAddress)),
+            (format!("{address},{rpc},{peer}"), ("bookings", PeerSource::PeerService)),
+        ] {
+            let (spans, issues) = one(&attrs, "");
+            assert_eq!(issues, vec![]);
+            assert_eq!(spans[0].peer, Some((expected.0.into(), expected.1)), "{attrs}");
         }
     }
 
