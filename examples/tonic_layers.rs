@@ -49,7 +49,8 @@ type Channel = DeiClientService<tonic::transport::Channel>;
 fn channel(addr: SocketAddr, config: &DeiConfig) -> Result<Channel, tonic::transport::Error> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))?;
     Ok(tower::ServiceBuilder::new()
-        .layer(DeiClientLayer::new(config.clone()))
+        // `server`: the client spans' server.address and server.port (the channel adds them below the layer)
+        .layer(DeiClientLayer::new(config.clone()).server(endpoint.uri()))
         .service(endpoint.connect_lazy()))
 }
 

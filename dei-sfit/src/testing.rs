@@ -136,7 +136,7 @@ pub fn grpc_channel(addr: SocketAddr, config: &DeiConfig) -> GrpcChannel {
             .expect("a socket address is a valid URI authority"),
     );
     tower::ServiceBuilder::new()
-        .layer(DeiClientLayer::new(config.clone()))
+        .layer(DeiClientLayer::new(config.clone()).server(endpoint.uri()))
         .service(endpoint.tcp_nodelay(true).connect_lazy())
 }
 
