@@ -400,7 +400,8 @@ proptest! {
         let readable: Index = index.elements().iter().copied().take_while(|e| e.count > 0).take(64).collect();
         let mut headers: HashMap<String, String> = HashMap::new();
         dei_propagator::inject_with_index(&DeiPropagator::new(), &Context::new(), &index, &mut headers);
-        prop_assert_eq!(headers.get("dei"), Some(&readable.encode()));
+        let written = readable.encode();
+        prop_assert_eq!(headers.get("dei"), Some(&written));
         let read = DeiPropagator::new().extract(&headers);
         prop_assert_eq!(read.dei_index(), Some(&readable));
     }
