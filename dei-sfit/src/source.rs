@@ -132,9 +132,9 @@ impl ExecutionKey {
 /// How a source's [`settle`](SpanSource::settle) step ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settled {
-    /// Nothing more to wait for: every span the source waits for arrived, or (spans that arrived but were not
-    /// recorded where the source reads them, [`Observation::spans_dropped`]) none will. What was not recorded
-    /// is on the observation, not here.
+    /// Every span the source waits for arrived. Spans that arrived but were not recorded where the source
+    /// reads them ([`Observation::spans_dropped`]) are not waited for, since they never will be: they are on
+    /// the observation, not here.
     Complete,
     /// The wait gave up: what was still missing. The execution's observation may lack RPCs or faults.
     TimedOut(String),

@@ -31,8 +31,24 @@ fn client_span(trace_id: &str, n: u64, index: &str, count: Value) -> Value {
     })
 }
 
-/// Exports `rpcs` well-formed client spans (distinct indexes) and `malformed` ones into the execution's trace.
-async fn export(http: std::net::SocketAddr, trace_id: String, rpcs: usize, malformed: usize) -> Result<(), String> {
+/// A server span of `trace_id` at `index` (wire form), served for a client span (`parent`) that never arrives.
+fn orphan_server_span(trace_id: &str, n: u64, index: &str) -> Value {
+    let mut span = client_span(trace_id, n, index, json!({"intValue": "1"}));
+    span["kind"] = json!(2);
+    span["parentSpanId"] = json!(format!("{:016x}", 1000 + n));
+    span
+}
+
+/// Exports `orphans` server spans whose client spans never arrive (first, so that they are recorded under a
+/// cap), `rpcs` well-formed client spans (distinct indexes) and `malformed` ones into the execution's trace.
+async fn export(
+    http: std::net::SocketAddr,
+    trace_id: String,
+    orphans: usize,
+    rpcs: usize,
+    malformed: usize,
+) -> Result<(), String> {
+    let orphans = (0..orphans as u64).map(|n| orphan_server_span(&trace_id, 200 + n, &format!("1.CAAAAAAAAA{n}1")));
     let good = "AEIMQUYcgkosw048"
         .chars()
         .take(rpcs)
@@ -40,7 +56,7 @@ async fn export(http: std::net::SocketAddr, trace_id: String, rpcs: usize, malfo
         .map(|(last, n)| client_span(&trace_id, n, &format!("1.AAAAAAAAAA{last}1"), json!({"intValue": "1"})));
     let bad =
         (0..malformed as u64).map(|n| client_span(&trace_id, 100 + n, "1.BAAAAAAAAAA1", json!({"stringValue": "x"})));
-    let spans: Vec<Value> = good.chain(bad).collect();
+    let spans: Vec<Value> = orphans.chain(good).chain(bad).collect();
     let body = json!({"resourceSpans": [{
         "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "test"}}]},
         "scopeSpans": [{"spans": spans}],
@@ -65,13 +81,18 @@ async fn export(http: std::net::SocketAddr, trace_id: String, rpcs: usize, malfo
 
 /// Runs a search with no faults (one execution) whose test exports `rpcs` good and `malformed` bad spans.
 async fn search(max_occurrences: usize, rpcs: usize, malformed: usize) -> Report {
+    search_with_orphans(max_occurrences, 0, rpcs, malformed).await
+}
+
+/// [`search`], the test also exporting `orphans` server spans whose client spans never arrive.
+async fn search_with_orphans(max_occurrences: usize, orphans: usize, rpcs: usize, malformed: usize) -> Report {
     let mut config = ServerConfig::ephemeral();
     config.state.traces.max_occurrences = max_occurrences;
     let collector = server::start(config).await.expect("collector");
     let http = collector.http_addr;
     let test = test_fn("incomplete", move |run: dei_sfit::TestRun| async move {
         let trace_id = run.context().span().span_context().trace_id().to_string();
-        export(http, trace_id, rpcs, malformed).await
+        export(http, trace_id, orphans, rpcs, malformed).await
     });
     let source = CollectorSpans::new(format!("http://{}", collector.api_addr)).with_settle(SettleConfig {
         quiet: Duration::from_millis(150),
@@ -173,4 +194,44 @@ async fn a_trace_whose_only_span_was_skipped_settles_with_the_span_counted_as_ma
     assert_eq!(e.unsettled, None, "{report}");
     assert_eq!(e.malformed_spans, 1, "{report}");
     assert!(e.rpcs.is_empty(), "{:#?}", e.rpcs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_with_dropped_spans_still_waits_for_what_else_is_missing_and_is_unsettled_as_well() {
+    // one RPC whose client span never arrives, then 4 RPCs past a cap of 3: 2 spans dropped, and the
+    // recorded RPC without a client span is missing however quiet the trace is
+    let started = std::time::Instant::now();
+    let report = search_with_orphans(3, 1, 4, 0).await;
+    let e = &report.executions[0];
+    assert_eq!(e.spans_dropped, 2, "{report}");
+    assert!(e.incomplete().is_some(), "{report}");
+    // the source waited for the missing client span until its timeout (3 s), not only until the trace was quiet
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}\n{report}",
+        started.elapsed()
+    );
+    let unsettled = e.unsettled.as_deref().unwrap_or_default();
+    assert!(
+        unsettled.contains("1 of 3 RPC(s) have no client span"),
+        "{unsettled:?}\n{report}"
+    );
+    assert_eq!(
+        (report.unsettled_executions, report.incomplete_executions),
+        (1, 1),
+        "{report}"
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains("1 unsettled, 1 incomplete") && text.contains("UNSETTLED") && text.contains("INCOMPLETE"),
+        "{text}"
+    );
+    // JUnit: one error, unsettled, whose text says it is incomplete too
+    let junit = report.to_junit(&dei_sfit::ReplayCommand::Api);
+    assert!(
+        junit.contains(r#"<error type="unsettled""#)
+            && !junit.contains(r#"<error type="incomplete""#)
+            && junit.contains("incomplete: the collector dropped 2"),
+        "{junit}"
+    );
 }

@@ -32,8 +32,9 @@
 //! past its cap of RPCs per trace (`occurrences_dropped`) are counted on the observation
 //! ([`Observation::spans_dropped`]), which the search reports as an *incomplete* execution
 //! ([`ExecutionRecord::incomplete`](crate::ExecutionRecord::incomplete)): its RPCs and faults are missing.
-//! Such a trace settles once it is quiet (waiting longer would not bring the dropped spans back): it is not
-//! an unsettled execution, whose spans did not arrive in time.
+//! [`settle`](SpanSource::settle) does not wait for the dropped spans (waiting would not bring them back): such
+//! a trace settles once nothing else is missing and it is quiet, and is unsettled as well only when something
+//! else (a stream mapping, a client span) was still missing at the timeout.
 
 use crate::observation::{Observation, ObservedRpc, Outcome, StreamMapping};
 use crate::source::{ExecutionKey, MessageTargeting, Settled, SourceError, SpanSource};
@@ -237,11 +238,13 @@ impl SpanSource for CollectorSpans {
     /// seen) and unchanged for the quiet period. When the timeout passes first, it warns and returns
     /// [`Settled::TimedOut`] saying what was missing: no span of the trace at all (an execution that issued
     /// no RPC, or whose spans never reach the collector), spans waiting for a stream mapping, RPCs whose
-    /// client span never arrived, or a trace still changing. A trace of which the collector dropped spans past
-    /// its cap of RPCs per trace (`occurrences_dropped`) cannot become complete: once it is unchanged for the
-    /// quiet period it has settled ([`Settled::Complete`]: nothing more will arrive), and the dropped spans are
-    /// on the observation [`collect`](SpanSource::collect) returns ([`Observation::spans_dropped`]), which the
-    /// search reports as an incomplete execution.
+    /// client span never arrived, or a trace still changing. Spans and stream message events the collector
+    /// dropped past its cap of RPCs per trace (`occurrences_dropped`) are not waited for (they will never be
+    /// recorded): they are on the observation [`collect`](SpanSource::collect) returns
+    /// ([`Observation::spans_dropped`]), which the search reports as an incomplete execution. Such a trace
+    /// settles as any other, once nothing else is missing and it is quiet; when something else is still
+    /// missing at the timeout, it is [`Settled::TimedOut`] too, and the execution both unsettled and
+    /// incomplete.
     fn settle(&self) -> BoxFuture<'_, Result<Settled, SourceError>> {
         Box::pin(async move {
             let started = Instant::now();
@@ -254,9 +257,10 @@ impl SpanSource for CollectorSpans {
                     match &last {
                         Some((p, since)) if *p == print => {
                             let quiet = now.duration_since(*since) >= self.settle.quiet;
-                            // a trace the collector dropped spans of cannot become complete: once it is
-                            // quiet, waiting longer would not bring them back (the observation counts them)
-                            if quiet && (print.complete || print.dropped > 0) {
+                            // `complete` does not count the spans the collector dropped past its cap (they
+                            // will never be recorded; the observation counts them): a trace with dropped
+                            // spans still waits for what else is missing, until the timeout
+                            if quiet && print.complete {
                                 return Ok(Settled::Complete);
                             }
                         }
