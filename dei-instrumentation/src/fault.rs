@@ -14,14 +14,72 @@
 //! tests check against real tonic and reqwest clients. A plan cannot carry `g0` (OK is not a fault) or a 1xx
 //! status (never a final response): such a plan is rejected as a whole.
 //!
+//! A plan built by hand (`FaultPlan::new` checks nothing) can still hold such a fault, a gRPC code outside 1–16 or
+//! an HTTP status outside 200–599 ([`Fault::is_valid`]). The propagator does not send that plan (every receiver
+//! would reject it whole: `Event::FaultPlanNotSent`), and the layers of the process that holds it, which match
+//! its entries against their own calls in process, do not carry out such an entry either: the call it names is
+//! sent as if the plan did not name it, and that is counted ([`invalid_faults_not_applied_total`]) and logged (a
+//! warning, at most once per 10 seconds); its client span has no `dei.fault`. The plan's valid entries naming this
+//! process's calls are carried out as usual. (A latency the wire does not carry as it is, longer than
+//! `MAX_LATENCY_MS` or finer than a millisecond, is not such a fault: it waits, at most the local cap.)
+//!
 //! Stream messages are targeted by their final index (see `grpc::stream`, feature `tonic`): a failing fault
 //! ends the request stream before that message (the callee sees the earlier messages, then the end of the
 //! stream), the call ends with the matching gRPC status towards the caller, and later sends through the
 //! `StreamSender` fail; a latency fault delays that message and those after it.
 
-use dei_propagator::Fault;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use dei_propagator::{Fault, Index};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Plan entries not carried out because their fault is invalid (see [`invalid_faults_not_applied_total`]).
+static INVALID_FAULTS: AtomicU64 = AtomicU64::new(0);
+/// When the last warning about one was logged, and the count then.
+static INVALID_FAULTS_WARNED: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
+/// The least time between two warnings about invalid faults.
+const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Plan entries that named a call of this process with an invalid fault ([`Fault::is_valid`]: a gRPC code
+/// outside 1–16, an HTTP status outside 200–599), in a service that applies plans, since the process started
+/// (an in-process count, not exported as a metric). Only a plan built by hand (`FaultPlan::new`) holds one; no
+/// receiver reads such a plan and the propagator does not send it, so neither is the entry carried out here: the
+/// call is sent as if the plan did not name it, and each such call is counted here and logged (a warning, at most
+/// once per 10 seconds). See the [module docs](self).
+pub fn invalid_faults_not_applied_total() -> u64 {
+    INVALID_FAULTS.load(Ordering::Relaxed)
+}
+
+/// True when a planned fault is one no receiver reads, so that the call it names is sent as if unplanned: a gRPC
+/// code or an HTTP status outside its range. A latency is carried out whatever its length (the wire shortens it,
+/// the local cap too).
+pub(crate) fn is_invalid(fault: Fault) -> bool {
+    matches!(fault, Fault::Grpc(_) | Fault::Http(_)) && !fault.is_valid()
+}
+
+/// Counts a plan entry not carried out because its fault is invalid, and logs it unless one was logged within
+/// the last 10 seconds.
+pub(crate) fn record_invalid(fault: Fault, index: &Index) {
+    let total = INVALID_FAULTS.fetch_add(1, Ordering::Relaxed) + 1;
+    let mut last = INVALID_FAULTS_WARNED.lock().unwrap_or_else(|p| p.into_inner());
+    let now = Instant::now();
+    if last.is_some_and(|(at, _)| now.duration_since(at) < WARN_INTERVAL) {
+        return;
+    }
+    let suppressed = last.map_or(0, |(_, logged)| total.saturating_sub(logged + 1));
+    *last = Some((now, total));
+    drop(last);
+    tracing::warn!(
+        total,
+        suppressed,
+        "dei: the fault plan names this call ({}) with {fault}, which is not a fault (a gRPC code 1-16, an HTTP \
+         status 200-599): no receiver reads a plan holding it, and the propagator does not send it, so the call is \
+         sent as if unplanned; the plan's valid entries for this process's calls are carried out. Build plans with \
+         FaultPlan::try_new to refuse it. Counted by dei_instrumentation::invalid_faults_not_applied_total(); \
+         logged at most once per 10 s",
+        index.encode()
+    );
+}
 
 /// The fault injected on one of a stream's messages, shared by the client layer (which sets it), the sender
 /// and the response body (which end with it).

@@ -112,7 +112,7 @@ pub mod testing;
 pub use body::{DeiResponseBody, InboundBody};
 pub use caller::calls_without_scope_total;
 pub use config::{ConfigError, DeiConfig, DeiConfigBuilder, Faults, Incoming, StackFrames, Unsampled};
-pub use fault::InjectedConnectionError;
+pub use fault::{InjectedConnectionError, invalid_faults_not_applied_total};
 #[cfg(feature = "tonic")]
 pub use grpc::client::{DeiClientLayer, DeiClientService};
 pub use grpc::methods::MethodKind;

@@ -3,7 +3,7 @@
 
 use crate::carrier::HeaderInjector;
 use crate::config::{DeiConfig, Faults, StackFrames};
-use crate::fault::Action;
+use crate::fault::{self, Action};
 use crate::span::{self, OtelSpan};
 use crate::stack::CapturedStack;
 use dei_propagator::rejection::{self, Event};
@@ -40,9 +40,10 @@ impl FaultGate {
 }
 
 /// The fault to inject on the call with this issued index: the plan's entry for it, when this service applies
-/// plans ([`Faults::Accept`]), with a latency shortened to `max_latency`. An entry for a service that does not
-/// apply plans, and a clamped latency, are counted; an index at the depth limit is never a target (it names
-/// the caller).
+/// plans ([`Faults::Accept`]) and the fault is valid, with a latency shortened to `max_latency`. An entry for a
+/// service that does not apply plans, an invalid fault (a gRPC code or HTTP status no receiver reads:
+/// [`fault::is_invalid`]) and a clamped latency are counted; an index at the depth limit is never a target (it
+/// names the caller).
 fn planned_fault(
     plan: Option<&FaultPlan>,
     faults: Faults,
@@ -61,6 +62,10 @@ fn planned_fault(
                 faults.as_str()
             ),
         );
+        return None;
+    }
+    if fault::is_invalid(fault) {
+        fault::record_invalid(fault, issued.index());
         return None;
     }
     match fault {
@@ -312,6 +317,17 @@ mod tests {
             planned_fault(Some(&short), Faults::Accept, cap, &issued),
             Some(Fault::UNAVAILABLE)
         );
+        // A fault no receiver reads is not carried out, as the wire would not carry it: counted.
+        for invalid in [Fault::Grpc(0), Fault::Grpc(17), Fault::Http(100), Fault::Http(600)] {
+            let plan = FaultPlan::new(vec![(issued.index().clone(), invalid)]);
+            let before = fault::invalid_faults_not_applied_total();
+            assert_eq!(
+                planned_fault(Some(&plan), Faults::Accept, cap, &issued),
+                None,
+                "{invalid:?}"
+            );
+            assert!(fault::invalid_faults_not_applied_total() > before);
+        }
         // At the depth limit the call carries its scope's index, which names the caller's call: never a target.
         let deep: Index = (0..64).map(|i| Element::new(ElementDigest([i; 8]), 1)).collect();
         let scope = RequestScope::enter(deep.clone(), Instantiation::dei());

@@ -400,3 +400,78 @@ async fn a_planned_delay_counts_against_the_callers_deadline_and_still_names_its
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_fault_in_a_hand_built_plan_is_not_carried_out_and_is_counted() {
+    let sys = System::start().await;
+    let leaf = sys.leaf_client().await;
+    // Two rounds of three calls from one call site (counts 1, 2, 3): the first gives the indexes, the second runs
+    // under a plan that no receiver reads (g17 and g0 are not faults), whose valid entry is still carried out here.
+    let mut plan: Option<FaultPlan> = None;
+    let mut indexes: Vec<Index> = Vec::new();
+    for round in 0..2 {
+        let this_plan = plan.take();
+        let before = dei_instrumentation::invalid_faults_not_applied_total();
+        let mut client = leaf.clone();
+        let (outcomes, trace) = in_root(
+            &sys.config,
+            |cx| match this_plan {
+                Some(p) => cx.with_fault_plan(p),
+                None => cx,
+            },
+            async move {
+                let mut outcomes = Vec::new();
+                for _ in 0..3 {
+                    outcomes.push(client.get(msg("invalid")).await.map(|r| r.into_inner().text));
+                }
+                outcomes
+            },
+        )
+        .await;
+        let spans = spans_of(trace, 6).await;
+        let client_span = |index: &Index| {
+            spans
+                .iter()
+                .find(|s| is_client(s) && index_of(s).as_ref() == Some(index))
+                .expect("the call's client span")
+        };
+        if round == 0 {
+            let served = |reply: &str| -> Index {
+                reply
+                    .rsplit_once('@')
+                    .expect("leaf:text@index")
+                    .1
+                    .parse()
+                    .expect("an index")
+            };
+            indexes = outcomes
+                .iter()
+                .map(|o| served(o.as_ref().expect("no fault planned")))
+                .collect();
+            plan = Some(FaultPlan::new(vec![
+                (indexes[0].clone(), Fault::Grpc(17)),
+                (indexes[1].clone(), Fault::UNAVAILABLE),
+                (indexes[2].clone(), Fault::Grpc(0)),
+            ]));
+            continue;
+        }
+        // The invalid entries' calls reached the server, which answered OK under their indexes.
+        for i in [0, 2] {
+            let reply = outcomes[i].as_ref().expect("an invalid fault is not carried out");
+            assert_eq!(reply, &format!("leaf:invalid@{}", indexes[i].encode()));
+            let span = client_span(&indexes[i]);
+            assert_eq!(attr(span, "dei.fault"), None, "no fault was injected");
+            assert_eq!(attr(span, "rpc.grpc.status_code").as_deref(), Some("0"));
+        }
+        // The valid entry of the same plan failed its call, unsent.
+        let status = outcomes[1].as_ref().expect_err("the valid entry is carried out");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert_eq!(attr(client_span(&indexes[1]), "dei.fault").as_deref(), Some("g14"));
+        assert!(
+            !spans
+                .iter()
+                .any(|s| is_server(s) && index_of(s).as_ref() == Some(&indexes[1]))
+        );
+        assert_eq!(dei_instrumentation::invalid_faults_not_applied_total(), before + 2);
+    }
+}

@@ -177,6 +177,62 @@ async fn an_injected_response_has_the_requests_url_and_an_injected_error_is_not_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_fault_in_a_hand_built_plan_is_not_carried_out_and_is_counted() {
+    dei_instrumentation::testing::telemetry();
+    let config = config();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let addr = service("svc", &config, hits.clone()).await;
+    let client = http_client(&config);
+    let url = format!("http://{addr}/invalid");
+    // Two rounds of three calls from one call site (counts 1, 2, 3): the first gives the indexes, the second runs
+    // under a plan that no receiver reads (h100 is never a final response, g17 is no gRPC code), whose valid
+    // entry is still carried out here.
+    let mut plan: Option<FaultPlan> = None;
+    let mut indexes: Vec<Index> = Vec::new();
+    for round in 0..2 {
+        let cx = match plan.take() {
+            Some(p) => root_context(&config).with_fault_plan(p),
+            None => root_context(&config),
+        };
+        let (before, served) = (
+            dei_instrumentation::invalid_faults_not_applied_total(),
+            hits.load(Ordering::SeqCst),
+        );
+        let outcomes = async {
+            let mut outcomes = Vec::new();
+            for _ in 0..3 {
+                outcomes.push(call(client.get(&url)).await);
+            }
+            outcomes
+        }
+        .with_context(cx)
+        .await;
+        if round == 0 {
+            indexes = outcomes
+                .iter()
+                .map(|o| index_of(o.as_ref().expect("no fault planned")))
+                .collect();
+            plan = Some(FaultPlan::new(vec![
+                (indexes[0].clone(), Fault::Http(100)),
+                (indexes[1].clone(), Fault::Http(503)),
+                (indexes[2].clone(), Fault::Grpc(17)),
+            ]));
+            continue;
+        }
+        // The invalid entries' calls reached the service, which answered under their indexes.
+        for i in [0, 2] {
+            let reply = outcomes[i].as_ref().expect("an invalid fault is not carried out");
+            assert_eq!(reply, &format!("svc@{}", indexes[i].encode()));
+        }
+        // The valid entry of the same plan failed its call, unsent.
+        let err = outcomes[1].as_ref().expect_err("the valid entry is carried out");
+        assert_eq!(err.status().map(|s| s.as_u16()), Some(503), "{err}");
+        assert_eq!(hits.load(Ordering::SeqCst), served + 2);
+        assert_eq!(dei_instrumentation::invalid_faults_not_applied_total(), before + 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn url_full_has_no_credentials_and_no_query_values() {
     dei_instrumentation::testing::telemetry();
     let config = config();
