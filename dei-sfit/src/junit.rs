@@ -9,7 +9,8 @@
 //!   does not test its plan, so it is neither a pass nor a failure (a failing verdict is quoted in the text);
 //! - an execution whose spans did not settle is an `<error>` of type `unsettled`: what it observed may be
 //!   incomplete, whatever its verdict (quoted in the text); one some of whose spans the collector dropped is
-//!   an `<error>` of type `incomplete` (`incomplete: the collector dropped N span(s) …`): what it observed is
+//!   an `<error>` of type `incomplete` (`incomplete: the collector dropped N span(s) or stream message
+//!   event(s) …`): what it observed is
 //!   incomplete (when both, the `unsettled` error's text says it is incomplete too);
 //! - work the search did not do is an `<error>` of a test case named `search`, present only then: nothing
 //!   injected, the execution limit reached with plans pending, spans that ended outside every execution's
@@ -342,8 +343,8 @@ impl Report {
             if e.spans_dropped > 0 {
                 let _ = write!(
                     out,
-                    "; {} span(s) not recorded where the span source reads them (dei-collector dropped them past \
-                     its cap of RPCs per trace): their RPCs and faults are missing",
+                    "; {} span(s) or stream message event(s) not recorded where the span source reads them \
+                     (dei-collector dropped them past its cap of RPCs per trace): their RPCs and faults are missing",
                     e.spans_dropped
                 );
             }

@@ -146,10 +146,12 @@ pub struct Observation {
     /// observation.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub malformed: usize,
-    /// Spans of the execution that were not recorded where the source reads them, so that their RPCs and
-    /// faults are missing from this observation however long the source waits: the spans `dei-collector`
-    /// dropped past its cap of RPCs per trace (`occurrences_dropped` in its trace view; `serve
-    /// --max-trace-rpcs`), read by [`CollectorSpans`](crate::CollectorSpans). 0 from the in-memory sources,
+    /// Spans and stream message events of the execution that were not recorded where the source reads them,
+    /// so that their RPCs and faults are missing from this observation however long the source waits: what
+    /// `dei-collector` dropped past its cap of RPCs per trace (`occurrences_dropped` in its trace view; `serve
+    /// --max-trace-rpcs`), read by [`CollectorSpans`](crate::CollectorSpans). The collector counts each span
+    /// of an RPC it had no room for (its client and its server span both count) and each `dei.stream.message`
+    /// event of a message it had no room for, so this is not a number of RPCs. 0 from the in-memory sources,
     /// which read every span that ended.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub spans_dropped: u64,

@@ -78,9 +78,9 @@ pub struct ExecutionRecord {
     /// [`Observation::malformed`]: crate::Observation::malformed
     #[serde(default, skip_serializing_if = "is_zero")]
     pub malformed_spans: usize,
-    /// Spans of the execution that were not recorded where the span source reads them
-    /// ([`Observation::spans_dropped`]: `dei-collector` dropped them past its cap of RPCs per trace): its
-    /// observed RPCs and injected faults are incomplete by these spans', however long the source waited. Such
+    /// Spans and stream message events of the execution that were not recorded where the span source reads
+    /// them ([`Observation::spans_dropped`]: `dei-collector` dropped them past its cap of RPCs per trace): its
+    /// observed RPCs and injected faults are incomplete by theirs, however long the source waited. Such
     /// an execution is [incomplete](ExecutionRecord::incomplete) ([`Report::incomplete`]).
     ///
     /// [`Observation::spans_dropped`]: crate::Observation::spans_dropped
@@ -112,12 +112,13 @@ fn is_zero_u64(n: &u64) -> bool {
 impl ExecutionRecord {
     /// Why the execution's observation is incomplete, when some of its spans were not recorded where the span
     /// source reads them ([`spans_dropped`](ExecutionRecord::spans_dropped)): `incomplete: the collector
-    /// dropped N span(s) …`. `None` when none was dropped.
+    /// dropped N span(s) or stream message event(s) …`. `None` when none was dropped.
     pub fn incomplete(&self) -> Option<String> {
         (self.spans_dropped > 0).then(|| {
             format!(
-                "incomplete: the collector dropped {} span(s) of the execution's trace past its cap of RPCs per \
-                 trace (dei-collector serve --max-trace-rpcs): their RPCs and faults are missing",
+                "incomplete: the collector dropped {} span(s) or stream message event(s) of the execution's trace \
+                 past its cap of RPCs per trace (dei-collector serve --max-trace-rpcs): their RPCs and faults are \
+                 missing",
                 self.spans_dropped
             )
         })
@@ -246,8 +247,8 @@ pub const UNSETTLED_WHY: &str = "the span source gave up waiting for some execut
 and injected faults may be incomplete, so faults may be reported unreached and RPCs left unplanned";
 
 /// Why an execution whose spans the collector dropped matters.
-pub const INCOMPLETE_WHY: &str = "dei-collector dropped some of these executions' spans past its cap of RPCs per \
-trace, so their observed RPCs and injected faults are incomplete however long the span source waits: faults may \
+pub const INCOMPLETE_WHY: &str = "dei-collector dropped some of these executions' spans (or stream message \
+events) past its cap of RPCs per trace, so their observed RPCs and injected faults are incomplete however long the span source waits: faults may \
 be reported unreached and RPCs left unplanned. Run the collector with a --max-trace-rpcs above an execution's \
 RPCs";
 
@@ -316,8 +317,8 @@ impl Report {
         if incomplete_executions > 0 {
             let spans: u64 = executions.iter().map(|e| e.spans_dropped).sum();
             warnings.push(format!(
-                "{incomplete_executions} execution(s) incomplete, {spans} span(s) dropped by the collector: \
-                 {INCOMPLETE_WHY}"
+                "{incomplete_executions} execution(s) incomplete, {spans} span(s) or stream message event(s) \
+                 dropped by the collector: {INCOMPLETE_WHY}"
             ));
         }
         if truncated {
@@ -731,7 +732,8 @@ impl fmt::Display for Report {
             let spans: u64 = incomplete.iter().map(|e| e.spans_dropped).sum();
             writeln!(
                 f,
-                "  WARNING: {} execution(s) incomplete, {spans} span(s) dropped by the collector: {INCOMPLETE_WHY}",
+                "  WARNING: {} execution(s) incomplete, {spans} span(s) or stream message event(s) dropped by the \
+                 collector: {INCOMPLETE_WHY}",
                 incomplete.len()
             )?;
         }
@@ -800,7 +802,11 @@ impl fmt::Display for Report {
                 write!(f, " UNSETTLED")?;
             }
             if e.spans_dropped > 0 {
-                write!(f, " INCOMPLETE ({} span(s) dropped by the collector)", e.spans_dropped)?;
+                write!(
+                    f,
+                    " INCOMPLETE ({} span(s) or stream message event(s) dropped by the collector)",
+                    e.spans_dropped
+                )?;
             }
             if let Some(r) = e.redundant_with {
                 write!(f, " REDUNDANT with #{r}")?;

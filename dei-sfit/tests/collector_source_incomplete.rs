@@ -5,6 +5,7 @@
 //! a complete one.
 
 use dei_collector::server::{self, ServerConfig};
+use dei_propagator::Index;
 use dei_sfit::source::collector::SettleConfig;
 use dei_sfit::{CollectorSpans, FaultCatalog, Report, Search, SearchOptions, test_fn};
 use opentelemetry::trace::TraceContextExt as _;
@@ -39,15 +40,10 @@ fn orphan_server_span(trace_id: &str, n: u64, index: &str) -> Value {
     span
 }
 
-/// Exports `orphans` server spans whose client spans never arrive (first, so that they are recorded under a
-/// cap), `rpcs` well-formed client spans (distinct indexes) and `malformed` ones into the execution's trace.
-async fn export(
-    http: std::net::SocketAddr,
-    trace_id: String,
-    orphans: usize,
-    rpcs: usize,
-    malformed: usize,
-) -> Result<(), String> {
+/// `orphans` server spans whose client spans never arrive (first, so that they are recorded under a cap),
+/// `rpcs` well-formed client spans (distinct indexes) and `malformed` ones, of the execution's trace.
+fn spans(trace_id: &str, orphans: usize, rpcs: usize, malformed: usize) -> Vec<Value> {
+    let trace_id = trace_id.to_string();
     let orphans = (0..orphans as u64).map(|n| orphan_server_span(&trace_id, 200 + n, &format!("1.CAAAAAAAAA{n}1")));
     let good = "AEIMQUYcgkosw048"
         .chars()
@@ -56,7 +52,37 @@ async fn export(
         .map(|(last, n)| client_span(&trace_id, n, &format!("1.AAAAAAAAAA{last}1"), json!({"intValue": "1"})));
     let bad =
         (0..malformed as u64).map(|n| client_span(&trace_id, 100 + n, "1.BAAAAAAAAAA1", json!({"stringValue": "x"})));
-    let spans: Vec<Value> = orphans.chain(good).chain(bad).collect();
+    orphans.chain(good).chain(bad).collect()
+}
+
+/// A stream's client span of `trace_id` (a preliminary index) with a `dei.stream.message` event for each of
+/// its `messages` messages (each message's final index distinct), and no other span.
+fn stream_spans(trace_id: &str, messages: u32) -> Vec<Value> {
+    let prelim: Index = "1.AAAAAAAAAAE1~".parse().expect("a preliminary index");
+    let mut stream = client_span(trace_id, 1, &prelim.encode(), json!({"intValue": "1"}));
+    stream["attributes"]
+        .as_array_mut()
+        .expect("attributes")
+        .push(json!({"key": "dei.preliminary", "value": {"boolValue": true}}));
+    let start = stream["startTimeUnixNano"].clone();
+    stream["events"] = (1..=messages)
+        .map(|k| {
+            json!({
+                "name": "dei.stream.message",
+                "timeUnixNano": start,
+                "attributes": [
+                    {"key": "dei.preliminary_index", "value": {"stringValue": prelim.stream_message(k).encode()}},
+                    {"key": "dei.index", "value": {"stringValue": format!("1.BBBBBBBBBB{}1", ["A", "E", "I", "M"][k as usize % 4])}},
+                    {"key": "dei.message", "value": {"intValue": k.to_string()}},
+                ],
+            })
+        })
+        .collect();
+    vec![stream]
+}
+
+/// Exports `spans` to the collector's OTLP/HTTP receiver at `http`.
+async fn export(http: std::net::SocketAddr, spans: Vec<Value>) -> Result<(), String> {
     let body = json!({"resourceSpans": [{
         "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "test"}}]},
         "scopeSpans": [{"spans": spans}],
@@ -86,13 +112,24 @@ async fn search(max_occurrences: usize, rpcs: usize, malformed: usize) -> Report
 
 /// [`search`], the test also exporting `orphans` server spans whose client spans never arrive.
 async fn search_with_orphans(max_occurrences: usize, orphans: usize, rpcs: usize, malformed: usize) -> Report {
+    search_exporting(max_occurrences, move |trace_id| {
+        spans(trace_id, orphans, rpcs, malformed)
+    })
+    .await
+}
+
+/// Runs a search with no faults (one execution) whose test exports the spans `make` gives for its trace.
+async fn search_exporting(
+    max_occurrences: usize,
+    make: impl Fn(&str) -> Vec<Value> + Clone + Send + Sync + 'static,
+) -> Report {
     let mut config = ServerConfig::ephemeral();
     config.state.traces.max_occurrences = max_occurrences;
     let collector = server::start(config).await.expect("collector");
     let http = collector.http_addr;
-    let test = test_fn("incomplete", move |run: dei_sfit::TestRun| async move {
-        let trace_id = run.context().span().span_context().trace_id().to_string();
-        export(http, trace_id, orphans, rpcs, malformed).await
+    let test = test_fn("incomplete", move |run: dei_sfit::TestRun| {
+        let spans = make(&run.context().span().span_context().trace_id().to_string());
+        async move { export(http, spans).await }
     });
     let source = CollectorSpans::new(format!("http://{}", collector.api_addr)).with_settle(SettleConfig {
         quiet: Duration::from_millis(150),
@@ -125,7 +162,7 @@ async fn spans_the_collector_dropped_past_its_cap_or_skipped_are_counted_on_the_
     assert!(
         junit.contains(r#"<property name="dei.spans_dropped" value="2"/>"#)
             && junit.contains(r#"<property name="dei.malformed_spans" value="1"/>"#)
-            && junit.contains("2 span(s) not recorded where the span source reads them")
+            && junit.contains("2 span(s) or stream message event(s) not recorded where the span source reads them")
             && junit.contains("1 span(s) with malformed dei.* attributes"),
         "{junit}"
     );
@@ -146,10 +183,8 @@ async fn spans_the_collector_dropped_past_its_cap_or_skipped_are_counted_on_the_
         report.warnings
     );
     assert!(
-        report
-            .warnings
-            .iter()
-            .any(|w| w.starts_with("1 execution(s) incomplete, 2 span(s) dropped by the collector")),
+        report.warnings.iter().any(|w| w
+            .starts_with("1 execution(s) incomplete, 2 span(s) or stream message event(s) dropped by the collector")),
         "{:?}",
         report.warnings
     );
@@ -163,7 +198,7 @@ async fn spans_the_collector_dropped_past_its_cap_or_skipped_are_counted_on_the_
     let text = report.to_string();
     assert!(
         text.contains("0 unsettled, 1 incomplete")
-            && text.contains("INCOMPLETE (2 span(s) dropped by the collector)")
+            && text.contains("INCOMPLETE (2 span(s) or stream message event(s) dropped by the collector)")
             && text.contains("WARNING: 1 execution(s) incomplete")
             && !text.contains("UNSETTLED"),
         "{text}"
@@ -232,6 +267,44 @@ async fn a_trace_with_dropped_spans_still_waits_for_what_else_is_missing_and_is_
         junit.contains(r#"<error type="unsettled""#)
             && !junit.contains(r#"<error type="incomplete""#)
             && junit.contains("incomplete: the collector dropped 2"),
+        "{junit}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_message_events_the_collector_dropped_are_counted_and_named_as_such() {
+    // the collector records a stream's message events before the stream's own span: with a cap of 2, the
+    // first two messages fill it, and it drops the third message's event and the stream's span, counting both
+    // in occurrences_dropped (the messages recorded are no RPCs of the execution without their stream)
+    let report = search_exporting(2, |trace_id| stream_spans(trace_id, 3)).await;
+    let e = &report.executions[0];
+    assert_eq!((e.spans_dropped, e.rpcs.len()), (2, 0), "{report}");
+    assert_eq!(e.unsettled, None, "{report}");
+    let what = "2 span(s) or stream message event(s)";
+    let incomplete = e.incomplete().unwrap_or_default();
+    assert!(
+        incomplete.starts_with(&format!("incomplete: the collector dropped {what} ")),
+        "{incomplete:?}"
+    );
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.starts_with(&format!("1 execution(s) incomplete, {what} dropped by the collector"))),
+        "{:?}",
+        report.warnings
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains(&format!("INCOMPLETE ({what} dropped by the collector)"))
+            && text.contains(&format!("WARNING: 1 execution(s) incomplete, {what} dropped")),
+        "{text}"
+    );
+    let junit = report.to_junit(&dei_sfit::ReplayCommand::Api);
+    assert!(
+        junit.contains(&format!(
+            r#"<error type="incomplete" message="incomplete: the collector dropped {what} "#
+        )) && junit.contains(&format!("{what} not recorded where the span source reads them")),
         "{junit}"
     );
 }

@@ -28,8 +28,8 @@
 //!
 //! What the collector could not record of the trace is not passed over either: the spans whose DEI data it
 //! skipped for a malformed `dei.*` attribute (`spans_dei_skipped`) count as malformed spans on the execution
-//! ([`Observation::malformed`]), as the in-memory source counts the ones it reads; and the spans it dropped
-//! past its cap of RPCs per trace (`occurrences_dropped`) are counted on the observation
+//! ([`Observation::malformed`]), as the in-memory source counts the ones it reads; and the spans and stream
+//! message events it dropped past its cap of RPCs per trace (`occurrences_dropped`) are counted on the observation
 //! ([`Observation::spans_dropped`]), which the search reports as an *incomplete* execution
 //! ([`ExecutionRecord::incomplete`](crate::ExecutionRecord::incomplete)): its RPCs and faults are missing.
 //! [`settle`](SpanSource::settle) does not wait for the dropped spans (waiting would not bring them back): such
@@ -390,8 +390,8 @@ fn fault_of(value: Option<&str>, rpc: &[u8; 8], malformed: &mut usize) -> Option
 /// final indexes, with their own faults, targeted as `messages` says. A malformed fault is left out, logged
 /// and counted in [`Observation::malformed`] (the view's indexes and digests are typed: a malformed one fails
 /// to parse with the view), and so is every span whose DEI data the collector skipped as malformed (the
-/// view's `spans_dei_skipped`). The spans the collector dropped past its cap of RPCs per trace
-/// (`occurrences_dropped`) are in [`Observation::spans_dropped`]: their RPCs and faults are missing. Both are
+/// view's `spans_dei_skipped`). The spans and stream message events the collector dropped past its cap of RPCs
+/// per trace (`occurrences_dropped`) are in [`Observation::spans_dropped`]: their RPCs and faults are missing. Both are
 /// logged too.
 ///
 /// [`observation_from_spans`]: crate::source::observation_from_spans
@@ -501,8 +501,8 @@ pub fn observation_from_trace_with(view: &TraceView, messages_targeting: Message
     if view.occurrences_dropped > 0 {
         tracing::warn!(
             trace = %view.trace_id,
-            "dei-sfit: the collector dropped {} span(s) of the trace past its cap of RPCs per trace: their RPCs \
-             are missing",
+            "dei-sfit: the collector dropped {} span(s) or stream message event(s) of the trace past its cap of \
+             RPCs per trace: their RPCs are missing",
             view.occurrences_dropped
         );
     }
