@@ -27,6 +27,18 @@ fn client_span(spans: &[SpanData], signature: &str) -> SpanData {
     span.clone()
 }
 
+/// A channel connected to the leaf service, and a client layer told that its server is `server` (which need not
+/// be where the channel goes: the layer only names it on spans).
+async fn leaf_channel_and_layer(sys: &System, server: &str) -> (tonic::transport::Channel, DeiClientLayer) {
+    let connected = tonic::transport::Endpoint::from_shared(format!("http://{}", sys.leaf))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let server: http::Uri = server.parse().expect("uri");
+    (connected, DeiClientLayer::new(sys.config.clone()).server(&server))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_spans_carry_server_address_and_port() {
     let sys = System::start().await;
@@ -124,18 +136,11 @@ async fn usual_clients_name_the_server_the_layer_was_given() {
 /// client made `with_origin`) wins over the layer's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_uri_wins_over_the_layers_server_and_a_default_port_is_the_schemes() {
-    use tonic::transport::Endpoint;
     use tower::ServiceBuilder;
 
     let sys = System::start().await;
     let config = sys.config.clone();
-    let connected = Endpoint::from_shared(format!("http://{}", sys.leaf))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let elsewhere: http::Uri = "https://movies.internal".parse().expect("uri");
-    let layer = DeiClientLayer::new(config.clone()).server(&elsewhere);
+    let (connected, layer) = leaf_channel_and_layer(&sys, "https://movies.internal").await;
 
     // The layer's server, with https's port.
     let mut usual =
@@ -170,18 +175,11 @@ async fn the_request_uri_wins_over_the_layers_server_and_a_default_port_is_the_s
 /// span (a call to a port nothing listens on: the span still says where it went).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipv6_server_address_has_no_brackets() {
-    use tonic::transport::Endpoint;
     use tower::ServiceBuilder;
 
     let sys = System::start().await;
     let config = sys.config.clone();
-    let connected = Endpoint::from_shared(format!("http://{}", sys.leaf))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let v6: http::Uri = "http://[::1]:50051".parse().expect("uri");
-    let layer = DeiClientLayer::new(config.clone()).server(&v6);
+    let (connected, layer) = leaf_channel_and_layer(&sys, "http://[::1]:50051").await;
     let mut client = pb::leaf_client::LeafClient::new(ServiceBuilder::new().layer(layer).service(connected));
     let (reply, trace) = in_root(&config, |cx| cx, async { client.get(msg("x")).await }).await;
     assert!(reply.is_ok(), "{reply:?}");
