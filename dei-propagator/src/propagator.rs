@@ -82,7 +82,8 @@ impl Carriers {
 /// counted and logged ([`Event::FaultPlanNotSent`]). Sent, it would be rejected whole by every receiver with
 /// the same limits, so none of its faults would be carried out; a part of it would test other faults than
 /// asked. The index is sent as usual. The plan stays in the context, so the entries naming the sending process's
-/// own calls are still carried out where its layers apply plans, and those alone; the count says so. A plan it
+/// own calls are still carried out where its layers apply plans (those whose faults are valid), and those alone;
+/// the count says so. A plan it
 /// sends with a latency the wire does not carry (longer than [`MAX_LATENCY_MS`](crate::fault::MAX_LATENCY_MS),
 /// or finer than a millisecond) has it written shortened, and that is counted and logged
 /// ([`Event::LatencyClamped`]).
@@ -161,7 +162,7 @@ impl DeiPropagator {
                      {max_entries} entries and {max_len} bytes would reject it whole ({error}): it was not sent, so \
                      no callee carries out any of its faults, while the entries naming this process's own calls are \
                      still carried out where its layers apply plans (they read the plan from the context, not from \
-                     the wire), and those alone",
+                     the wire; an invalid fault is not), and those alone",
                     plan.entries().len(),
                     wire.len()
                 ),

@@ -83,7 +83,8 @@ pub enum Event {
     /// carries out any of its faults (a part of it would test other faults than asked). The call's index is
     /// sent as usual. The plan is not taken out of the context, which has no wire: the entries naming the
     /// sending process's own calls are still carried out where its layers apply plans (`dei-instrumentation`'s
-    /// `Faults::Accept`), and those alone: this count is the sign that no other part of the plan was.
+    /// `Faults::Accept`), if their faults are valid ones, and those alone: this count is the sign that no other
+    /// part of the plan was.
     FaultPlanNotSent,
     /// A request scope issued the 4294967296th index (or a later one) for one invocation signature: a count has
     /// no value past 4294967295, so the call carries count 4294967295, the index of the 4294967295th call, as
