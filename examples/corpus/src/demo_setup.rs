@@ -74,8 +74,8 @@ pub struct Summary {
     pub unreached: usize,
     /// Executions whose spans did not settle (their observation may be incomplete).
     pub unsettled: usize,
-    /// Executions some of whose spans the collector dropped (past its cap of RPCs per trace): their
-    /// observations are incomplete.
+    /// Executions some of whose spans or stream message events the collector dropped (past its cap of RPCs per
+    /// trace): their observations are incomplete.
     pub incomplete: usize,
     /// Client spans still waiting for their server peer when the demo stopped waiting (the graph may then
     /// miss edges to virtual nodes).
