@@ -66,11 +66,21 @@ pub enum PeerSource {
     DbSystem,
 }
 
-/// The peer attributes that name an uninstrumented callee, in order of preference. `rpc.service` comes before
-/// `server.address`: it names the service a call was for, which the collector can merge into the service seen
-/// serving it, where an address (an IP, a load balancer's name) names no service; a gRPC client span carries
-/// both when its layer knows the server.
+/// The peer attributes that name an uninstrumented callee, in order of preference.
 pub const PEER_ATTRIBUTES: [(&str, PeerSource); 4] = [
+    ("peer.service", PeerSource::PeerService),
+    ("server.address", PeerSource::ServerAddress),
+    ("rpc.service", PeerSource::RpcService),
+    ("db.system", PeerSource::DbSystem),
+];
+
+/// The same for a span with a DEI index that is not a database call: `rpc.service` before `server.address`.
+/// DEI's gRPC client spans carry both when the layer knows its server (`DeiClientLayer::server`, a client made
+/// `with_origin`), and a call of theirs that never reached its server is merged into the service seen serving
+/// its `rpc.service` (API.md, "Merged virtual nodes"), which an address (an IP, a load balancer's name) would
+/// not be. Other spans keep the order above: there an address may tell apart hosts that serve one
+/// `rpc.service`.
+pub const DEI_PEER_ATTRIBUTES: [(&str, PeerSource); 4] = [
     ("peer.service", PeerSource::PeerService),
     ("rpc.service", PeerSource::RpcService),
     ("server.address", PeerSource::ServerAddress),
@@ -236,19 +246,6 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
     let trace_id: TraceId = span.trace_id[..].try_into().ok()?;
     let span_id: SpanId = span.span_id[..].try_into().ok()?;
     let parent_span_id: Option<SpanId> = span.parent_span_id[..].try_into().ok();
-    let mut peer = None;
-    for (key, source) in PEER_ATTRIBUTES {
-        if let Some(v) = span
-            .attributes
-            .iter()
-            .find(|kv| kv.key == key.as_bytes())
-            .and_then(|kv| as_str(kv.value.as_ref()))
-            && !v.is_empty()
-        {
-            peer = Some((v.to_string(), source));
-            break;
-        }
-    }
     let database = span.attributes.iter().any(|kv| kv.key == b"db.system");
     let issues_before = issues.len();
     let mut dei = DeiAttributes::default();
@@ -302,6 +299,24 @@ fn extract_span(span: &Span, service: &Arc<str>, issues: &mut Vec<AttributeIssue
                 key: semconv::STREAM_MESSAGE_EVENT.into(),
                 problem,
             }),
+        }
+    }
+    let order = if dei.index.is_some() && !database {
+        &DEI_PEER_ATTRIBUTES
+    } else {
+        &PEER_ATTRIBUTES
+    };
+    let mut peer = None;
+    for (key, source) in order {
+        if let Some(v) = span
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key.as_bytes())
+            .and_then(|kv| as_str(kv.value.as_ref()))
+            && !v.is_empty()
+        {
+            peer = Some((v.to_string(), *source));
+            break;
         }
     }
     if issues.len() > issues_before {
@@ -605,19 +620,35 @@ mod tests {
         }
     }
 
-    /// A gRPC client span that names its server's address and its `rpc.service` is a call to that
-    /// `rpc.service` (which the graph merges into the service seen serving it); an HTTP span's address names it;
-    /// `peer.service` wins over both.
+    /// A DEI gRPC client span that names its server's address and its `rpc.service` is a call to that
+    /// `rpc.service` (which the graph merges into the service seen serving it); a span without a DEI index, or a
+    /// database call, is named by its address first, as before; `peer.service` wins over both.
     #[test]
-    fn a_peer_is_named_by_its_rpc_service_before_its_address() {
+    fn a_dei_span_names_its_peer_by_rpc_service_before_its_address() {
         let address = r#"{"key":"server.address","value":{"stringValue":"127.0.0.1"}}"#;
         let rpc = r#"{"key":"rpc.service","value":{"stringValue":"cinema.Bookings"}}"#;
         let peer = r#"{"key":"peer.service","value":{"stringValue":"bookings"}}"#;
+        let dei = r#"{"key":"dei.index","value":{"stringValue":"1.AQEBAQEBAQE1"}}"#;
+        let db = r#"{"key":"db.system","value":{"stringValue":"dynamodb"}}"#;
         for (attrs, expected) in [
-            (format!("{address},{rpc}"), ("cinema.Bookings", PeerSource::RpcService)),
-            (format!("{rpc},{address}"), ("cinema.Bookings", PeerSource::RpcService)),
-            (address.to_string(), ("127.0.0.1", PeerSource::ServerAddress)),
-            (format!("{address},{rpc},{peer}"), ("bookings", PeerSource::PeerService)),
+            (
+                format!("{dei},{address},{rpc}"),
+                ("cinema.Bookings", PeerSource::RpcService),
+            ),
+            (
+                format!("{rpc},{address},{dei}"),
+                ("cinema.Bookings", PeerSource::RpcService),
+            ),
+            (format!("{dei},{address}"), ("127.0.0.1", PeerSource::ServerAddress)),
+            (
+                format!("{dei},{address},{rpc},{peer}"),
+                ("bookings", PeerSource::PeerService),
+            ),
+            (format!("{address},{rpc}"), ("127.0.0.1", PeerSource::ServerAddress)),
+            (
+                format!("{dei},{address},{rpc},{db}"),
+                ("127.0.0.1", PeerSource::ServerAddress),
+            ),
         ] {
             let (spans, issues) = one(&attrs, "");
             assert_eq!(issues, vec![]);

@@ -5,7 +5,8 @@
 //! consumer) span waits under `(trace id, parent span id)`. When both halves are there the edge
 //! `client service → server service` records one request, a failure if either half has status ERROR, and
 //! both latencies. Halves that stay unpaired past the TTL expire: a client half that names its peer
-//! (`peer.service`, `server.address`, `rpc.service`, `db.system`) becomes an edge to a *virtual node*; a
+//! (`peer.service`, `server.address`, `rpc.service`, `db.system`; a DEI span `rpc.service` before
+//! `server.address`) becomes an edge to a *virtual node*; a
 //! server span without a parent becomes an edge from the virtual node `user`. A database call (a client span
 //! with `db.system`) makes no server span, so its edge to the database is recorded at once, as the
 //! Collector's connector does, instead of holding the half until the TTL.
