@@ -55,8 +55,8 @@ pub enum Fault {
     /// Fail as if the connection could not be made: nothing is sent.
     Connection,
     /// Wait this long, then send as usual. The wire carries whole milliseconds up to [`MAX_LATENCY_MS`]: a
-    /// longer or finer latency is written shortened (counted when the propagator sends it, and when a plan's
-    /// text is written: [`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)).
+    /// longer or finer latency is written shortened (counted when the propagator sends it, and when
+    /// [`FaultPlan::encode`] writes a record of the plan: [`Event::LatencyClamped`](crate::rejection::Event::LatencyClamped)).
     Latency(Duration),
 }
 

@@ -60,8 +60,8 @@ pub enum Event {
     /// injected, when the propagator sends a fault plan (built by hand: [`FaultPlan::new`](crate::FaultPlan::new))
     /// with a latency the wire does not carry: longer than 999,999 ms, written as `l999999`, or with a part finer
     /// than a millisecond, which is dropped ([`MAX_LATENCY_MS`](crate::fault::MAX_LATENCY_MS)); and once per text
-    /// of such a plan written otherwise ([`FaultPlan::encode`](crate::FaultPlan::encode) or its `Display`: a record
-    /// of the plan, such as a span's `dei.fault.plan` or a search report's plan).
+    /// of such a plan written as a record of it ([`FaultPlan::encode`](crate::FaultPlan::encode): a span's
+    /// `dei.fault.plan`, a search report's plan; its `Display`, which log lines use, counts nothing).
     LatencyClamped,
     /// An index could not be extended because it was at the depth limit (64 elements): the call carries its
     /// scope's index unchanged, and no fault applies to it. Also counted when the propagator is given an index
