@@ -41,6 +41,11 @@ impl Pattern {
         Pattern(text.into())
     }
 
+    /// The pattern's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// True when the whole of `signature` matches.
     pub fn matches(&self, signature: &str) -> bool {
         glob_match(self.0.as_bytes(), signature.as_bytes())
@@ -115,6 +120,15 @@ pub struct Rule {
 }
 
 /// Which faults each RPC is tested for.
+///
+/// Every fault must be one a service carries out ([`Fault::is_valid`]): a gRPC code 1–16, an HTTP status
+/// 200–599, a connection error, or a latency of whole milliseconds up to
+/// [`MAX_LATENCY_MS`](dei_propagator::fault::MAX_LATENCY_MS). The constructors take any [`Fault`] (the fields are
+/// public and a catalog can be read from JSON, whose fault text is already refused when out of range), and
+/// [`Search::run`](crate::Search::run) refuses a catalog holding another one, such as `Fault::Grpc(17)`,
+/// `Fault::Grpc(0)` or `Fault::Http(100)`, with [`SearchError::InvalidFault`](crate::SearchError::InvalidFault)
+/// naming it before any execution runs ([`invalid_fault`](Self::invalid_fault) finds it): a search with it
+/// would inject nothing.
 ///
 /// ```
 /// use dei_propagator::Fault;
@@ -191,6 +205,29 @@ impl FaultCatalog {
         self
     }
 
+    /// The first fault of a rule that is not [`Fault::is_valid`], with the rule's position in
+    /// [`rules`](Self::rules): a gRPC code outside 1–16, an HTTP status outside 200–599, or a latency not of
+    /// whole milliseconds up to [`MAX_LATENCY_MS`](dei_propagator::fault::MAX_LATENCY_MS). No service carries
+    /// such a fault out as planned (the propagator sends no plan holding an out-of-range code or status, and the
+    /// layers do not carry one out in process either; a latency goes out shortened), so [`Search::run`](crate::Search::run) refuses a catalog that has one
+    /// ([`SearchError::InvalidFault`](crate::SearchError::InvalidFault)) before anything runs. The protocol
+    /// defaults are all valid.
+    ///
+    /// ```
+    /// use dei_propagator::Fault;
+    /// use dei_sfit::FaultCatalog;
+    /// assert_eq!(FaultCatalog::protocol_defaults().invalid_fault(), None);
+    /// let catalog = FaultCatalog::none().with_rule("a.B/*", vec![Fault::UNAVAILABLE, Fault::Grpc(17)]);
+    /// assert_eq!(catalog.invalid_fault(), Some((0, Fault::Grpc(17))));
+    /// assert_eq!(FaultCatalog::single(Fault::Http(100)).invalid_fault(), Some((0, Fault::Http(100))));
+    /// ```
+    pub fn invalid_fault(&self) -> Option<(usize, Fault)> {
+        self.rules
+            .iter()
+            .enumerate()
+            .find_map(|(i, r)| r.faults.iter().find(|f| !f.is_valid()).map(|f| (i, *f)))
+    }
+
     /// The faults for an RPC with this signature.
     pub fn faults_for(&self, signature: &str) -> Vec<Fault> {
         match self.rules.iter().find(|r| r.pattern.matches(signature)) {
@@ -237,6 +274,17 @@ mod tests {
             .with_rule("*", vec![Fault::INTERNAL]);
         assert!(c.faults_for("health.Check/Get").is_empty());
         assert_eq!(c.faults_for("x.Y/Z"), vec![Fault::INTERNAL]);
+    }
+
+    #[test]
+    fn a_catalog_read_from_json_cannot_hold_a_fault_no_service_carries_out() {
+        let json =
+            |fault: &str| format!(r#"{{"rules":[{{"pattern":"*","faults":["{fault}"]}}],"protocol_defaults":false}}"#);
+        for bad in ["g17", "g0", "h100", "h600"] {
+            assert!(serde_json::from_str::<FaultCatalog>(&json(bad)).is_err(), "{bad}");
+        }
+        let good: FaultCatalog = serde_json::from_str(&json("l1500")).expect("valid");
+        assert_eq!(good.invalid_fault(), None);
     }
 
     #[test]

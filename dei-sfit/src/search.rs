@@ -20,7 +20,7 @@ use crate::observation::{FaultSet, Observation, ObservedRpc, Outcome, describe_s
 use crate::report::{ExecutionRecord, Report, SkippedPlan, TestOutcome, Witness};
 use crate::source::{ExecutionKey, Settled, SourceError, SpanSource};
 use crate::test::{FunctionalTest, PlannedFault, TestRun};
-use dei_propagator::{FaultPlan, Index, Instantiation, PathMode};
+use dei_propagator::{Fault, FaultPlan, Index, Instantiation, PathMode};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -164,9 +164,38 @@ pub enum SearchError {
     /// A report file is not valid JSON.
     #[error("report JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// The catalog holds a fault no service carries out (not [`Fault::is_valid`](dei_propagator::Fault::is_valid):
+    /// a gRPC code outside 1–16, an HTTP status outside 200–599, a latency not of whole milliseconds up to
+    /// [`MAX_LATENCY_MS`](dei_propagator::fault::MAX_LATENCY_MS)): refused by [`Search::run`] before anything runs.
+    /// The propagator sends no plan holding an out-of-range code or status, and a latency goes out shortened, so
+    /// the search would record the fault as never injected and blame the services' configuration.
+    #[error(
+        "invalid fault {} in the catalog's rule #{rule} (pattern `{pattern}`): no service carries it out as \
+         planned (a gRPC code must be 1-16 and an HTTP status 200-599, or no plan holding it is sent; a latency \
+         is sent shortened to whole milliseconds up to {max_latency} ms); the search was not started",
+        fault_text(fault),
+        max_latency = dei_propagator::fault::MAX_LATENCY_MS
+    )]
+    InvalidFault {
+        /// The fault.
+        fault: Fault,
+        /// Its rule's position in [`FaultCatalog::rules`].
+        rule: usize,
+        /// Its rule's pattern.
+        pattern: String,
+    },
     /// A replay did not inject every planned fault: the plan was not carried out, whatever the outcome.
     #[error("{0}")]
     Unreached(Box<Unreached>),
+}
+
+/// A fault as the error names it: its wire form (`g17`, `h100`), or for a latency its exact length, which the
+/// wire form would shorten.
+fn fault_text(fault: &Fault) -> String {
+    match fault {
+        Fault::Latency(d) => format!("`latency {d:?}`"),
+        other => format!("`{other}`"),
+    }
 }
 
 /// How a replay's run differed from the execution the report recorded, beyond planned faults it did not
@@ -552,8 +581,18 @@ impl Search {
     /// With [`SearchOptions::parallelism`] above 1 (and a span source that tells executions apart and a test
     /// that is not [serial-only](FunctionalTest::serial_only)), up to that many executions run at once; the
     /// report then lists them in canonical order (see [`Report::canonical_order`]).
+    ///
+    /// A catalog holding a fault no service carries out ([`FaultCatalog::invalid_fault`]) is refused with
+    /// [`SearchError::InvalidFault`] before anything runs.
     pub async fn run(&self, test: &dyn FunctionalTest) -> Result<Report, SearchError> {
         let opts = &self.options;
+        if let Some((rule, fault)) = opts.catalog.invalid_fault() {
+            return Err(SearchError::InvalidFault {
+                fault,
+                rule,
+                pattern: opts.catalog.rules[rule].pattern.as_str().to_string(),
+            });
+        }
         let mut state = State::default();
         state.queue.push_back((FaultSet::new(), None));
         state.scheduled.insert(FaultSet::new());

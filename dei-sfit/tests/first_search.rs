@@ -1,16 +1,19 @@
 //! The first search of docs/sfit.md (section 0), on real axum services with the DEI layers, with the two
 //! choices a new user meets: services that do not accept fault plans (the default) make a search that
-//! injects nothing, and says so; the default catalog faults the test's own entry call.
+//! injects nothing, and says so; the default catalog faults the test's own entry call. A catalog holding a
+//! fault no service carries out is refused before the search starts.
 //!
 //! One test function: the in-process span source is shared by the process, so the searches run one after
 //! the other.
 
 use axum::{Router, extract::Path, routing::get};
 use dei_instrumentation::{DeiConfig, DeiHttpServerLayer, DeiReqwestMiddleware, Faults};
+use dei_propagator::Fault;
 use dei_sfit::catalog::Pattern;
-use dei_sfit::{FaultCatalog, FunctionalTest, Search, SearchOptions, SpanSource, TestRun, test_fn};
+use dei_sfit::{FaultCatalog, FunctionalTest, Search, SearchError, SearchOptions, SpanSource, TestRun, test_fn};
 use opentelemetry::context::FutureExt as _;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 type Client = reqwest_middleware::ClientWithMiddleware;
 
@@ -147,4 +150,49 @@ async fn a_first_search_says_when_it_injects_nothing_and_faults_the_entry_call_b
             .collect()
     };
     assert_eq!(listing(&parallel), listing(&sequential), "{parallel}\n{sequential}");
+
+    // 4. A catalog with a fault no service carries out (gRPC code 17, 0, HTTP 100, a latency finer than a
+    // millisecond) is refused at once, naming the fault, on services that accept plans: such a search would
+    // plan it, inject nothing and blame Faults::Accept.
+    for (catalog, fault, rule, named) in [
+        (FaultCatalog::single(Fault::Grpc(17)), Fault::Grpc(17), 0, "`g17`"),
+        (FaultCatalog::single(Fault::Grpc(0)), Fault::Grpc(0), 0, "`g0`"),
+        (
+            FaultCatalog::protocol_defaults()
+                .without("GET */summary")
+                .with_rule("GET */feature/*", vec![Fault::Http(503), Fault::Http(100)]),
+            Fault::Http(100),
+            1,
+            "`h100`",
+        ),
+        (
+            FaultCatalog::single(Fault::Latency(Duration::from_micros(1500))),
+            Fault::Latency(Duration::from_micros(1500)),
+            0,
+            "`latency 1.5ms`",
+        ),
+    ] {
+        let started = Instant::now();
+        let options = SearchOptions {
+            catalog,
+            ..SearchOptions::default()
+        };
+        let result = Search::with_shared_source(options, spans.clone()).run(&test).await;
+        let error = match result {
+            Err(e) => e,
+            Ok(report) => panic!("a catalog with {fault:?} was searched:\n{report}"),
+        };
+        match &error {
+            SearchError::InvalidFault { fault: f, rule: r, .. } => {
+                assert_eq!((*f, *r), (fault, rule), "{error}")
+            }
+            other => panic!("not InvalidFault: {other}"),
+        }
+        let text = error.to_string();
+        assert!(text.contains(named) && text.contains("not started"), "{text}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "not refused at once: {text}"
+        );
+    }
 }
