@@ -15,6 +15,18 @@ fn value(span: &SpanData, key: &str) -> Option<Value> {
         .map(|kv| kv.value.clone())
 }
 
+/// Asserts the span's `server.address` and `server.port` (an integer).
+fn assert_server(span: &SpanData, address: Option<&str>, port: Option<i64>) {
+    let address = address.map(|a| Value::from(a.to_string()));
+    assert_eq!(value(span, "server.address"), address, "{:?}", span.attributes);
+    assert_eq!(
+        value(span, "server.port"),
+        port.map(Value::I64),
+        "{:?}",
+        span.attributes
+    );
+}
+
 /// The one client span of a trace whose `dei.signature` is `signature`.
 fn client_span(spans: &[SpanData], signature: &str) -> SpanData {
     let mut found = spans
@@ -50,13 +62,7 @@ async fn client_spans_carry_server_address_and_port() {
     let (reply, trace) = in_root(&config, |cx| cx, async { named.get(msg("x")).await }).await;
     assert!(reply.is_ok(), "{reply:?}");
     let span = client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get");
-    assert_eq!(value(&span, "server.address"), Some(Value::from("127.0.0.1")));
-    assert_eq!(
-        value(&span, "server.port"),
-        Some(Value::I64(i64::from(sys.leaf.port()))),
-        "{:?}",
-        span.attributes
-    );
+    assert_server(&span, Some("127.0.0.1"), Some(i64::from(sys.leaf.port())));
 
     // gRPC, a generated client over the channel alone: the request carries only the path (the channel adds its
     // authority below the layer), so the span names no server rather than a wrong one.
@@ -64,8 +70,7 @@ async fn client_spans_carry_server_address_and_port() {
     let (reply, trace) = in_root(&config, |cx| cx, async { unnamed.get(msg("x")).await }).await;
     assert!(reply.is_ok(), "{reply:?}");
     let span = client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get");
-    assert_eq!(value(&span, "server.address"), None);
-    assert_eq!(value(&span, "server.port"), None);
+    assert_server(&span, None, None);
 
     // HTTP through reqwest.
     let http = http_client(&config);
@@ -73,13 +78,7 @@ async fn client_spans_carry_server_address_and_port() {
     let (reply, trace) = text_in_root(&config, http.get(&url)).await;
     assert!(reply.is_ok(), "{reply:?}");
     let span = client_span(&spans_of(trace, 2).await, "GET 127.0.0.1/items/7");
-    assert_eq!(value(&span, "server.address"), Some(Value::from("127.0.0.1")));
-    assert_eq!(
-        value(&span, "server.port"),
-        Some(Value::I64(i64::from(sys.leaf_http.port()))),
-        "{:?}",
-        span.attributes
-    );
+    assert_server(&span, Some("127.0.0.1"), Some(i64::from(sys.leaf_http.port())));
 }
 
 /// A generated client made the usual way (`new(channel)`, the layer over the channel) sends only the path: a
@@ -112,20 +111,8 @@ async fn usual_clients_name_the_server_the_layer_was_given() {
     }
     let [told, untold] = <[SpanData; 2]>::try_from(spans).expect("two spans");
 
-    assert_eq!(
-        value(&told, "server.address"),
-        Some(Value::from("127.0.0.1")),
-        "{:?}",
-        told.attributes
-    );
-    assert_eq!(
-        value(&told, "server.port"),
-        Some(Value::I64(i64::from(sys.leaf.port()))),
-        "{:?}",
-        told.attributes
-    );
-    assert_eq!(value(&untold, "server.address"), None);
-    assert_eq!(value(&untold, "server.port"), None);
+    assert_server(&told, Some("127.0.0.1"), Some(i64::from(sys.leaf.port())));
+    assert_server(&untold, None, None);
 
     let index = attr(&told, "dei.index");
     assert!(index.as_deref().is_some_and(|i| i.starts_with("1.")), "{index:?}");
@@ -148,13 +135,7 @@ async fn the_request_uri_wins_over_the_layers_server_and_a_default_port_is_the_s
     let (reply, trace) = in_root(&config, |cx| cx, async { usual.get(msg("x")).await }).await;
     assert!(reply.is_ok(), "{reply:?}");
     let span = client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get");
-    assert_eq!(value(&span, "server.address"), Some(Value::from("movies.internal")));
-    assert_eq!(
-        value(&span, "server.port"),
-        Some(Value::I64(443)),
-        "{:?}",
-        span.attributes
-    );
+    assert_server(&span, Some("movies.internal"), Some(443));
 
     // The request's own.
     let origin: http::Uri = format!("http://{}", sys.leaf).parse().expect("origin");
@@ -163,11 +144,7 @@ async fn the_request_uri_wins_over_the_layers_server_and_a_default_port_is_the_s
     let (reply, trace) = in_root(&config, |cx| cx, async { named.get(msg("x")).await }).await;
     assert!(reply.is_ok(), "{reply:?}");
     let span = client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get");
-    assert_eq!(value(&span, "server.address"), Some(Value::from("127.0.0.1")));
-    assert_eq!(
-        value(&span, "server.port"),
-        Some(Value::I64(i64::from(sys.leaf.port())))
-    );
+    assert_server(&span, Some("127.0.0.1"), Some(i64::from(sys.leaf.port())));
 }
 
 /// An IPv6 server is named without the brackets its URL writes it with (`[::1]` is `::1`), as the semantic
@@ -184,24 +161,12 @@ async fn an_ipv6_server_address_has_no_brackets() {
     let (reply, trace) = in_root(&config, |cx| cx, async { client.get(msg("x")).await }).await;
     assert!(reply.is_ok(), "{reply:?}");
     let span = client_span(&spans_of(trace, 2).await, "deitest.Leaf/Get");
-    assert_eq!(
-        value(&span, "server.address"),
-        Some(Value::from("::1")),
-        "{:?}",
-        span.attributes
-    );
-    assert_eq!(value(&span, "server.port"), Some(Value::I64(50051)));
+    assert_server(&span, Some("::1"), Some(50051));
 
     // Port 9 (discard) on loopback: refused, or unreachable without IPv6; either way the call fails.
     let http = http_client(&config);
     let (reply, trace) = text_in_root(&config, http.get("http://[::1]:9/items/7")).await;
     assert!(reply.is_err(), "{reply:?}");
     let span = client_span(&spans_of(trace, 1).await, "GET [::1]/items/7");
-    assert_eq!(
-        value(&span, "server.address"),
-        Some(Value::from("::1")),
-        "{:?}",
-        span.attributes
-    );
-    assert_eq!(value(&span, "server.port"), Some(Value::I64(9)));
+    assert_server(&span, Some("::1"), Some(9));
 }
