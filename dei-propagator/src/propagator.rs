@@ -83,10 +83,9 @@ impl Carriers {
 /// the same limits, so none of its faults would be carried out; a part of it would test other faults than
 /// asked. The index is sent as usual. The plan stays in the context, so the entries naming the sending process's
 /// own calls are still carried out where its layers apply plans (those whose faults are valid), and those alone;
-/// the count says so. A plan it
-/// sends with a latency the wire does not carry (longer than [`MAX_LATENCY_MS`](crate::fault::MAX_LATENCY_MS),
-/// or finer than a millisecond) has it written shortened, and that is counted and logged
-/// ([`Event::LatencyClamped`]).
+/// the count says so. A plan it sends with a latency the wire does not carry (longer than
+/// [`MAX_LATENCY_MS`](crate::fault::MAX_LATENCY_MS), or finer than a millisecond) has it written shortened, and
+/// that is counted and logged ([`Event::LatencyClamped`]).
 ///
 /// Extraction reads the carrier alone (the `dei` header, else the carrier's `baggage` header), so it gives the
 /// same result wherever it stands in a [`TextMapCompositePropagator`]. Injection writes the whole `baggage`
