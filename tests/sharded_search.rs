@@ -171,10 +171,13 @@ fn the_search_through_three_shards_gives_the_single_instances_report() {
         a.len(),
         b.len()
     );
-    // the shards really shared the work
-    for (i, shard) in shards.iter().enumerate() {
-        assert!(shard.collector.stats().traces_retained > 0, "shard {i} got traces");
-    }
+    // the shards really shared the work: traces are routed by trace id, at random, so a shard may get none of
+    // a short search's few traces by chance, but not all of them go to one shard
+    let retained: Vec<usize> = shards.iter().map(|s| s.collector.stats().traces_retained).collect();
+    assert!(
+        retained.iter().filter(|&&n| n > 0).count() >= 2,
+        "the traces went to more than one shard: {retained:?}"
+    );
     let stats = query.collector.stats();
     assert_eq!(stats.peers.map(|p| p.partial), Some(false));
     servers.block_on(query.shutdown());
